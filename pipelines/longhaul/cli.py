@@ -1,0 +1,26 @@
+"""`longhaul` command line. Each area registers its commands from `longhaul.commands.<area>`."""
+
+from __future__ import annotations
+
+import typer
+
+from longhaul.commands import spec as _spec
+
+app = typer.Typer(
+    name="longhaul",
+    help="Train long-horizon tool-using LLM agents with GRPO from declarative Experiment specs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+# Registration order = order in `longhaul --help`. One line per area.
+_spec.register(app)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

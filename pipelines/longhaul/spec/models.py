@@ -1,0 +1,766 @@
+"""The `Experiment` custom resource: the single schema behind specs/, the CLI, the CRD and the launcher.
+
+Every default lives here and nowhere else. Models are frozen and forbid unknown keys. Field descriptions
+become the CRD's `kubectl explain` text and the README's field reference, so write them for users.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from longhaul.constants import API_GROUP, API_VERSION, KIND
+from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
+
+# ---------------------------------------------------------------------------------------------------------
+# Shared string types. Untrusted strings end up in shell scripts and manifests: restrict them at the door.
+
+#: DNS-1123 label, short enough that `<name>-<8 hex>` stays a valid 63-character label.
+MAX_NAME_LEN = 54
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+SAFE_TOKEN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+SAFE_PATH = r"^[A-Za-z0-9_./~+-][A-Za-z0-9_./+@=,-]*$"
+MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
+IMAGE_REF = r"^[a-z0-9]([a-z0-9._:/-]*[a-z0-9])?(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+REVISION = r"^([0-9a-f]{40}|v?[0-9][A-Za-z0-9._-]*)$"
+TIME_LIMIT = r"^(\d+-)?\d{1,3}:\d{2}:\d{2}$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$"
+URL = r"^(https?|file|sqlite|postgresql|mysql|databricks)(\+[a-z0-9]+)?:/{0,4}[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]*$"
+
+SafeToken = Annotated[str, Field(pattern=SAFE_TOKEN, max_length=128)]
+SafePath = Annotated[str, Field(pattern=SAFE_PATH, max_length=1024)]
+ModelName = Annotated[str, Field(pattern=MODEL_NAME, max_length=256)]
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+PositiveInt = Annotated[int, Field(ge=1)]
+K8sLabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)]
+
+
+class FieldError(ValueError):
+    """A cross-field error that names the offending field (relative dotted path) for precise reports."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, validate_default=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Enums (registries by name, never import paths)
+
+
+class Stage(StrEnum):
+    SFT = "sft"
+    GRPO = "grpo"
+    EVAL = "eval"
+
+
+class DType(StrEnum):
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+    FLOAT32 = "float32"
+
+
+class AttnImplementation(StrEnum):
+    FLASH_ATTENTION_2 = "flash_attention_2"
+    SDPA = "sdpa"
+    EAGER = "eager"
+
+
+class Quantization(StrEnum):
+    NONE = "none"
+    AWQ = "awq"
+    AWQ_MARLIN = "awq_marlin"
+    GPTQ = "gptq"
+    FP8 = "fp8"
+
+
+class Placement(StrEnum):
+    COLOCATED = "colocated"
+    EXTERNAL = "external"
+
+
+class GpuShare(StrEnum):
+    SHARED = "shared"
+    DEDICATED = "dedicated"
+
+
+class SplitPreset(StrEnum):
+    SEED_40_10 = "seed_40_10"
+    TAU2_OFFICIAL = "tau2_official"
+    EXPLICIT = "explicit"
+
+
+class ProcessReward(StrEnum):
+    NONE = "none"
+    PRM_LITE = "prm_lite"
+
+
+class Credit(StrEnum):
+    TRAJECTORY = "trajectory"
+    TURN = "turn"
+
+
+class Advantage(StrEnum):
+    GRPO = "grpo"
+    TURN_DISCOUNT = "turn_discount"
+    LATA = "lata"
+    LATA_TURN_DISCOUNT = "lata_turn_discount"
+
+
+class DiscountUnit(StrEnum):
+    TOKEN = "token"
+    TURN = "turn"
+
+
+class LossAggMode(StrEnum):
+    TOKEN_MEAN = "token-mean"
+    TOKEN_SUM = "token-sum"
+    SEQ_MEAN_TOKEN_SUM = "seq-mean-token-sum"
+    SEQ_MEAN_TOKEN_MEAN = "seq-mean-token-mean"
+    SEQ_MEAN_TOKEN_SUM_NORM = "seq-mean-token-sum-norm"
+
+
+class KLType(StrEnum):
+    KL = "kl"
+    ABS = "abs"
+    MSE = "mse"
+    LOW_VAR_KL = "low_var_kl"
+    FULL = "full"
+
+
+class TrainerEngine(StrEnum):
+    VERL = "verl"
+    SINGLE_PROCESS = "single_process"
+
+
+class SubsetName(StrEnum):
+    TRAIN = "train"
+    TEST = "test"
+    COVERED_SEEN = "covered_seen"
+    UNCOVERED_SEEN = "uncovered_seen"
+    UNSEEN = "unseen"
+
+
+class ContainerRuntime(StrEnum):
+    APPTAINER = "apptainer"
+    PYXIS = "pyxis"
+    NONE = "none"
+
+
+class MultiNodeEngine(StrEnum):
+    RAYJOB = "rayjob"
+    JOBSET = "jobset"
+
+
+class Backend(StrEnum):
+    KUBERNETES = "kubernetes"
+    SLURM = "slurm"
+    LOCAL = "local"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Metadata
+
+
+class Metadata(_Model):
+    """Kubernetes object metadata. Only `name` is used to derive the run name."""
+
+    name: str = Field(
+        description=f"Experiment name: a DNS-1123 label of at most {MAX_NAME_LEN} characters "
+        "(the run name appends '-' and 8 hex characters)."
+    )
+    namespace: str | None = Field(default=None, pattern=DNS1123_LABEL, max_length=63, description="Namespace.")
+    labels: dict[str, K8sLabelValue] = Field(default_factory=dict, description="Labels (not part of the run hash).")
+    annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description="Annotations (not part of the run hash); `longhaul.dev/git-commit` records the specs "
+        "repository commit set by GitOps tooling.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _dns1123(cls, v: str) -> str:
+        if len(v) > MAX_NAME_LEN:
+            raise ValueError(f"must be at most {MAX_NAME_LEN} characters (got {len(v)})")
+        if not re.match(DNS1123_LABEL, v):
+            raise ValueError(
+                "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a "
+                "letter or digit"
+            )
+        return v
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Models and serving
+
+
+class ModelRef(_Model):
+    """A model baked into the image (resolved offline by name through HF_HOME, or by `path`)."""
+
+    name: ModelName = Field(description="Hugging Face repository id, e.g. Qwen/Qwen2.5-7B-Instruct.")
+    revision: str | None = Field(
+        default=None,
+        pattern=REVISION,
+        description="Pinned revision (40-hex commit or a version tag) baked into the image; null = as baked.",
+    )
+    path: SafePath | None = Field(
+        default=None, description="Local directory of the model; null = resolve `name` in HF_HOME offline."
+    )
+
+
+class Sampling(_Model):
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0, description="Sampling temperature.")
+    top_p: float = Field(default=0.9, gt=0.0, le=1.0, description="Nucleus sampling threshold.")
+    max_tokens: PositiveInt | None = Field(
+        default=None, description="Per-call token cap; null = environment.max_tokens_per_turn."
+    )
+
+
+class RolloutSpec(_Model):
+    """The policy's vLLM rollout engine inside the trainer (and the policy server used for evaluation)."""
+
+    engine: Literal["vllm"] = Field(default="vllm", description="Rollout engine (veRL server mode).")
+    tensor_parallel_size: PositiveInt = Field(default=1, description="Tensor-parallel size of the policy engine.")
+    gpu_memory_utilization: Fraction = Field(default=0.45, description="vLLM memory fraction per GPU.")
+    max_model_len: PositiveInt = Field(default=24576, description="Maximum context length of the policy engine.")
+    max_num_seqs: PositiveInt = Field(default=12, description="Maximum concurrent sequences.")
+    max_num_batched_tokens: PositiveInt = Field(default=24576, description="Maximum batched tokens per step.")
+    enforce_eager: bool = Field(default=False, description="Disable CUDA graphs.")
+    train: Sampling = Field(default_factory=Sampling, description="Sampling for training rollouts.")
+    validation: Sampling = Field(
+        default_factory=Sampling, description="Sampling for validation and evaluation rollouts (same everywhere)."
+    )
+
+
+class LoraSpec(_Model):
+    rank: int = Field(default=16, ge=0, description="LoRA rank; 0 = full fine-tuning.")
+    alpha: PositiveInt = Field(default=32, description="LoRA alpha.")
+    dropout: float = Field(default=0.05, ge=0.0, lt=1.0, description="LoRA dropout (SFT stage).")
+    target_modules: Literal["all-linear"] | list[SafeToken] = Field(
+        default="all-linear", description="Modules that receive adapters."
+    )
+
+
+class PolicySpec(_Model):
+    model: ModelRef = Field(
+        default_factory=lambda: ModelRef(name="Qwen/Qwen2.5-7B-Instruct"), description="Policy model."
+    )
+    dtype: DType = Field(default=DType.BFLOAT16, description="Training and serving dtype.")
+    attn_implementation: AttnImplementation = Field(
+        default=AttnImplementation.FLASH_ATTENTION_2, description="Attention implementation of the trainer."
+    )
+    lora: LoraSpec = Field(default_factory=LoraSpec, description="LoRA adapters (rank 0 = full fine-tuning).")
+    gradient_checkpointing: bool = Field(default=True, description="Activation checkpointing in the actor.")
+    use_fused_kernels: bool = Field(default=True, description="veRL fused log-prob kernels (no full logits).")
+    param_offload: bool = Field(default=True, description="FSDP parameter offload.")
+    optimizer_offload: bool = Field(default=True, description="FSDP optimizer offload.")
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rollout engine settings.")
+
+
+class SecretRef(_Model):
+    name: SafeToken = Field(description="Kubernetes Secret name.")
+    key: SafeToken = Field(description="Key inside the Secret.")
+
+
+class SimulatorSpec(_Model):
+    """The LLM user simulator (an OpenAI-compatible server)."""
+
+    model: ModelRef = Field(
+        default_factory=lambda: ModelRef(name="Qwen/Qwen2.5-72B-Instruct-AWQ"), description="Simulator model."
+    )
+    quantization: Quantization = Field(default=Quantization.AWQ_MARLIN, description="vLLM quantization.")
+    tensor_parallel_size: PositiveInt = Field(default=2, description="Tensor-parallel size of the simulator.")
+    gpu_memory_utilization: Fraction = Field(default=0.4, description="vLLM memory fraction per GPU.")
+    max_model_len: PositiveInt = Field(default=16384, description="Simulator context length.")
+    max_num_seqs: PositiveInt = Field(default=8, description="Simulator concurrent sequences.")
+    enforce_eager: bool = Field(default=False, description="Disable CUDA graphs in the simulator.")
+    sampling: Sampling = Field(
+        default_factory=lambda: Sampling(temperature=0.7, top_p=0.9, max_tokens=1024),
+        description="Simulator sampling.",
+    )
+    placement: Placement = Field(
+        default=Placement.COLOCATED,
+        description="colocated: started inside the job; external: an existing server at `url`.",
+    )
+    gpu_share: GpuShare = Field(
+        default=GpuShare.SHARED,
+        description="colocated only. shared: the simulator shares GPUs 0..tp-1 with the trainer; "
+        "dedicated: it gets its own GPUs and the trainer the rest.",
+    )
+    url: str | None = Field(
+        default=None, pattern=URL, max_length=2048, description="Base URL (…/v1) of an external server."
+    )
+    api_key_secret: SecretRef | None = Field(default=None, description="Secret holding the external server's key.")
+    port: int = Field(default=8001, ge=1024, le=65535, description="Port of the colocated server.")
+    startup_timeout_s: PositiveInt = Field(default=1800, description="Health-check timeout at start.")
+
+    @model_validator(mode="after")
+    def _placement(self) -> SimulatorSpec:
+        if self.placement == Placement.EXTERNAL and not self.url:
+            raise FieldError("url", "placement 'external' needs `url` (the server's base URL, e.g. http://sim:8001/v1)")
+        if self.placement == Placement.COLOCATED and self.url:
+            raise FieldError("url", "`url` is only used with placement 'external'; remove it or set placement: external")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Environment
+
+
+class SplitSpec(_Model):
+    preset: SplitPreset = Field(
+        default=SplitPreset.SEED_40_10,
+        description="seed_40_10 (train 40 / test 10, covered_seen from the original teacher), "
+        "tau2_official (τ²'s split file), or explicit (lists below).",
+    )
+    train: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, description="explicit: train task ids.")
+    test: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, description="explicit: test task ids.")
+    covered_seen: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None, description="explicit: train tasks covered by SFT data (optional)."
+    )
+
+    @model_validator(mode="after")
+    def _explicit(self) -> SplitSpec:
+        lists = {"train": self.train, "test": self.test, "covered_seen": self.covered_seen}
+        if self.preset != SplitPreset.EXPLICIT:
+            given = [k for k, v in lists.items() if v is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} only apply to preset 'explicit' (preset is '{self.preset}')")
+            return self
+        if not self.train or not self.test:
+            raise FieldError("train" if not self.train else "test", "preset 'explicit' needs non-empty `train` and `test` lists")
+        overlap = sorted(set(self.train) & set(self.test))
+        if overlap:
+            raise FieldError("test", f"train and test overlap on task ids {overlap}")
+        for name, ids in lists.items():
+            if ids is not None and len(set(ids)) != len(ids):
+                raise FieldError(name, f"`{name}` has duplicate task ids")
+        if self.covered_seen and not set(self.covered_seen) <= set(self.train):
+            raise FieldError("covered_seen", "covered_seen must be a subset of train")
+        return self
+
+
+class EnvironmentSpec(_Model):
+    """One horizon for training, validation and evaluation."""
+
+    domain: Literal["airline"] = Field(default="airline", description="τ²-bench domain.")
+    split: SplitSpec = Field(default_factory=SplitSpec, description="Task split.")
+    max_turns: PositiveInt = Field(default=30, description="Maximum assistant turns per episode.")
+    max_tokens_per_turn: PositiveInt = Field(default=4096, description="Maximum generated tokens per assistant turn.")
+    max_response_tokens: PositiveInt = Field(
+        default=12288,
+        description="Maximum tokens of the whole multi-turn response (assistant, tool and user tokens).",
+    )
+    max_prompt_tokens: PositiveInt = Field(
+        default=8192, description="Maximum prompt tokens (system policy text, tool schemas, first user message)."
+    )
+    tool_output_limit: PositiveInt | None = Field(
+        default=None, description="Maximum characters of a tool result shown to the policy; null = unlimited."
+    )
+    abort_repeated_calls: PositiveInt | None = Field(
+        default=None,
+        description="End the episode (reason 'loop') when the same call repeats this many times; null = never.",
+    )
+    date_line: str = Field(
+        default="The current date is 2024-05-15 (Wednesday).",
+        max_length=200,
+        pattern=r"^[^\x00-\x1f]*$",
+        description="Date grounding appended to the policy text in the system prompt.",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reward
+
+
+class RewardSpec(_Model):
+    outcome: Literal["binary"] = Field(default="binary", description="Outcome reward: 1 if graded success.")
+    process: ProcessReward = Field(default=ProcessReward.NONE, description="Process reward added to the outcome.")
+    weight: float = Field(default=0.3, ge=0.0, le=10.0, description="reward = outcome + weight × process.")
+    credit: Credit = Field(
+        default=Credit.TRAJECTORY,
+        description="trajectory: one scalar per episode (the original); turn: each assistant turn's own "
+        "process score reaches that turn's tokens.",
+    )
+    rules: dict[str, dict[str, float | bool]] = Field(
+        default_factory=dict,
+        description="Per-rule overrides of PRM-Lite weights/thresholds by rule name, e.g. "
+        "{placeholder: {write_weight: -0.1}, length_penalty: {enabled: false}}.",
+    )
+
+    @field_validator("rules")
+    @classmethod
+    def _known_rules(cls, rules: dict[str, dict[str, float | bool]]) -> dict[str, dict[str, float | bool]]:
+        from difflib import get_close_matches
+
+        for rule, params in rules.items():
+            if rule not in RULE_DEFAULTS:
+                close = get_close_matches(rule, list(RULE_DEFAULTS), n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise FieldError(rule, f"unknown rule '{rule}'; valid: {', '.join(RULE_DEFAULTS)}{hint}")
+            valid = [*RULE_DEFAULTS[rule], "enabled"]
+            for p, v in params.items():
+                if p not in valid:
+                    close = get_close_matches(p, valid, n=1)
+                    hint = f" (did you mean '{close[0]}'?)" if close else ""
+                    raise FieldError(f"{rule}.{p}", f"rule '{rule}': unknown parameter '{p}'; valid: {', '.join(valid)}{hint}")
+                if (p == "enabled") != isinstance(v, bool):
+                    raise FieldError(f"{rule}.{p}", f"rule '{rule}': '{p}' must be {'a boolean' if p == 'enabled' else 'a number'}")
+        return rules
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Algorithm
+
+
+class KLSpec(_Model):
+    use_kl_loss: bool = Field(default=True, description="KL to the reference policy as a loss term.")
+    coef: float = Field(default=0.01, ge=0.0, description="KL loss coefficient.")
+    type: KLType = Field(default=KLType.LOW_VAR_KL, description="KL estimator.")
+
+
+class AlgorithmSpec(_Model):
+    advantage: Advantage = Field(default=Advantage.GRPO, description="Advantage estimator.")
+    alpha: float = Field(default=1.05, gt=0.0, le=2.0, description="Discount base of turn_discount / LATA.")
+    discount_unit: DiscountUnit = Field(
+        default=DiscountUnit.TURN,
+        description="turn: α per assistant turn; token: α per absolute response position (the original).",
+    )
+    length_exponent: float = Field(default=0.5, ge=0.0, le=1.0, description="LATA: per-token advantage A / L^p.")
+    loss_agg_mode: LossAggMode = Field(
+        default=LossAggMode.SEQ_MEAN_TOKEN_MEAN,
+        description="veRL loss aggregation; seq-mean-token-mean is GRPO's 1/L and LATA's exact A/√L.",
+    )
+    norm_adv_by_std: bool = Field(default=True, description="Divide group-centred rewards by the group std.")
+    group_size: Annotated[int, Field(ge=2)] = Field(default=8, description="Rollouts per task (GRPO n).")
+    learning_rate: float = Field(default=5e-6, gt=0.0, lt=1.0, description="Actor learning rate.")
+    kl: KLSpec = Field(default_factory=KLSpec, description="KL regularisation.")
+    train_batch_size: PositiveInt = Field(default=4, description="Tasks per training step.")
+    ppo_mini_batch_size: PositiveInt = Field(default=4, description="Tasks per optimizer step.")
+    ppo_micro_batch_size_per_gpu: PositiveInt = Field(default=2, description="Sequences per micro batch per GPU.")
+    ppo_epochs: PositiveInt = Field(default=1, description="PPO epochs per batch.")
+    clip_ratio: float = Field(default=0.2, gt=0.0, lt=1.0, description="PPO clip ratio.")
+    total_steps: PositiveInt = Field(default=300, description="Training steps.")
+    save_freq: PositiveInt = Field(default=50, description="Checkpoint every N steps.")
+    test_freq: int = Field(default=50, ge=-1, description="Validation every N steps (-1 = never).")
+    seed: int = Field(default=42, ge=0, description="Global seed (data order, rollouts).")
+    seed_compat: bool = Field(
+        default=False,
+        description="Reproduce the original implementation exactly (token-position discount, A/√L with "
+        "token-mean, PRM-Lite quirks). For reproduction only.",
+    )
+    trainer: TrainerEngine = Field(
+        default=TrainerEngine.VERL,
+        description="verl: veRL's distributed trainer (GPU); single_process: the CPU reference update.",
+    )
+
+    @model_validator(mode="after")
+    def _consistency(self) -> AlgorithmSpec:
+        if self.ppo_mini_batch_size > self.train_batch_size:
+            raise FieldError(
+                "ppo_mini_batch_size", f"ppo_mini_batch_size ({self.ppo_mini_batch_size}) must be ≤ train_batch_size "
+                f"({self.train_batch_size})"
+            )
+        lata = self.advantage in (Advantage.LATA, Advantage.LATA_TURN_DISCOUNT)
+        if self.seed_compat:
+            if lata and self.loss_agg_mode != LossAggMode.TOKEN_MEAN:
+                raise FieldError(
+                    "loss_agg_mode", "seed_compat LATA reproduces the original A/√L with token-mean: set loss_agg_mode: token-mean"
+                )
+            if self.advantage != Advantage.GRPO and self.discount_unit != DiscountUnit.TOKEN:
+                raise FieldError("discount_unit", "seed_compat reproduces the original per-token discount: set discount_unit: token")
+        elif lata and self.loss_agg_mode != LossAggMode.SEQ_MEAN_TOKEN_MEAN:
+            raise FieldError(
+                "loss_agg_mode", f"advantage '{self.advantage}' returns A·√L and needs loss_agg_mode: seq-mean-token-mean to give "
+                f"exactly A/√L per token (got '{self.loss_agg_mode}'); use seed_compat: true to reproduce "
+                "the original token-mean variant"
+            )
+        return self
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Stages: SFT and evaluation
+
+
+class TeacherSpec(_Model):
+    model: ModelRef = Field(
+        default_factory=lambda: ModelRef(name="Qwen/Qwen2.5-72B-Instruct-AWQ"), description="Teacher policy."
+    )
+    url: str | None = Field(
+        default=None, pattern=URL, max_length=2048, description="Teacher endpoint; null = the simulator server."
+    )
+    samples_per_task: PositiveInt = Field(default=16, description="Best-of-N attempts per training task.")
+    temperatures: list[Annotated[float, Field(ge=0.0, le=2.0)]] = Field(
+        default_factory=lambda: [0.0] * 4 + [0.5] * 4 + [0.8] * 4 + [1.0] * 4,
+        description="Temperature schedule, one per attempt (length = samples_per_task).",
+    )
+    max_tokens: PositiveInt = Field(default=768, description="Teacher tokens per turn.")
+
+    @model_validator(mode="after")
+    def _schedule(self) -> TeacherSpec:
+        if len(self.temperatures) != self.samples_per_task:
+            raise FieldError(
+                "temperatures", f"temperatures has {len(self.temperatures)} entries but samples_per_task is {self.samples_per_task}"
+            )
+        return self
+
+
+class SFTSpec(_Model):
+    teacher: TeacherSpec = Field(default_factory=TeacherSpec, description="Trajectory collection.")
+    dataset: SafePath | None = Field(default=None, description="Use an existing trajectories JSONL; skip collection.")
+    learning_rate: float = Field(default=1e-4, gt=0.0, lt=1.0, description="SFT learning rate.")
+    epochs: PositiveInt = Field(default=5, description="SFT epochs.")
+    max_length: PositiveInt = Field(default=10240, description="Samples longer than this are dropped (never cut).")
+    batch_size: PositiveInt = Field(default=8, description="Global batch size.")
+    micro_batch_size_per_gpu: PositiveInt = Field(default=2, description="Micro batch per GPU.")
+    min_label_tokens: PositiveInt = Field(default=5, description="Drop samples with fewer label tokens.")
+
+
+class EvaluationSpec(_Model):
+    checkpoints: list[Annotated[int, Field(ge=0)]] | Literal["all", "last"] = Field(
+        default="all", description="Training steps to evaluate (0 = initial policy), 'all' saved, or 'last'."
+    )
+    samples_per_task: PositiveInt = Field(default=8, description="Trials per task (n ≥ max k).")
+    k: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4], description="k values for pass^k and pass@k.")
+    seeds: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], description="Evaluation seeds.")
+    select_on: SubsetName = Field(
+        default=SubsetName.TRAIN, description="Subset that selects the best checkpoint (never 'test')."
+    )
+    bootstrap_samples: PositiveInt = Field(default=1000, description="Bootstrap resamples for CIs.")
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0, description="CI level.")
+    concurrency: PositiveInt = Field(default=32, description="Episodes in flight.")
+
+    @model_validator(mode="after")
+    def _k(self) -> EvaluationSpec:
+        if max(self.k, default=1) > self.samples_per_task:
+            raise FieldError("samples_per_task", f"samples_per_task ({self.samples_per_task}) must be ≥ max k ({max(self.k)})")
+        if self.select_on == SubsetName.TEST:
+            raise FieldError("select_on", "select_on must not be 'test': selecting on the reported subset biases it")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tracking and resources
+
+
+class TrackingSpec(_Model):
+    uri: str | None = Field(
+        default=None,
+        pattern=URL,
+        max_length=2048,
+        description="MLflow tracking URI; null = local sqlite store under the run directory (local backend).",
+    )
+    uri_secret: SecretRef | None = Field(default=None, description="Secret holding the tracking URI (Kubernetes).")
+    experiment: SafeToken | None = Field(
+        default=None, description="MLflow experiment; null = 'longhaul/<metadata.name>' (the spec family)."
+    )
+    tags: dict[SafeToken, Annotated[str, Field(max_length=500, pattern=r"^[^\x00-\x1f]*$")]] = Field(
+        default_factory=dict, description="Extra MLflow tags."
+    )
+    early_stop_on_collapse: bool = Field(
+        default=False, description="Stop training when the collapse watchdog fires."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TrackingSpec:
+        if self.uri and self.uri_secret:
+            raise FieldError("uri_secret", "set either `uri` or `uri_secret`, not both")
+        return self
+
+
+class ResourcesSpec(_Model):
+    nodes: PositiveInt = Field(default=1, description="Nodes (> 1 uses Ray across nodes).")
+    gpus_per_node: int = Field(default=2, ge=0, description="GPUs per node (0 = CPU-only smoke run).")
+    gpu_type: SafeToken | None = Field(default=None, description="GPU type for scheduling (e.g. a800, h100).")
+    cpus_per_node: PositiveInt = Field(default=16, description="CPUs per node.")
+    memory: str = Field(default="256Gi", pattern=QUANTITY, description="Memory per node (Kubernetes quantity).")
+    time_limit: str = Field(
+        default="3-00:00:00", pattern=TIME_LIMIT, description="Wall-clock limit, [D-]HH:MM:SS (both backends)."
+    )
+    shm_size: str = Field(default="32Gi", pattern=QUANTITY, description="/dev/shm size (NCCL, Ray).")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Backends
+
+
+class Toleration(_Model):
+    key: SafeToken | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: K8sLabelValue | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+class CheckpointVolume(_Model):
+    claim_name: SafeToken = Field(description="PersistentVolumeClaim for checkpoints and run outputs.")
+    mount_path: SafePath = Field(default="/checkpoints", description="Mount path in the pod.")
+
+
+class KubernetesSpec(_Model):
+    namespace: str | None = Field(
+        default=None, pattern=DNS1123_LABEL, max_length=63, description="Namespace; null = the Experiment's."
+    )
+    image: str = Field(
+        default="ghcr.io/longhaul-dev/trainer:0.1.0",
+        pattern=IMAGE_REF,
+        max_length=512,
+        description="Trainer image (models baked in).",
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(default="IfNotPresent")
+    service_account: str | None = Field(default=None, pattern=DNS1123_LABEL, description="Pod service account.")
+    node_selector: dict[str, K8sLabelValue] = Field(default_factory=dict, description="Pod node selector.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Pod tolerations.")
+    priority_class: str | None = Field(default=None, pattern=DNS1123_LABEL, description="PriorityClass name.")
+    checkpoint_volume: CheckpointVolume | None = Field(
+        default=None, description="PVC for checkpoints; null = emptyDir (lost with the pod)."
+    )
+    backoff_limit: int = Field(default=0, ge=0, le=10, description="Job retries.")
+    multinode_engine: MultiNodeEngine = Field(
+        default=MultiNodeEngine.RAYJOB, description="Engine for nodes > 1 (KubeRay RayJob or JobSet)."
+    )
+
+
+class ContainerSpec(_Model):
+    runtime: ContainerRuntime = Field(default=ContainerRuntime.APPTAINER, description="Container runtime.")
+    image: SafePath | None = Field(
+        default=None, description="apptainer: path of the .sif; pyxis: image reference/squashfs; none: unused."
+    )
+    binds: list[SafePath] = Field(default_factory=list, description="Extra bind mounts (SRC[:DST]).")
+
+
+SetupLine = Annotated[str, Field(max_length=1000)]
+
+
+class SlurmSpec(_Model):
+    partition: SafeToken | None = Field(default=None, description="Partition (-p).")
+    account: SafeToken | None = Field(default=None, description="Account (-A).")
+    qos: SafeToken | None = Field(default=None, description="QOS (--qos).")
+    container: ContainerSpec = Field(default_factory=ContainerSpec, description="How the job runs the image.")
+    venv: SafePath | None = Field(default=None, description="runtime 'none': virtualenv to activate.")
+    setup: list[SetupLine] = Field(
+        default_factory=list,
+        description="Shell lines run before the launcher (e.g. 'module load cuda/12.4'); one command per line.",
+    )
+    output_dir: SafePath = Field(default="runs", description="Run outputs (relative to the submit directory).")
+    signal_lead_s: Annotated[int, Field(ge=30, le=3600)] = Field(
+        default=300, description="Seconds before the time limit at which the job is told to checkpoint."
+    )
+    requeue: bool = Field(default=True, description="Requeue on preemption / after the pre-limit checkpoint.")
+
+    @field_validator("setup")
+    @classmethod
+    def _setup_lines(cls, lines: list[str]) -> list[str]:
+        for i, line in enumerate(lines):
+            if any(ord(c) < 32 and c != "\t" for c in line) or "\x7f" in line:
+                raise FieldError(str(i), "control characters (newline, CR, NUL…) are not allowed; one command per entry")
+            if line.lstrip().startswith("#SBATCH"):
+                raise FieldError(str(i), "'#SBATCH' directives belong in the spec's fields, not in setup lines")
+        return lines
+
+
+class LocalSpec(_Model):
+    output_dir: SafePath = Field(default="runs", description="Run outputs (relative to the working directory).")
+    policy_server_cmd: list[SafePath] | None = Field(
+        default=None, description="argv prefix that starts an OpenAI-compatible server (CPU vLLM)."
+    )
+    policy_port: int = Field(default=8000, ge=1024, le=65535, description="Port of the local policy server.")
+
+
+class BackendsSpec(_Model):
+    kubernetes: KubernetesSpec = Field(default_factory=KubernetesSpec, description="Kubernetes Job settings.")
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec, description="Slurm batch settings.")
+    local: LocalSpec = Field(default_factory=LocalSpec, description="Local run settings.")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The spec
+
+
+class ExperimentSpec(_Model):
+    """What to train, how, on what, and where."""
+
+    stages: list[Stage] = Field(
+        default_factory=lambda: [Stage.GRPO, Stage.EVAL], description="Stages, run in order: sft, grpo, eval."
+    )
+    policy: PolicySpec = Field(default_factory=PolicySpec, description="The trained policy.")
+    user_simulator: SimulatorSpec = Field(default_factory=SimulatorSpec, description="The LLM user simulator.")
+    environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec, description="Tasks and horizon.")
+    reward: RewardSpec = Field(default_factory=RewardSpec, description="Outcome and process reward.")
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, description="GRPO and its variants.")
+    sft: SFTSpec | None = Field(default=None, description="SFT warm start (needed when stages include sft).")
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec, description="pass^k evaluation.")
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="MLflow.")
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Compute per job.")
+    backends: BackendsSpec = Field(default_factory=BackendsSpec, description="Backend-specific settings.")
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> ExperimentSpec:
+        order = [Stage.SFT, Stage.GRPO, Stage.EVAL]
+        if not self.stages:
+            raise FieldError("stages", "stages: at least one of sft, grpo, eval")
+        if len(set(self.stages)) != len(self.stages) or self.stages != sorted(self.stages, key=order.index):
+            raise FieldError("stages", f"stages must be distinct and in the order sft, grpo, eval (got {[str(s) for s in self.stages]})")
+        if Stage.SFT in self.stages and self.sft is None:
+            raise FieldError("sft", "stages include 'sft' but the `sft` section is missing")
+        self._check_gpus()
+        return self
+
+    def _check_gpus(self) -> None:
+        res, sim, roll = self.resources, self.user_simulator, self.policy.rollout
+        gpus = res.gpus_per_node
+        if gpus == 0:
+            if self.algorithm.trainer == TrainerEngine.VERL:
+                raise FieldError("algorithm.trainer", "resources.gpus_per_node is 0 but algorithm.trainer is 'verl' (veRL needs GPUs); "
+                                 "use trainer: single_process for a CPU run")
+            return
+        trainer_gpus = gpus
+        if sim.placement == Placement.COLOCATED:
+            if sim.tensor_parallel_size > gpus:
+                raise FieldError(
+                    "user_simulator.tensor_parallel_size", f"user_simulator.tensor_parallel_size ({sim.tensor_parallel_size}) exceeds "
+                    f"resources.gpus_per_node ({gpus})"
+                )
+            if sim.gpu_share == GpuShare.DEDICATED:
+                trainer_gpus = gpus - sim.tensor_parallel_size
+                if trainer_gpus < 1:
+                    raise FieldError(
+                        "user_simulator.gpu_share", f"a dedicated simulator with tensor_parallel_size {sim.tensor_parallel_size} leaves "
+                        f"{trainer_gpus} of {gpus} GPUs for the trainer; use gpu_share: shared or more GPUs"
+                    )
+            else:
+                total = sim.gpu_memory_utilization + roll.gpu_memory_utilization
+                # The actor's FSDP shards, activations and the reference model need the rest of the GPU.
+                if total > 0.9:
+                    raise FieldError(
+                        "user_simulator.gpu_memory_utilization", f"GPUs 0..{sim.tensor_parallel_size - 1} are shared: simulator "
+                        f"{sim.gpu_memory_utilization} + policy rollout {roll.gpu_memory_utilization} = "
+                        f"{total:.2f} of each GPU's memory, above 0.90 (the trainer needs the rest); lower "
+                        "one of them or use gpu_share: dedicated"
+                    )
+        if roll.tensor_parallel_size > trainer_gpus:
+            raise FieldError(
+                "policy.rollout.tensor_parallel_size", f"policy.rollout.tensor_parallel_size ({roll.tensor_parallel_size}) exceeds the "
+                f"{trainer_gpus} GPU(s) available to the trainer"
+            )
+        world = trainer_gpus * res.nodes
+        rollouts = self.algorithm.train_batch_size * self.algorithm.group_size
+        if rollouts % world:
+            raise FieldError(
+                "algorithm.train_batch_size", f"train_batch_size × group_size = {rollouts} rollouts must be divisible by the trainer's "
+                f"{world} GPU(s)"
+            )
+
+
+class Experiment(_Model):
+    """An Experiment custom resource (`apiVersion: longhaul.dev/v1alpha1`, `kind: Experiment`)."""
+
+    apiVersion: Literal["longhaul.dev/v1alpha1"] = Field(description=f"Always {API_GROUP}/{API_VERSION}.")
+    kind: Literal["Experiment"] = Field(description=f"Always {KIND}.")
+    metadata: Metadata = Field(description="Object metadata.")
+    spec: ExperimentSpec = Field(default_factory=ExperimentSpec, description="The experiment.")
