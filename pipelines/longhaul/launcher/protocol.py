@@ -1,0 +1,22 @@
+"""Exit codes and signals of `longhaul launch` and `longhaul train` (see the package docstring for the protocol)."""
+
+from __future__ import annotations
+
+import signal
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+#: "A checkpoint was saved after SIGUSR1: requeue me" (EX_TEMPFAIL from sysexits.h).
+EXIT_REQUEUE = 75
+#: Clean stop after SIGTERM (128 + 15) / Ctrl-C (128 + 2).
+EXIT_KILLED = 143
+EXIT_SIGINT = 130
+
+#: The signal that asks for "save a checkpoint, then exit with EXIT_REQUEUE".
+CHECKPOINT_SIGNAL = signal.SIGUSR1
+
+#: Seconds a child gets between SIGTERM and SIGKILL.
+STOP_GRACE_S = 20.0
+#: Seconds the trainer gets after SIGUSR1 to save and exit (Slurm's signal lead must exceed this).
+CHECKPOINT_GRACE_S = 600.0

@@ -1,0 +1,169 @@
+"""Starting, health-checking, stopping and re-weighting the OpenAI-compatible servers of a launch plan."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TextIO
+
+import httpx
+
+from longhaul.launcher.processes import ManagedProcess, wait_until
+from longhaul.render.plan import ServerPlan
+
+
+class ServerStartError(RuntimeError):
+    """A server exited or did not become healthy in time; the message carries the tail of its log."""
+
+
+def probe_health(url: str, timeout_s: float = 2.0) -> bool:
+    """True when `url` answers 200."""
+    try:
+        return httpx.get(url, timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class ManagedServer:
+    """One server of the plan: a `ManagedProcess` plus its URLs, health wait and restart."""
+
+    def __init__(self, plan: ServerPlan, env: Mapping[str, str], logs_dir: str | Path, echo: TextIO | None = None):
+        self.plan = plan
+        self._env = dict(env)
+        self._logs_dir = Path(logs_dir)
+        self._echo = echo
+        self.process: ManagedProcess | None = None
+        self.starts = 0
+        self.startup_seconds: list[float] = []
+
+    @property
+    def role(self) -> str:
+        return self.plan.role
+
+    @property
+    def base_url(self) -> str:
+        return self.plan.base_url
+
+    @property
+    def served_model_name(self) -> str:
+        return self.plan.served_model_name
+
+    def start(self) -> ManagedServer:
+        """Start the process (does not wait for health)."""
+        if probe_health(self.plan.health_url, timeout_s=0.5):
+            raise ServerStartError(
+                f"{self.role} server: port {self.plan.port} on {self.plan.host} already answers {self.plan.health_url}; "
+                "another server is running there — stop it, or change the port in the spec"
+            )
+        self.process = ManagedProcess(
+            self.role, self.plan.argv, {**self._env, **self.plan.env}, log_path=self._logs_dir / f"{self.role}.log",
+            echo=self._echo,
+        ).start()
+        self.starts += 1
+        self._started_at = time.monotonic()
+        return self
+
+    def wait_healthy(self, abort: Callable[[], bool] | None = None) -> float:
+        """Block until /health answers 200; returns the seconds since start. Raises ServerStartError."""
+        assert self.process is not None, "start() first"
+        proc = self.process
+        ok = wait_until(
+            lambda: probe_health(self.plan.health_url),
+            timeout_s=self.plan.startup_timeout_s,
+            interval_s=1.0,
+            abort=lambda: proc.poll() is not None or (abort is not None and abort()),
+        )
+        if not ok:
+            if proc.poll() is not None:
+                raise ServerStartError(
+                    f"{self.role} server exited with code {proc.poll()} before {self.plan.health_url} became "
+                    f"healthy; command: {' '.join(self.plan.argv)}\n--- last lines of "
+                    f"{self._logs_dir / (self.role + '.log')} ---\n{proc.tail()}"
+                )
+            if abort is not None and abort():
+                raise InterruptedError(f"{self.role} server start-up interrupted")
+            raise ServerStartError(
+                f"{self.role} server: {self.plan.health_url} not healthy after {self.plan.startup_timeout_s} s "
+                f"(user_simulator.startup_timeout_s); busy machine? raise the timeout. Last lines:\n{proc.tail()}"
+            )
+        took = time.monotonic() - self._started_at
+        self.startup_seconds.append(took)
+        return took
+
+    def stop(self) -> None:
+        """Stop by PID (process group); safe to call twice."""
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
+
+    def restart(self, abort: Callable[[], bool] | None = None) -> float:
+        """Stop, start, wait healthy; returns the start-up seconds."""
+        self.stop()
+        self.start()
+        return self.wait_healthy(abort)
+
+
+class PolicyServer(ManagedServer):
+    """The policy server of a CPU run: serves a model directory that weight updates replace.
+
+    `serve_weights(src)` makes the server serve the model in `src`. It first asks the running server to reload
+    its weights in place from `src` (vLLM's development endpoint `POST /collective_rpc` with method
+    `reload_weights`, enabled by VLLM_SERVER_DEV_MODE=1 on loopback only, then `POST /reset_prefix_cache`);
+    if that is not available it restarts the server on `src`. The seconds taken and the way are recorded in
+    `self.updates` (logged as `timing/serve_weights_s`).
+    """
+
+    #: Environment that enables the in-place reload endpoints (the server binds 127.0.0.1 only).
+    DEV_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+
+    def __init__(self, plan: ServerPlan, env: Mapping[str, str], logs_dir: str | Path, echo: TextIO | None = None,
+                 reload_in_place: bool = True):
+        super().__init__(plan, {**env, **(self.DEV_ENV if reload_in_place else {})}, logs_dir, echo)
+        self.reload_in_place = reload_in_place
+        self.serving: str | None = None  # label of the weights being served (for logs and the summary)
+        self.updates: list[dict[str, object]] = []
+
+    def _root(self) -> str:
+        return f"http://{self.plan.host}:{self.plan.port}"
+
+    def _reload(self, src: Path) -> bool:
+        try:
+            r = httpx.post(f"{self._root()}/collective_rpc", timeout=600.0,
+                           json={"method": "reload_weights", "kwargs": {"weights_path": str(src.resolve())}})
+            if r.status_code != 200:
+                return False
+            httpx.post(f"{self._root()}/reset_prefix_cache", timeout=60.0)
+            return probe_health(self.plan.health_url)
+        except httpx.HTTPError:
+            return False
+
+    def serve_weights(self, src: str | Path, label: str, abort: Callable[[], bool] | None = None) -> float:
+        """Serve the model directory `src`; returns the seconds until the server answers with it."""
+        src = Path(src)
+        if not (src / "config.json").is_file():
+            raise FileNotFoundError(f"{src}: not a model directory (no config.json)")
+        t0 = time.monotonic()
+        how = "reload"
+        if self.process is None or self.process.poll() is not None or not (self.reload_in_place and self._reload(src)):
+            how = "restart"
+            self.stop()
+            self.plan = replace_model(self.plan, str(src))
+            self.start()
+            self.wait_healthy(abort)
+        took = time.monotonic() - t0
+        self.serving = label
+        self.updates.append({"label": label, "how": how, "seconds": round(took, 3)})
+        return took
+
+
+def replace_model(plan: ServerPlan, model_dir: str) -> ServerPlan:
+    """The same server plan serving `model_dir` (the value after `--model` is replaced)."""
+    argv = list(plan.argv)
+    try:
+        i = argv.index("--model")
+    except ValueError as exc:
+        raise ValueError(f"{plan.role} server command has no --model argument: {argv}") from exc
+    argv[i + 1] = model_dir
+    return dataclasses.replace(plan, argv=tuple(argv))

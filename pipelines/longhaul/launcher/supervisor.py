@@ -1,0 +1,274 @@
+"""`longhaul launch`: execute a launch plan (servers → stages → clean stop). Protocol: see the package docstring."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from longhaul import constants as C
+from longhaul.launcher.control import RequeueRequested, StopControl, StopRequested, handle_signals
+from longhaul.launcher.files import atomic_write_json, atomic_write_text
+from longhaul.launcher.processes import ManagedProcess
+from longhaul.launcher.protocol import CHECKPOINT_SIGNAL, EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
+from longhaul.launcher.servers import ManagedServer, PolicyServer, ServerStartError
+from longhaul.render.plan import LaunchPlan, StagePlan, render_plan
+from longhaul.spec import Experiment, SpecError, load_spec, resolved_yaml, run_name
+from longhaul.spec.models import TrainerEngine
+
+#: Where the vLLM-CPU venv's python is taken from when the spec gives no server command.
+ENV_VLLM_PYTHON = "LONGHAUL_VLLM_PYTHON"
+#: Where stages find the servers (set by the launcher for every stage).
+ENV_SIMULATOR_BASE_URL = "LONGHAUL_SIMULATOR_BASE_URL"
+ENV_SIMULATOR_MODEL = "LONGHAUL_SIMULATOR_MODEL"
+ENV_POLICY_BASE_URL = "LONGHAUL_POLICY_BASE_URL"
+ENV_POLICY_MODEL = "LONGHAUL_POLICY_MODEL"
+#: Stages implemented inside the launcher process (they need the server handles and the stop control).
+IN_PROCESS_STAGES = {
+    ("longhaul", "train"): "longhaul.trainer.loop:run_training_stage",
+    (): "longhaul.launcher.evaluate:run_eval_stage",
+}
+STATE_DIR = ".longhaul"
+
+
+class StageFailed(RuntimeError):
+    """A stage exited non-zero or raised; the message names it and carries the tail of its log."""
+
+
+@dataclass
+class StageContext:
+    """What an in-process stage gets: the spec, the plan, the MLflow run and the servers."""
+
+    exp: Experiment
+    plan: LaunchPlan
+    run_dir: Path
+    tracking_uri: str
+    run_id: str
+    env: dict[str, str]
+    control: StopControl
+    simulator_base_url: str
+    simulator_model: str
+    echo: TextIO
+    _policy: PolicyServer | None = None
+    _policy_factory: Any = None
+    results: dict[str, Any] = field(default_factory=dict)
+
+    def policy_server(self) -> PolicyServer:
+        """The policy server, started on first use (a veRL stage must not share its GPUs with it)."""
+        if self._policy is None:
+            self._policy = self._policy_factory()
+        return self._policy
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.plan.paths.checkpoint_dir)
+
+
+def _server_python(exp: Experiment, environ: Mapping[str, str]) -> str:
+    if environ.get(ENV_VLLM_PYTHON):
+        return environ[ENV_VLLM_PYTHON]
+    return "python"
+
+
+def _in_process_target(stage: StagePlan) -> str | None:
+    return IN_PROCESS_STAGES.get(tuple(stage.argv[:2]) if stage.argv else ())
+
+
+def _load_target(path: str):
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _done_marker(run_dir: Path, stage: str) -> Path:
+    return run_dir / STATE_DIR / "stages" / f"{stage}.done"
+
+
+def _mark_requeued(uri: str, run_id: str) -> None:
+    from longhaul.tracking.runs import client_for
+
+    client = client_for(uri)
+    client.set_tag(run_id, "longhaul.phase", "requeued")
+    client.update_run(run_id, status="SCHEDULED")
+
+
+def _run_subprocess_stage(stage: StagePlan, env: dict[str, str], run_dir: Path, control: StopControl,
+                          forwards_checkpoint: bool, echo: TextIO) -> None:
+    proc = ManagedProcess(stage.name, stage.argv, {**env, **stage.env}, log_path=run_dir / "logs" / f"{stage.name}.log",
+                          echo=echo).start()
+    forwarded_ckpt = forwarded_stop = False
+    try:
+        while proc.poll() is None:
+            if control.checkpoint.is_set() and not forwarded_ckpt:
+                forwarded_ckpt = True
+                # The single-process trainer saves and exits EXIT_REQUEUE on SIGUSR1; veRL has no such hook,
+                # so it is stopped and its newest periodic checkpoint is the resume point.
+                proc.send_signal(CHECKPOINT_SIGNAL if forwards_checkpoint else signal.SIGTERM)
+            if control.stop.is_set() and not forwarded_stop:
+                forwarded_stop = True
+                proc.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+        rc = proc.wait()
+    finally:
+        proc.stop()
+    if control.stop.is_set():
+        raise StopRequested(control.signal_name or "stop")
+    if control.checkpoint.is_set() or rc == EXIT_REQUEUE:
+        raise RequeueRequested(stage.name)
+    if rc != 0:
+        raise StageFailed(f"stage '{stage.name}' exited with code {rc}: {' '.join(stage.argv[:4])} …\n"
+                          f"--- last lines of {run_dir / 'logs' / (stage.name + '.log')} ---\n{proc.tail()}")
+
+
+def launch(
+    spec_path: str | Path,
+    backend: str,
+    run_dir: str | Path,
+    *,
+    stage: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    echo: TextIO | None = None,
+) -> int:
+    """Run the plan of `spec_path` on `backend` with outputs in `run_dir`; returns the process exit code."""
+    environ = dict(os.environ if environ is None else environ)
+    echo = echo or sys.stdout
+    say = lambda msg: print(f"[launcher] {msg}", file=echo, flush=True)  # noqa: E731
+
+    try:
+        exp = load_spec(spec_path)
+    except SpecError as exc:
+        say(f"invalid spec:\n{exc}")
+        return EXIT_USAGE
+    expected = environ.get(C.ENV_RUN_NAME)
+    if expected and expected != run_name(exp):
+        say(f"{spec_path}: run name {run_name(exp)} does not match {C.ENV_RUN_NAME}={expected} (the job was "
+            "submitted with a different spec); resubmit with `longhaul submit`")
+        return EXIT_USAGE
+    run_dir = Path(run_dir).absolute()
+    plan = render_plan(exp, backend, str(run_dir), server_python=_server_python(exp, environ))
+    stages = [s for s in plan.stages if stage is None or s.name == stage]
+    if stage is not None and not stages:
+        say(f"--stage {stage}: not in this spec's stages ({', '.join(s.name for s in plan.stages)})")
+        return EXIT_USAGE
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec_file = Path(plan.paths.spec_file)
+    if not spec_file.exists() or spec_file.resolve() != Path(spec_path).resolve():
+        atomic_write_text(spec_file, resolved_yaml(exp))
+    atomic_write_json(run_dir / STATE_DIR / "plan.json", plan.to_dict())
+
+    from longhaul.tracking.config import ENV_TRACKING_URI, tracking_env
+    from longhaul.tracking.runs import finish_run, start_or_resume_run
+
+    tenv = tracking_env(exp, run_dir, backend, environ=environ)
+    uri = tenv[ENV_TRACKING_URI]
+    tracked = start_or_resume_run(exp, uri, run_dir, backend, environ=environ)
+    say(f"run {plan.run_name} ({'resumed, attempt ' + str(tracked.attempts) if tracked.resumed else 'new'}); "
+        f"MLflow run {tracked.run_id} in {uri}")
+
+    env = {**environ, **plan.env, **tracking_env(exp, run_dir, backend, run_id=tracked.run_id, environ=environ)}
+    env[ENV_SIMULATOR_BASE_URL] = plan.simulator_base_url
+    env[ENV_SIMULATOR_MODEL] = exp.spec.user_simulator.model.name
+    env[ENV_POLICY_BASE_URL] = plan.policy_server.base_url
+    env[ENV_POLICY_MODEL] = plan.policy_server.served_model_name
+    logs_dir = Path(plan.paths.logs_dir)
+    servers: list[ManagedServer] = []
+    control = StopControl()
+
+    def make_policy() -> PolicyServer:
+        server = PolicyServer(plan.policy_server, env, logs_dir, echo=echo)
+        servers.append(server)
+        say(f"starting policy server on {server.base_url}")
+        server.start()
+        took = server.wait_healthy(abort=lambda: control.requested)
+        server.serving = "base"
+        say(f"policy server healthy after {took:.0f} s")
+        return server
+
+    ctx = StageContext(exp, plan, run_dir, uri, tracked.run_id, env, control, plan.simulator_base_url,
+                       exp.spec.user_simulator.model.name, echo, _policy_factory=make_policy)
+    status, rc = "FAILED", EXIT_FAILED
+    with handle_signals(control):
+        try:
+            todo = [s for s in stages if not _done_marker(run_dir, s.name).exists()]
+            for s in stages:
+                if s not in todo:
+                    say(f"stage {s.name}: already done ({_done_marker(run_dir, s.name)}), skipped")
+            if todo:
+                for sp in plan.servers:
+                    server = ManagedServer(sp, env, logs_dir, echo=echo)
+                    servers.append(server)
+                    say(f"starting {sp.role} server on {sp.base_url}")
+                    server.start()
+                # Start the policy server together with the simulator when a CPU stage needs it, so the two
+                # start-ups overlap instead of adding up.
+                policy_early = exp.spec.algorithm.trainer == TrainerEngine.SINGLE_PROCESS and any(
+                    s.name in ("grpo", "eval") for s in todo)
+                if policy_early:
+                    pol = PolicyServer(plan.policy_server, env, logs_dir, echo=echo)
+                    servers.append(pol)
+                    say(f"starting policy server on {pol.base_url}")
+                    pol.start()
+                    ctx._policy = pol
+                for server in servers:
+                    took = server.wait_healthy(abort=lambda: control.requested)
+                    say(f"{server.role} server healthy after {took:.0f} s")
+                    if isinstance(server, PolicyServer):
+                        server.serving = "base"
+            for s in todo:
+                control.check()
+                if control.checkpoint.is_set():
+                    raise RequeueRequested(s.name)
+                say(f"stage {s.name}: start")
+                t0 = time.monotonic()
+                target = _in_process_target(s)
+                if target is not None:
+                    _load_target(target)(ctx)
+                else:
+                    forwards = s.name == "grpo" and exp.spec.algorithm.trainer == TrainerEngine.SINGLE_PROCESS
+                    _run_subprocess_stage(s, env, run_dir, control, forwards, echo)
+                atomic_write_text(_done_marker(run_dir, s.name), f"{time.time():.0f}\n")
+                say(f"stage {s.name}: done in {time.monotonic() - t0:.0f} s")
+            status, rc = "FINISHED", EXIT_OK
+        except RequeueRequested as exc:
+            say(f"checkpoint requested (SIGUSR1) during {exc}: state saved, exiting {EXIT_REQUEUE} (requeue me)")
+            status, rc = "SCHEDULED", EXIT_REQUEUE
+        except (StopRequested, KeyboardInterrupt, InterruptedError):
+            control.request_stop("SIGINT")
+            say(f"stopped by {control.signal_name}: servers stopped, run marked KILLED")
+            status, rc = "KILLED", control.stop_exit_code
+        except (ServerStartError, StageFailed) as exc:
+            say(f"FAILED: {exc}")
+        except Exception as exc:  # noqa: BLE001 - reported with its type; the run must be marked FAILED
+            import traceback
+
+            traceback.print_exc(file=echo)
+            say(f"FAILED: {type(exc).__name__}: {exc}")
+        finally:
+            for server in reversed(servers):
+                server.stop()
+            if servers:
+                say("servers stopped")
+            try:
+                if status == "SCHEDULED":
+                    _mark_requeued(uri, tracked.run_id)
+                else:
+                    finish_run(uri, tracked.run_id, status)
+            except Exception as exc:  # noqa: BLE001 - the exit code must still reach the scheduler
+                say(f"warning: could not set MLflow run status {status}: {exc}")
+    ctx.results["status"] = status
+    _print_summary(ctx, echo)
+    return rc
+
+
+def _print_summary(ctx: StageContext, echo: TextIO) -> None:
+    summary = ctx.results.get("summary")
+    if summary is not None:
+        summary(echo)
+    print(f"[launcher] MLflow UI: mlflow ui --backend-store-uri {ctx.tracking_uri}  (run {ctx.run_id})", file=echo,
+          flush=True)
