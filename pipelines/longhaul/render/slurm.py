@@ -1,0 +1,313 @@
+"""Spec → one sbatch script (pure). `longhaul submit --backend slurm` ships exactly this text.
+
+The script, top to bottom:
+
+1. `#SBATCH` lines from `spec.resources` and `spec.backends.slurm` (job name = run name; output under the run
+   directory, which the submit step creates because Slurm does not).
+2. Site setup lines (`spec.backends.slurm.setup`, user shell by design, one command per line), then the offline
+   environment and longhaul's own variables (set after setup so that setup cannot unset them).
+3. Multi-node (`resources.nodes > 1`): a Ray head on the first node and one Ray worker per other node, each
+   started with `srun`, the driver attached through `RAY_ADDRESS` — the layout veRL documents for Slurm.
+4. `longhaul launch --spec <run_dir>/experiment.yaml --backend slurm --run-dir <run_dir>` in the background,
+   inside the container runtime (apptainer, pyxis) or the activated virtualenv (runtime `none`).
+5. The checkpoint protocol with the launcher (`longhaul.launcher.protocol`): Slurm sends SIGUSR1 to the batch
+   shell `signal_lead_s` seconds before the time limit (`--signal=B:USR1@lead`); the trap forwards it to the
+   launcher, which saves a checkpoint and exits with EXIT_REQUEUE (75); the script then runs
+   `scontrol requeue $SLURM_JOB_ID`. The requeued job runs the same command on the same run directory and the
+   launcher resumes from the newest checkpoint; `--open-mode=append` keeps every run in one log file.
+
+Every value that comes from the spec is shell-quoted (`shlex.quote`) or, on `#SBATCH` lines (parsed by sbatch,
+not by a shell), checked against a strict pattern; setup lines are the one deliberate exception.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from decimal import ROUND_CEILING, Decimal
+
+from longhaul import constants as C
+from longhaul.spec.models import ContainerRuntime, Experiment, Stage
+from longhaul.spec.naming import run_name
+
+#: Mirrors `longhaul.launcher.protocol.EXIT_REQUEUE` (render may not import the launcher; a unit test pins it).
+EXIT_REQUEUE = 75
+#: Mirrors `longhaul.launcher.protocol.CHECKPOINT_SIGNAL` (SIGUSR1).
+CHECKPOINT_SIGNAL = "USR1"
+#: Variable that names the virtualenv to activate (runtime `none` without `spec.backends.slurm.venv`); the submit
+#: step sets it to the submitting interpreter's `sys.prefix`, and sbatch exports it into the job.
+ENV_VENV = "LONGHAUL_VENV"
+RAY_PORT = 6379
+RAY_HEAD_TIMEOUT_S = 300
+LOG_NAME = "slurm-%j.out"
+
+_SBATCH_VALUE = re.compile(r"^[A-Za-z0-9_./~+@=,:%-]+$")
+_DEP_ITEM = r"(singleton|(after|afterany|afterok|afternotok|aftercorr)(:[0-9]+(\+[0-9]+)?)+)"
+_DEPENDENCY = re.compile(rf"^{_DEP_ITEM}(,{_DEP_ITEM})*$")
+_UNITS = {"": Decimal(1), "K": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
+          "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40}
+
+
+def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str | None = None) -> str:
+    """The sbatch script for `exp`: every stage (default) or one `stage`, optionally after `dependency`.
+
+    `dependency` is an sbatch dependency expression such as `afterok:123`. Raises ValueError for an unknown
+    stage, a stage the spec does not run, or a malformed dependency.
+    """
+    spec = exp.spec
+    slurm = spec.backends.slurm
+    res = spec.resources
+    name = run_name(exp)
+    run_dir = slurm_run_dir(exp)
+    if stage is not None:
+        valid = [str(s) for s in spec.stages]
+        if stage not in valid:
+            raise ValueError(f"stage '{stage}' is not run by this spec; valid: {', '.join(valid)}")
+    if dependency is not None and not _DEPENDENCY.match(dependency):
+        raise ValueError(f"dependency '{dependency}' is not an sbatch dependency expression (e.g. afterok:123)")
+
+    log_name = LOG_NAME if stage is None else f"slurm-{stage}-%j.out"
+    directives: list[tuple[str, str | None]] = [
+        ("job-name", name),
+        ("nodes", str(res.nodes)),
+        ("ntasks-per-node", "1"),
+        ("cpus-per-task", str(res.cpus_per_node)),
+        ("mem", f"{memory_mib(res.memory)}M"),
+    ]
+    if res.gpus_per_node > 0:
+        gres = f"gpu:{res.gpu_type}:{res.gpus_per_node}" if res.gpu_type else f"gpu:{res.gpus_per_node}"
+        directives.append(("gres", gres))
+    directives.append(("time", res.time_limit))
+    for key, value in (("partition", slurm.partition), ("account", slurm.account), ("qos", slurm.qos)):
+        if value:
+            directives.append((key, value))
+    directives += [
+        ("output", f"{run_dir}/{log_name}"),
+        ("open-mode", "append"),
+        ("requeue" if slurm.requeue else "no-requeue", None),
+        ("signal", f"B:{CHECKPOINT_SIGNAL}@{slurm.signal_lead_s}"),
+    ]
+    if dependency:
+        directives += [("dependency", dependency), ("kill-on-invalid-dep", "yes")]
+
+    lines = [
+        "#!/bin/bash",
+        f"# longhaul run {name}{f' (stage {stage})' if stage else ''}: rendered from the Experiment spec by",
+        "# longhaul.render.slurm. Do not edit; change the spec and submit again (`longhaul submit --backend slurm`).",
+    ]
+    lines += [_directive(k, v) for k, v in directives]
+    lines += ["", "set -euo pipefail", ""]
+    lines += _setup_block(slurm.setup)
+    lines += _env_block(exp, name, run_dir, stage)
+    if res.nodes > 1:
+        lines += _ray_env_block(exp)
+    lines += _runtime_block(exp)
+    launch = [*C.LAUNCHER_CMD, "--spec", f"{run_dir}/{C.SPEC_FILENAME}", "--backend", "slurm", "--run-dir", run_dir]
+    if stage:
+        launch += ["--stage", stage]
+    if res.nodes > 1:
+        lines += _ray_start_block(exp)
+    lines += _launch_block(exp, _join(launch), requeue=slurm.requeue)
+    return "\n".join(lines) + "\n"
+
+
+def slurm_run_dir(exp: Experiment) -> str:
+    """`<spec.backends.slurm.output_dir>/<run name>` (relative paths resolve against the submit directory)."""
+    return f"{exp.spec.backends.slurm.output_dir.rstrip('/') or '/'}/{run_name(exp)}".replace("//", "/")
+
+
+def memory_mib(quantity: str) -> int:
+    """A Kubernetes quantity (`512Gi`, `8G`, `1048576`) in MiB, rounded up (sbatch `--mem=<n>M`)."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|K|M|G|T)?", quantity)
+    if not m:
+        raise ValueError(f"memory '{quantity}' is not a quantity like 512Gi or 64G")
+    mib = Decimal(m.group(1)) * _UNITS[m.group(2) or ""] / _UNITS["Mi"]
+    return max(1, int(mib.to_integral_value(rounding=ROUND_CEILING)))
+
+
+def _join(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def _directive(key: str, value: str | None) -> str:
+    if value is None:
+        return f"#SBATCH --{key}"
+    # sbatch reads these lines itself (no shell): refuse anything beyond a plain token instead of quoting.
+    if not _SBATCH_VALUE.match(value):
+        raise ValueError(f"#SBATCH --{key}: value {value!r} has characters sbatch would misread")
+    return f"#SBATCH --{key}={value}"
+
+
+def _setup_block(setup: list[str]) -> list[str]:
+    if not setup:
+        return []
+    out = ["# Site setup (spec.backends.slurm.setup). Module scripts often read unset variables: relax -u here."]
+    out.append("set +u")
+    for i, line in enumerate(setup):
+        if "\n" in line or "\r" in line or "\x00" in line:
+            raise ValueError(f"spec.backends.slurm.setup.{i}: one command per line (no newline/CR/NUL)")
+        out.append(line)
+    out += ["set -u", ""]
+    return out
+
+
+def _env_block(exp: Experiment, name: str, run_dir: str, stage: str | None) -> list[str]:
+    env = dict(C.OFFLINE_ENV)
+    env.update({
+        C.ENV_RUN_NAME: name,
+        C.ENV_RUN_DIR: run_dir,
+        C.ENV_SPEC: f"{run_dir}/{C.SPEC_FILENAME}",
+        C.ENV_BACKEND: "slurm",
+    })
+    if stage:
+        env[C.ENV_STAGE] = stage
+    out = ["# Offline model/data access and longhaul's job variables (always set, after any site setup)."]
+    out += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    out += [f'export {C.ENV_JOB_ID}="${{SLURM_JOB_ID:-}}"', ""]
+    return out
+
+
+def _runtime_block(exp: Experiment) -> list[str]:
+    """Bash arrays that put a command into the job's runtime: PYXIS (srun options) and CONTAINER (argv prefix)."""
+    slurm = exp.spec.backends.slurm
+    cont = slurm.container
+    gpus = exp.spec.resources.gpus_per_node
+    if cont.runtime == ContainerRuntime.NONE:
+        venv = (shlex.quote(slurm.venv) if slurm.venv
+                else f'"${{{ENV_VENV}:?runtime none: set spec.backends.slurm.venv or submit with {ENV_VENV}}}"')
+        return [
+            "# Runtime 'none': the virtualenv "
+            + ("from spec.backends.slurm.venv." if slurm.venv else f"captured at submit time (${ENV_VENV})."),
+            "set +u",
+            f"source {venv}/bin/activate",
+            "set -u",
+            "PYXIS=()",
+            "CONTAINER=()",
+            "",
+        ]
+    # No image in the spec: the site names it at submit time ($LONGHAUL_IMAGE, exported into the job by sbatch).
+    image = (shlex.quote(cont.image) if cont.image
+             else f'"${{{C.ENV_IMAGE}:?runtime {cont.runtime}: set spec.backends.slurm.container.image or {C.ENV_IMAGE}}}"')
+    if cont.runtime == ContainerRuntime.APPTAINER:
+        # --containall: no host HOME or environment leaks in; pass the job variables, bind the submit directory.
+        names = [*C.OFFLINE_ENV, C.ENV_RUN_NAME, C.ENV_RUN_DIR, C.ENV_SPEC, C.ENV_BACKEND, C.ENV_JOB_ID]
+        if exp.spec.resources.nodes > 1:
+            names += ["RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"]
+        argv = ["apptainer", "exec"] + (["--nv"] if gpus > 0 else []) + ["--containall"]
+        out = ["# Runtime 'apptainer': every command runs in the image with the submit directory bound.",
+               "PYXIS=()",
+               f'CONTAINER=({_join(argv)} --pwd "$SLURM_SUBMIT_DIR" -B "$SLURM_SUBMIT_DIR"']
+        out += [f"  -B {shlex.quote(b)}" for b in cont.binds]
+        out += [f'  --env "{n}=${{{n}:-}}"' for n in names]
+        if gpus > 0:
+            out.append('  --env "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"')
+        out += ['  --env "SLURM_JOB_ID=$SLURM_JOB_ID" --env "SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0}"',
+                f"  {image})", ""]
+        return out
+    # pyxis/enroot: srun runs each step inside the image; the job environment passes through.
+    mounts = [*(shlex.quote(b) for b in cont.binds), '"$SLURM_SUBMIT_DIR"']
+    return [
+        "# Runtime 'pyxis': every command is an srun step inside the image (enroot), submit directory mounted.",
+        f"PYXIS=(--container-image={image} --container-mounts={','.join(mounts)}",
+        '  --container-workdir="$SLURM_SUBMIT_DIR" --no-container-mount-home)',
+        "CONTAINER=()",
+        "",
+    ]
+
+
+def _ray_env_block(exp: Experiment) -> list[str]:
+    res = exp.spec.resources
+    return [
+        f"# Multi-node ({res.nodes} nodes): Ray head on the first node, a worker on each other node (each an srun",
+        "# step), the driver attached via RAY_ADDRESS (veRL's documented Slurm layout). Token auth with one token",
+        "# file in the run directory, which must be on a filesystem shared by the nodes (checkpoints need it too).",
+        'mapfile -t LH_NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+        'LH_HEAD="${LH_NODES[0]}"',
+        'LH_HEAD_IP="$(srun --overlap --nodes=1 --ntasks=1 -w "$LH_HEAD" hostname --ip-address | awk \'{print $1}\')"',
+        f'export RAY_ADDRESS="$LH_HEAD_IP:{RAY_PORT}"',
+        "export RAY_AUTH_MODE=token",
+        f'export RAY_AUTH_TOKEN_PATH="${C.ENV_RUN_DIR}/.ray/auth_token"',
+        'mkdir -p "$(dirname "$RAY_AUTH_TOKEN_PATH")"',
+        '( umask 077; od -An -N32 -tx1 /dev/urandom | tr -d \' \\n\' > "$RAY_AUTH_TOKEN_PATH" )',
+        "",
+    ]
+
+
+def _ray_start_block(exp: Experiment) -> list[str]:
+    res = exp.spec.resources
+    ray_res = f"--num-cpus={res.cpus_per_node} --num-gpus={res.gpus_per_node}"
+    return [
+        'on_node() { local node="$1"; shift; srun --overlap --nodes=1 --ntasks=1 -w "$node" "${PYXIS[@]}" "${CONTAINER[@]}" "$@"; }',
+        "LH_RAY_PIDS=()",
+        'stop_ray() { for p in "${LH_RAY_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }',
+        "trap stop_ray EXIT",
+        f'on_node "$LH_HEAD" ray start --head --node-ip-address="$LH_HEAD_IP" --port={RAY_PORT} {ray_res} --block &',
+        "LH_RAY_PIDS+=($!)",
+        f"for _ in $(seq 1 {RAY_HEAD_TIMEOUT_S}); do",
+        '  on_node "$LH_HEAD" ray status --address="$RAY_ADDRESS" >/dev/null 2>&1 && break',
+        "  sleep 1",
+        "done",
+        'for node in "${LH_NODES[@]:1}"; do',
+        f'  on_node "$node" ray start --address="$RAY_ADDRESS" {ray_res} --block &',
+        "  LH_RAY_PIDS+=($!)",
+        "done",
+        "",
+    ]
+
+
+def _launch_block(exp: Experiment, launch: str, *, requeue: bool) -> list[str]:
+    if exp.spec.resources.nodes > 1:
+        prefix = 'on_node "$LH_HEAD" '
+    elif exp.spec.backends.slurm.container.runtime == ContainerRuntime.PYXIS:
+        prefix = 'srun --overlap --nodes=1 --ntasks=1 "${PYXIS[@]}" '
+    else:
+        prefix = '"${CONTAINER[@]}" '
+    after = (
+        [
+            f'if [ "$rc" -eq {EXIT_REQUEUE} ] && [ "$checkpoint_requested" = 1 ]; then',
+            '  echo "longhaul: checkpoint saved; requeueing job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0})" >&2',
+            '  scontrol requeue "$SLURM_JOB_ID"',
+            "  exit 0",
+            "fi",
+        ]
+        if requeue
+        else [
+            f'if [ "$rc" -eq {EXIT_REQUEUE} ]; then',
+            '  echo "longhaul: checkpoint saved; requeue is off: submit the same spec again to resume" >&2',
+            "fi",
+        ]
+    )
+    return [
+        f"# The launcher runs in the background so that the {CHECKPOINT_SIGNAL} trap fires at once (bash defers traps",
+        "# while a foreground child runs). Protocol: longhaul.launcher.protocol.",
+        "checkpoint_requested=0",
+        "launcher_pid=",
+        "on_checkpoint_signal() {",
+        "  checkpoint_requested=1",
+        f'  echo "longhaul: SIG{CHECKPOINT_SIGNAL} before the time limit: asking the launcher to save a checkpoint" >&2',
+        f'  if [ -n "$launcher_pid" ]; then kill -{CHECKPOINT_SIGNAL} "$launcher_pid" 2>/dev/null || true; fi',
+        "}",
+        f"trap on_checkpoint_signal {CHECKPOINT_SIGNAL}",
+        # scancel/requeue/preemption send SIGTERM to every process of the job: the launcher stops itself;
+        # the batch shell only waits for it so that its exit code is the job's.
+        "trap 'echo \"longhaul: SIGTERM: waiting for the launcher to stop\" >&2' TERM",
+        f'echo "longhaul: job ${{SLURM_JOB_ID:-?}} restart ${{SLURM_RESTART_COUNT:-0}} on $(hostname -s): {_dq_echo(launch)}" >&2',
+        f"{prefix}{launch} &",
+        "launcher_pid=$!",
+        "while :; do",
+        '  rc=0; wait "$launcher_pid" || rc=$?',
+        '  kill -0 "$launcher_pid" 2>/dev/null || break  # still running: wait returned for a trapped signal',
+        "done",
+        'if [ "$rc" -gt 128 ]; then last=0; wait "$launcher_pid" 2>/dev/null || last=$?; [ "$last" -eq 127 ] || rc=$last; fi',
+        *after,
+        'echo "longhaul: launcher exited with $rc" >&2',
+        'exit "$rc"',
+    ]
+
+
+def _dq_echo(text: str) -> str:
+    """Make `text` safe inside a double-quoted echo (it is already shell-quoted for execution)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
+
+
+__all__ = ["CHECKPOINT_SIGNAL", "ENV_VENV", "EXIT_REQUEUE", "Stage", "memory_mib", "render_slurm", "slurm_run_dir"]
