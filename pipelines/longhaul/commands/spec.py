@@ -12,7 +12,7 @@ from rich.console import Console
 
 from longhaul.spec import SpecError, load_specs, run_name
 
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
 
@@ -36,6 +36,37 @@ def register(app: typer.Typer) -> None:
             fail_on_spec_error(exc)
         for f, exp in zip(files, exps, strict=True):
             out.print(f"ok {f} -> run {run_name(exp)}")
+
+    @app.command()
+    def render(
+        file: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
+        backend: Annotated[str, typer.Option("--backend", "-b", help="kubernetes | slurm | verl | local")] = "local",
+        out: Annotated[Path | None, typer.Option("--out", help="Write the rendered files into this directory.")] = None,
+        run_dir: Annotated[str | None, typer.Option("--run-dir", help="Run directory (verl/local).")] = None,
+    ) -> None:
+        """Render a spec for a backend (a pure dry run): print it, or write it with --out."""
+        from longhaul.render import BACKENDS
+        from longhaul.render import render as render_spec
+
+        if backend not in BACKENDS:
+            err.print(f"error --backend: unknown '{backend}'; valid: {', '.join(BACKENDS)}")
+            raise typer.Exit(2)
+        try:
+            (exp,) = load_specs([file])
+        except SpecError as exc:
+            fail_on_spec_error(exc)
+        try:
+            rendered = render_spec(exp, backend, run_dir=run_dir)
+        except ValueError as exc:
+            err.print(f"error {file}: cannot render for {backend}: {exc}")
+            raise typer.Exit(2) from None
+        if out is None:
+            typer.echo(rendered.text(), nl=False)
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in rendered.files.items():
+            write_atomic(out / name, text)
+            err.print(f"wrote {out / name}")
 
     @app.command()
     def schema(
@@ -62,9 +93,16 @@ def dump_yaml(doc: object) -> str:
     return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1_000_000)
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
 def _emit(text: str, output: Path | None) -> None:
     if output is None:
         typer.echo(text, nl=False)
     else:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
+        write_atomic(output, text)

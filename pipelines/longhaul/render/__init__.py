@@ -1,0 +1,59 @@
+"""Pure renderers: spec → Kubernetes objects | sbatch script | veRL overrides | launch plan.
+
+`render(exp, backend)` returns the exact text that `longhaul render` prints, `--out DIR` writes, golden
+files pin, and `submit` ships. Rendering never queries a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import yaml
+
+from longhaul.spec.models import Experiment
+from longhaul.spec.naming import run_name
+
+BACKENDS = ("kubernetes", "slurm", "verl", "local")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """Files produced by a renderer: name → text."""
+
+    backend: str
+    files: dict[str, str]
+
+    def text(self) -> str:
+        """All files as one printable text (file headers when there are several)."""
+        if len(self.files) == 1:
+            return next(iter(self.files.values()))
+        return "".join(f"# ---- {name} ----\n{body}" for name, body in self.files.items())
+
+
+def _yaml_docs(objs: list[dict]) -> str:
+    return "".join("---\n" + yaml.safe_dump(o, sort_keys=False, width=1_000_000) for o in objs)
+
+
+def render(exp: Experiment, backend: str, *, run_dir: str | None = None) -> Rendered:
+    """Render `exp` for `backend` (one of BACKENDS)."""
+    from longhaul.render.plan import Paths, default_run_dir, render_plan
+
+    name = run_name(exp)
+    if backend == "kubernetes":
+        from longhaul.render.kubernetes import render_kubernetes
+
+        return Rendered(backend, {f"{name}.k8s.yaml": _yaml_docs(render_kubernetes(exp))})
+    if backend == "slurm":
+        from longhaul.render.slurm import render_slurm
+
+        return Rendered(backend, {f"{name}.sbatch": render_slurm(exp)})
+    if backend == "verl":
+        from longhaul.render.verl import render_verl_overrides
+
+        paths = Paths.under(run_dir or default_run_dir(exp, "kubernetes"))
+        return Rendered(backend, {f"{name}.verl-overrides.txt": "\n".join(render_verl_overrides(exp, paths)) + "\n"})
+    if backend == "local":
+        plan = render_plan(exp, "local", run_dir or default_run_dir(exp, "local"))
+        return Rendered(backend, {f"{name}.plan.json": json.dumps(plan.to_dict(), indent=2) + "\n"})
+    raise ValueError(f"unknown backend '{backend}'; valid: {', '.join(BACKENDS)}")

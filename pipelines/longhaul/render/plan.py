@@ -1,0 +1,267 @@
+"""The launch plan: what the in-container launcher runs for a spec on a backend (pure).
+
+Every backend ends in the same launcher (`longhaul launch`), which executes this plan: start the colocated
+servers, wait for health, run the stages in order, stop the servers. Rendering it as a value means the plan
+is printed by `longhaul render --backend local`, pinned by golden files, and executed unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from longhaul import constants as C
+from longhaul.spec.models import Experiment, GpuShare, ModelRef, Placement, Quantization, Stage, TrainerEngine
+from longhaul.spec.naming import experiment_family, run_name, spec_hash
+
+LOOPBACK = "127.0.0.1"
+VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+SIMULATOR_ROLE = "simulator"
+POLICY_ROLE = "policy"
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    """An OpenAI-compatible vLLM server the launcher starts, health-checks and stops."""
+
+    role: str
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    host: str
+    port: int
+    served_model_name: str
+    startup_timeout_s: int
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def health_url(self) -> str:
+        return f"http://{self.host}:{self.port}/health"
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One stage. `argv` is a command to run; empty argv = run inside the launcher (e.g. evaluation)."""
+
+    name: str
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where a run keeps its files (all under the run directory)."""
+
+    run_dir: str
+    spec_file: str
+    checkpoint_dir: str
+    data_dir: str
+    config_dir: str
+    eval_dir: str
+    logs_dir: str
+
+    @classmethod
+    def under(cls, run_dir: str) -> Paths:
+        run_dir = run_dir.rstrip("/") or "/"
+        return cls(
+            run_dir=run_dir,
+            spec_file=f"{run_dir}/{C.SPEC_FILENAME}",
+            checkpoint_dir=f"{run_dir}/checkpoints",
+            data_dir=f"{run_dir}/data",
+            config_dir=f"{run_dir}/config",
+            eval_dir=f"{run_dir}/eval",
+            logs_dir=f"{run_dir}/logs",
+        )
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    run_name: str
+    spec_hash: str
+    backend: str
+    paths: Paths
+    env: dict[str, str]
+    simulator: ServerPlan | None
+    policy_server: ServerPlan
+    stages: tuple[StagePlan, ...]
+    simulator_base_url: str
+
+    @property
+    def servers(self) -> tuple[ServerPlan, ...]:
+        """Servers that live for the whole job (the colocated simulator)."""
+        return (self.simulator,) if self.simulator else ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for key in ("simulator", "policy_server"):
+            if d[key] is not None:
+                server = getattr(self, key)
+                d[key]["base_url"] = server.base_url
+                d[key]["health_url"] = server.health_url
+        return d
+
+
+def model_location(model: ModelRef) -> str:
+    """What to pass to `--model`: the baked path if given, else the repo id (resolved offline in HF_HOME)."""
+    return model.path or model.name
+
+
+def _gpu_list(start: int, count: int) -> str:
+    return ",".join(str(i) for i in range(start, start + count))
+
+
+def trainer_gpu_ids(exp: Experiment) -> list[int]:
+    """GPU indices the trainer uses on each node (dedicated simulators take the last ones)."""
+    gpus = exp.spec.resources.gpus_per_node
+    sim = exp.spec.user_simulator
+    if sim.placement == Placement.COLOCATED and sim.gpu_share == GpuShare.DEDICATED:
+        return list(range(gpus - sim.tensor_parallel_size))
+    return list(range(gpus))
+
+
+def _server_env(exp: Experiment, visible: str | None) -> dict[str, str]:
+    env = {"VLLM_HOST_IP": LOOPBACK}
+    if exp.spec.resources.gpus_per_node == 0:
+        # vLLM CPU: a bounded KV cache so two servers fit; otherwise it claims ~90% of RAM.
+        env["VLLM_CPU_KVCACHE_SPACE"] = "1"
+    elif visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    return env
+
+
+def _vllm_argv(
+    python: str,
+    model: ModelRef,
+    served_name: str,
+    port: int,
+    *,
+    tp: int,
+    mem: float,
+    max_model_len: int,
+    max_num_seqs: int,
+    dtype: str,
+    enforce_eager: bool,
+    quantization: Quantization | None,
+    cpu: bool,
+    tool_calls: bool,
+    extra: tuple[str, ...] = (),
+) -> tuple[str, ...]:
+    argv = [python, "-m", VLLM_SERVER_MODULE, "--model", model_location(model), "--served-model-name", served_name,
+            "--host", LOOPBACK, "--port", str(port), "--max-model-len", str(max_model_len),
+            "--max-num-seqs", str(max_num_seqs), "--dtype", dtype, "--seed", "0"]
+    if model.revision and not model.path:
+        argv += ["--revision", model.revision]
+    if not cpu:
+        argv += ["--tensor-parallel-size", str(tp), "--gpu-memory-utilization", str(mem)]
+    if quantization and quantization != Quantization.NONE:
+        argv += ["--quantization", str(quantization)]
+    if enforce_eager:
+        argv.append("--enforce-eager")
+    if tool_calls:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    return (*argv, *extra)
+
+
+def render_simulator_server(exp: Experiment, python: str = "python") -> ServerPlan | None:
+    """The colocated user-simulator server, or None when the simulator is external."""
+    sim = exp.spec.user_simulator
+    if sim.placement == Placement.EXTERNAL:
+        return None
+    cpu = exp.spec.resources.gpus_per_node == 0
+    gpus = exp.spec.resources.gpus_per_node
+    start = gpus - sim.tensor_parallel_size if sim.gpu_share == GpuShare.DEDICATED else 0
+    argv = _vllm_argv(
+        python, sim.model, sim.model.name, sim.port, tp=sim.tensor_parallel_size, mem=sim.gpu_memory_utilization,
+        max_model_len=sim.max_model_len, max_num_seqs=sim.max_num_seqs,
+        dtype="auto" if sim.quantization != Quantization.NONE else str(exp.spec.policy.dtype),
+        enforce_eager=sim.enforce_eager, quantization=sim.quantization, cpu=cpu, tool_calls=False,
+    )
+    return ServerPlan(SIMULATOR_ROLE, argv, _server_env(exp, None if cpu else _gpu_list(start, sim.tensor_parallel_size)),
+                      LOOPBACK, sim.port, sim.model.name, sim.startup_timeout_s)
+
+
+def render_policy_server(exp: Experiment, model_dir: str | None = None, python: str = "python") -> ServerPlan:
+    """The policy server used for evaluation (and CPU rollouts): serves `model_dir` or the base policy."""
+    pol = exp.spec.policy
+    model = pol.model if model_dir is None else ModelRef(name=pol.model.name, path=model_dir)
+    cpu = exp.spec.resources.gpus_per_node == 0
+    roll = pol.rollout
+    port = exp.spec.backends.local.policy_port
+    trainer_gpus = trainer_gpu_ids(exp)
+    argv = _vllm_argv(
+        python, model, pol.model.name, port, tp=roll.tensor_parallel_size, mem=roll.gpu_memory_utilization,
+        max_model_len=roll.max_model_len, max_num_seqs=roll.max_num_seqs, dtype=str(pol.dtype),
+        enforce_eager=roll.enforce_eager, quantization=None, cpu=cpu, tool_calls=True,
+    )
+    if exp.spec.backends.local.policy_server_cmd and cpu:
+        argv = (*exp.spec.backends.local.policy_server_cmd, *argv[3:])
+    visible = None if cpu else _gpu_list(trainer_gpus[0] if trainer_gpus else 0, roll.tensor_parallel_size)
+    return ServerPlan(POLICY_ROLE, argv, _server_env(exp, visible), LOOPBACK, port, pol.model.name,
+                      exp.spec.user_simulator.startup_timeout_s)
+
+
+def render_job_env(exp: Experiment, backend: str, paths: Paths) -> dict[str, str]:
+    """Environment every process of the job gets: offline flags and longhaul's own variables."""
+    env = dict(C.OFFLINE_ENV)
+    env.update({
+        C.ENV_RUN_NAME: run_name(exp),
+        C.ENV_RUN_DIR: paths.run_dir,
+        C.ENV_SPEC: paths.spec_file,
+        C.ENV_BACKEND: backend,
+        "MLFLOW_EXPERIMENT_NAME": experiment_family(exp),
+    })
+    if exp.spec.tracking.uri:
+        env["MLFLOW_TRACKING_URI"] = exp.spec.tracking.uri
+    return env
+
+
+def render_stages(exp: Experiment, backend: str, paths: Paths) -> tuple[StagePlan, ...]:
+    """The stages in order; the veRL stage carries its full Hydra override list."""
+    from longhaul.render.verl import render_verl_overrides
+
+    common = ("--spec", paths.spec_file, "--run-dir", paths.run_dir)
+    stages: list[StagePlan] = []
+    for stage in exp.spec.stages:
+        if stage == Stage.SFT:
+            stages.append(StagePlan("sft", ("longhaul", "sft", "run", *common)))
+        elif stage == Stage.GRPO:
+            if exp.spec.algorithm.trainer == TrainerEngine.VERL:
+                overrides = render_verl_overrides(exp, paths)
+                stages.append(StagePlan("grpo", ("python", "-m", "verl.trainer.main_ppo", *overrides)))
+            else:
+                stages.append(StagePlan("grpo", ("longhaul", "train", *common)))
+        else:
+            stages.append(StagePlan("eval", ()))
+    return tuple(stages)
+
+
+def render_plan(exp: Experiment, backend: str, run_dir: str, *, server_python: str = "python") -> LaunchPlan:
+    """The launch plan for `exp` on `backend` with outputs under `run_dir` (pure)."""
+    paths = Paths.under(run_dir)
+    sim = exp.spec.user_simulator
+    simulator = render_simulator_server(exp, server_python)
+    sim_url = simulator.base_url if simulator else (sim.url or "")
+    return LaunchPlan(
+        run_name=run_name(exp),
+        spec_hash=spec_hash(exp),
+        backend=backend,
+        paths=paths,
+        env=render_job_env(exp, backend, paths),
+        simulator=simulator,
+        policy_server=render_policy_server(exp, python=server_python),
+        stages=render_stages(exp, backend, paths),
+        simulator_base_url=sim_url,
+    )
+
+
+def default_run_dir(exp: Experiment, backend: str) -> str:
+    """Run directory convention per backend (relative paths resolve against the submit directory)."""
+    name = run_name(exp)
+    if backend == "kubernetes":
+        vol = exp.spec.backends.kubernetes.checkpoint_volume
+        return f"{vol.mount_path if vol else C.CONTAINER_RUN_ROOT}/{name}"
+    if backend == "slurm":
+        return f"{exp.spec.backends.slurm.output_dir}/{name}"
+    return f"{exp.spec.backends.local.output_dir}/{name}"

@@ -1,0 +1,146 @@
+"""Spec → Hydra override list for `python -m verl.trainer.main_ppo` (veRL 0.9.1), pure.
+
+Every knob comes from the spec; nothing here has a default of its own except veRL plumbing that is fixed by
+design (server-mode vLLM rollout, hermes tool format, mlflow logger, our agent loop). The list is composed
+against veRL's real Hydra config and `validate_config` in the tests.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from longhaul.spec.models import Experiment, Stage
+from longhaul.spec.naming import experiment_family, run_name
+
+if TYPE_CHECKING:
+    from longhaul.render.plan import Paths
+
+#: veRL's tool-response limit has no "unlimited"; this many characters means "never truncate" in practice.
+UNLIMITED_TOOL_CHARS = 10_000_000
+AGENT_LOOP_NAME = "longhaul_airline"
+AGENT_LOOP_FILE = "agent_loops.yaml"
+TOOL_CONFIG_FILE = "tools.yaml"
+SFT_MODEL_SUBDIR = "sft/model"
+
+
+def _b(v: bool) -> str:
+    return "true" if v else "false"
+
+
+def _q(s: str) -> str:
+    """Quote a string value for Hydra's override grammar (single quotes, escaped)."""
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def policy_model_path(exp: Experiment, paths: Paths) -> str:
+    """Initial policy for GRPO: the SFT stage's output when the spec warm-starts, else the baked model."""
+    if Stage.SFT in exp.spec.stages:
+        return f"{paths.run_dir}/{SFT_MODEL_SUBDIR}"
+    return exp.spec.policy.model.path or exp.spec.policy.model.name
+
+
+def render_algorithm_overrides(exp: Experiment) -> list[str]:
+    """`algorithm.*` overrides: the estimator name and its `algorithm.longhaul.*` settings."""
+    from longhaul.algos import estimator_name, settings_from_spec
+
+    alg = exp.spec.algorithm
+    out = [
+        f"algorithm.adv_estimator={estimator_name(exp)}",
+        f"algorithm.norm_adv_by_std_in_grpo={_b(alg.norm_adv_by_std)}",
+        "algorithm.use_kl_in_reward=false",
+    ]
+    for key, value in settings_from_spec(exp).items():
+        rendered = _b(value) if isinstance(value, bool) else (_q(value) if isinstance(value, str) else repr(value))
+        out.append(f"+algorithm.longhaul.{key}={rendered}")
+    return out
+
+
+def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
+    """The complete override list for veRL's `ppo_trainer` config."""
+    from longhaul.render.plan import trainer_gpu_ids
+
+    s = exp.spec
+    if s.resources.gpus_per_node == 0:
+        raise ValueError(
+            "veRL's trainer needs GPUs and resources.gpus_per_node is 0; this spec runs with "
+            "algorithm.trainer: single_process (see `longhaul render --backend local`)"
+        )
+    env, alg, pol, roll = s.environment, s.algorithm, s.policy, s.policy.rollout
+    tool_chars = env.tool_output_limit or UNLIMITED_TOOL_CHARS
+    a = "actor_rollout_ref"
+    out = [
+        # data: one row per training task; the agent loop builds the real prompt (policy text, tools, first user turn)
+        f"data.train_files={_q(paths.data_dir + '/train.parquet')}",
+        f"data.val_files={_q(paths.data_dir + '/val.parquet')}",
+        f"data.train_batch_size={alg.train_batch_size}",
+        f"data.max_prompt_length={env.max_prompt_tokens}",
+        f"data.max_response_length={env.max_response_tokens}",
+        "data.return_raw_chat=true",
+        f"data.seed={alg.seed}",
+        # model
+        f"{a}.model.path={_q(policy_model_path(exp, paths))}",
+        f"{a}.model.lora_rank={pol.lora.rank}",
+        f"{a}.model.lora_alpha={pol.lora.alpha}",
+        f"{a}.model.target_modules="
+        + (pol.lora.target_modules if isinstance(pol.lora.target_modules, str) else "[" + ",".join(pol.lora.target_modules) + "]"),
+        f"{a}.model.enable_gradient_checkpointing={_b(pol.gradient_checkpointing)}",
+        f"{a}.model.use_fused_kernels={_b(pol.use_fused_kernels)}",
+        f"+{a}.model.override_config.attn_implementation={pol.attn_implementation}",
+        # actor
+        f"{a}.actor.optim.lr={alg.learning_rate}",
+        f"{a}.actor.ppo_mini_batch_size={alg.ppo_mini_batch_size}",
+        f"{a}.actor.ppo_micro_batch_size_per_gpu={alg.ppo_micro_batch_size_per_gpu}",
+        f"{a}.actor.ppo_epochs={alg.ppo_epochs}",
+        f"{a}.actor.clip_ratio={alg.clip_ratio}",
+        f"{a}.actor.loss_agg_mode={alg.loss_agg_mode}",
+        f"{a}.actor.use_kl_loss={_b(alg.kl.use_kl_loss)}",
+        f"{a}.actor.kl_loss_coef={alg.kl.coef}",
+        f"{a}.actor.kl_loss_type={alg.kl.type}",
+        f"{a}.actor.entropy_coeff=0",
+        f"{a}.actor.fsdp_config.param_offload={_b(pol.param_offload)}",
+        f"{a}.actor.fsdp_config.optimizer_offload={_b(pol.optimizer_offload)}",
+        f"{a}.ref.log_prob_micro_batch_size_per_gpu={alg.ppo_micro_batch_size_per_gpu}",
+        # rollout (vLLM server mode, multi-turn through our agent loop)
+        f"{a}.rollout.name={roll.engine}",
+        f"{a}.rollout.mode=async",
+        f"{a}.rollout.dtype={pol.dtype}",
+        f"{a}.rollout.tensor_model_parallel_size={roll.tensor_parallel_size}",
+        f"{a}.rollout.gpu_memory_utilization={roll.gpu_memory_utilization}",
+        f"{a}.rollout.max_model_len={roll.max_model_len}",
+        f"{a}.rollout.max_num_seqs={roll.max_num_seqs}",
+        f"{a}.rollout.max_num_batched_tokens={roll.max_num_batched_tokens}",
+        f"{a}.rollout.enforce_eager={_b(roll.enforce_eager)}",
+        f"{a}.rollout.log_prob_micro_batch_size_per_gpu={alg.ppo_micro_batch_size_per_gpu}",
+        f"{a}.rollout.n={alg.group_size}",
+        f"{a}.rollout.temperature={roll.train.temperature}",
+        f"{a}.rollout.top_p={roll.train.top_p}",
+        f"{a}.rollout.seed={alg.seed}",
+        f"{a}.rollout.calculate_log_probs=true",
+        f"{a}.rollout.val_kwargs.n=1",
+        f"{a}.rollout.val_kwargs.do_sample=true",
+        f"{a}.rollout.val_kwargs.temperature={roll.validation.temperature}",
+        f"{a}.rollout.val_kwargs.top_p={roll.validation.top_p}",
+        f"{a}.rollout.multi_turn.enable=true",
+        f"{a}.rollout.multi_turn.format=hermes",
+        f"{a}.rollout.multi_turn.max_assistant_turns={env.max_turns}",
+        f"{a}.rollout.multi_turn.max_user_turns={env.max_turns}",
+        f"{a}.rollout.multi_turn.max_parallel_calls=1",
+        f"{a}.rollout.multi_turn.max_tool_response_length={tool_chars}",
+        f"{a}.rollout.multi_turn.tool_config_path={_q(paths.config_dir + '/' + TOOL_CONFIG_FILE)}",
+        f"{a}.rollout.agent.agent_loop_config_path={_q(paths.config_dir + '/' + AGENT_LOOP_FILE)}",
+        f"{a}.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
+        # trainer
+        "trainer.logger=[console,mlflow]",
+        f"trainer.project_name={_q(experiment_family(exp))}",
+        f"trainer.experiment_name={_q(run_name(exp))}",
+        f"trainer.nnodes={s.resources.nodes}",
+        f"trainer.n_gpus_per_node={len(trainer_gpu_ids(exp))}",
+        f"trainer.total_training_steps={alg.total_steps}",
+        f"trainer.save_freq={alg.save_freq}",
+        f"trainer.test_freq={alg.test_freq}",
+        f"trainer.val_before_train={_b(alg.test_freq > 0)}",
+        f"trainer.default_local_dir={_q(paths.checkpoint_dir)}",
+        "trainer.resume_mode=auto",
+        "trainer.device=cuda",
+    ]
+    return out + render_algorithm_overrides(exp)
