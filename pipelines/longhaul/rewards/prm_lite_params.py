@@ -38,6 +38,9 @@ RULE_DEFAULTS: MappingProxyType[str, MappingProxyType[str, float]] = MappingProx
         "length_penalty": MappingProxyType({"per_step": -0.01, "threshold": 8}),
         # Pseudo-entries for assistant messages to the user longer than `min_chars` (first `keep_chars` kept).
         "implicit_think": MappingProxyType({"min_chars": 100, "keep_chars": 300}),
+        # Calls to unknown (hallucinated) tools or with unparsable arguments: `weight` per call, trajectory
+        # level, default mode only. 0 = counted in metrics but not scored (the original never saw them).
+        "unknown_tool": MappingProxyType({"weight": 0.0}),
         # Aggregation: process score clipped to [-clip, +clip].
         "aggregate": MappingProxyType({"clip": 0.5}),
     }

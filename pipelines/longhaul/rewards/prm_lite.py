@@ -1,0 +1,446 @@
+"""PRM-Lite "v4-optimal": the rule-based process reward of the original method (shared notes, method.md a).
+
+Input is the *action history* of a trajectory (`build_action_history`): one entry per executed tool call, plus
+`implicit_think` pseudo-entries for long messages to the user. `score_prm_lite` evaluates every rule on every
+entry and returns per-step rule hits, per-turn scores and the clipped trajectory process score.
+
+Two modes:
+
+* ``seed_compat=True`` reproduces the original scoring code exactly, quirks included: substring placeholder
+  keywords (the name "Bethany" contains "any"), the parameter-name-*contains*-schema-key check that stops at the
+  first key, a redundancy window of the last 3 history entries in which think entries are skipped but still
+  use up the window, `implicit_think` earning the conditional think bonus, and the original tool classes
+  (τ1 airline: no `get_flight_status`). Entries may carry the caller's own `param_str` (the original unit
+  tests stored a Python-repr string there, which is why their 6-step example scores −0.04333 instead of the
+  production −0.05333).
+* ``seed_compat=False`` (default) fixes the documented defects:
+  1. placeholder keywords match whole words of short (≤ 4 words) values only, never substrings of real names or
+     words of free text (a transfer summary saying "any flight" is not a placeholder);
+  2. the identifier schema check applies to parameters *named* like the key (``reservation_id`` or
+     ``*_reservation_id``), not to every name containing it;
+  3. the redundancy window is the last N *tool calls* (think entries neither match nor use up the window);
+  4. `implicit_think` entries earn no think bonus (the original docs say that reward was removed; the code
+     still paid it) but still count as reasoning for the no-reasoning rule;
+  5. the τ² tool `get_flight_status` is a READ tool;
+  6. calls to unknown (hallucinated) tools and unparsable calls never enter the history (as in the original)
+     but are counted in `PrmLiteResult.num_unknown_tool_calls` / `num_unparsed_tool_calls` and can be
+     penalised with the `unknown_tool` rule (weight 0 by default: counted, not scored).
+
+The cheap-reasoning rule (P9) sees the assistant text of the turn that made the call in both modes (in the
+original it was probably dead because nothing recorded that text).
+
+Pure: no I/O, no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
+
+# ---------------------------------------------------------------------------------------------------------
+# Tool classes, entity patterns and placeholder vocabulary (method.md a.1)
+
+SEED_READ_TOOLS = frozenset(
+    {"list_all_airports", "search_direct_flight", "search_onestop_flight", "get_user_details",
+     "get_reservation_details", "calculate"}
+)
+READ_TOOLS = SEED_READ_TOOLS | {"get_flight_status"}
+WRITE_TOOLS = frozenset(
+    {"book_reservation", "cancel_reservation", "update_reservation_baggages", "update_reservation_passengers",
+     "update_reservation_flights", "send_certificate"}
+)
+ESCALATION_TOOLS = frozenset({"transfer_to_human_agents"})
+THINK_TOOLS = frozenset({"think", "implicit_think"})
+IMPLICIT_THINK = "implicit_think"
+
+ENTITY_PATTERNS: Mapping[str, re.Pattern[str]] = MappingProxyType(
+    {
+        "reservation_id": re.compile(r"\b[A-Z0-9]{6}\b"),
+        "user_id": re.compile(r"\b[a-z]+_[a-z]+_[0-9]+\b"),
+        "payment_id": re.compile(r"\b(?:credit_card|gift_card|certificate)_[0-9]+\b"),
+        "flight_number": re.compile(r"\b[A-Z]{3}[0-9]{3}\b"),
+        "date": re.compile(r"\b\d{4}-\d{2}-\d{2}\b"),
+    }
+)
+
+#: Identifier parameters and the values they must match (checked in this order, as in the original).
+SCHEMA_PATTERNS: Mapping[str, re.Pattern[str]] = MappingProxyType(
+    {
+        "reservation_id": re.compile(r"^[A-Z0-9]{6}$"),
+        "user_id": re.compile(r"^[a-z]+_[a-z]+_[0-9]+$"),
+        "payment_id": re.compile(r"^(credit_card|gift_card|certificate)_[0-9]+$"),
+        "flight_number": re.compile(r"^[A-Z]{3}[0-9]{3}$"),
+        "origin": re.compile(r"^[A-Z]{3}$"),
+        "destination": re.compile(r"^[A-Z]{3}$"),
+        "date": re.compile(r"^\d{4}-\d{2}-\d{2}$"),
+    }
+)
+
+PLACEHOLDER_KEYWORDS = frozenset(
+    {"previous", "unknown", "placeholder", "none", "null", "n/a", "any", "some", "first", "last", "default",
+     "example", "sample", "test", "dummy", "temp", "temporary"}
+)
+_WORD = re.compile(r"[a-z0-9]+(?:/[a-z0-9]+)?")
+_MAX_PLACEHOLDER_WORDS = 4
+
+#: Rules evaluated per history entry, in report order.
+STEP_RULES = (
+    "placeholder", "redundancy", "error_repetition", "recovery", "escalation", "data_chain", "first_read",
+    "think_bonus", "cheap_reasoning",
+)
+#: Rules evaluated once per trajectory.
+TRAJECTORY_RULES = ("no_reasoning", "read_diversity", "length_penalty", "unknown_tool")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Parameters
+
+
+class RuleParams:
+    """The merged PRM-Lite parameter table: defaults from `RULE_DEFAULTS` plus the spec's overrides."""
+
+    __slots__ = ("_values", "_enabled")
+
+    def __init__(self, values: dict[str, dict[str, float]], enabled: dict[str, bool]) -> None:
+        self._values = values
+        self._enabled = enabled
+
+    def get(self, rule: str, param: str) -> float:
+        return self._values[rule][param]
+
+    def enabled(self, rule: str) -> bool:
+        return self._enabled[rule]
+
+    def as_dict(self) -> dict[str, dict[str, float | bool]]:
+        return {r: {**v, "enabled": self._enabled[r]} for r, v in self._values.items()}
+
+
+def build_rule_params(overrides: Mapping[str, Mapping[str, float | bool]] | None = None) -> RuleParams:
+    """Merge per-rule overrides (`spec.reward.rules`) into the defaults. Unknown names raise ValueError with
+    the valid choices (the spec validates them first; this guards direct callers)."""
+    values = {r: dict(p) for r, p in RULE_DEFAULTS.items()}
+    enabled = dict.fromkeys(RULE_DEFAULTS, True)
+    for rule, params in (overrides or {}).items():
+        if rule not in values:
+            raise ValueError(f"unknown PRM-Lite rule '{rule}'; valid: {', '.join(RULE_DEFAULTS)}")
+        for name, value in params.items():
+            if name == "enabled":
+                enabled[rule] = bool(value)
+            elif name in values[rule]:
+                values[rule][name] = float(value)
+            else:
+                raise ValueError(
+                    f"PRM-Lite rule '{rule}': unknown parameter '{name}'; valid: {', '.join([*values[rule], 'enabled'])}"
+                )
+    return RuleParams(values, enabled)
+
+
+DEFAULT_PARAMS = build_rule_params()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Action history
+
+
+def canonical_param_str(params: Mapping[str, Any]) -> str:
+    """The original's signature of a call's arguments: sorted-key JSON, lower-cased."""
+    return json.dumps(params, sort_keys=True, ensure_ascii=False).lower()
+
+
+def extract_entities(observation: str) -> dict[str, tuple[str, ...]]:
+    """Entity regexes over a tool observation (never over user messages)."""
+    out = {}
+    for name, pat in ENTITY_PATTERNS.items():
+        found = pat.findall(observation)
+        if found:
+            out[name] = tuple(found)
+    return out
+
+
+@dataclass(frozen=True)
+class ActionEntry:
+    """One entry of the action history. `turn` is the index of the assistant turn it came from (-1 if unknown);
+    `call` the index of the call inside that turn."""
+
+    tool: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    is_error: bool = False
+    entities: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    content: str = ""
+    turn: int = -1
+    call: int = 0
+    param_str: str | None = None  # None = canonical_param_str(params); the original tests stored other strings
+
+    @property
+    def signature(self) -> tuple[str, str]:
+        return (self.tool, self.param_str if self.param_str is not None else canonical_param_str(self.params))
+
+
+@dataclass(frozen=True)
+class HistoryStats:
+    """Tool calls that never reached the history (method.md h.16)."""
+
+    num_unknown_tool_calls: int = 0
+    num_unparsed_tool_calls: int = 0
+
+
+def build_action_history(trajectory: Any, params: RuleParams = DEFAULT_PARAMS) -> tuple[list[ActionEntry], HistoryStats]:
+    """The action history of a `longhaul.envs.trajectory.Trajectory` (or its dict form), as method.md a.1.
+
+    Executed calls (known tool, arguments parsed to an object) become entries, in order; an error observation
+    sets `is_error` and skips entity extraction. A message to the user longer than `implicit_think.min_chars`
+    becomes an `implicit_think` entry holding its first `keep_chars` characters, unless the previous entry is an
+    identical implicit_think. Calls to unknown tools and unparsable calls are only counted.
+    """
+    turns = trajectory["turns"] if isinstance(trajectory, Mapping) else trajectory.turns
+    min_chars = params.get("implicit_think", "min_chars")
+    keep = int(params.get("implicit_think", "keep_chars"))
+    history: list[ActionEntry] = []
+    unknown = unparsed = 0
+    for turn in turns:
+        t = _as_mapping(turn)
+        content = t.get("content") or ""
+        calls = t.get("tool_calls") or []
+        for ci, call in enumerate(calls):
+            c = _as_mapping(call)
+            if not c.get("known_tool", True):
+                unknown += 1
+                continue
+            args = c.get("arguments")
+            if c.get("parse_error") is not None or not isinstance(args, Mapping):
+                unparsed += 1
+                continue
+            err = bool(c.get("is_error", False))
+            obs = c.get("result") or ""
+            history.append(
+                ActionEntry(
+                    tool=c["name"], params=dict(args), is_error=err,
+                    entities={} if err else extract_entities(obs), content=content, turn=int(t["index"]), call=ci,
+                )
+            )
+        if not calls and t.get("to_user") and len(content) > min_chars and params.enabled("implicit_think"):
+            text = content[:keep]
+            last = history[-1] if history else None
+            if last is None or last.tool != IMPLICIT_THINK or last.content != text:
+                history.append(ActionEntry(tool=IMPLICIT_THINK, params={}, content=text, turn=int(t["index"]), param_str=""))
+    return history, HistoryStats(unknown, unparsed)
+
+
+def _as_mapping(obj: Any) -> Mapping[str, Any]:
+    if isinstance(obj, Mapping):
+        return obj
+    return obj.__dict__ if hasattr(obj, "__dict__") else {f: getattr(obj, f) for f in obj.__dataclass_fields__}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Result
+
+
+@dataclass(frozen=True)
+class RuleHit:
+    rule: str
+    weight: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    index: int
+    tool: str
+    turn: int
+    hits: tuple[RuleHit, ...]
+    score: float
+
+
+@dataclass(frozen=True)
+class PrmLiteResult:
+    """Per-step hits, trajectory-level hits, the unclipped and clipped process score and per-turn scores.
+
+    `turn_scores[k]` is turn k's share of the process score: the sum of its entries' step scores divided by the
+    number of entries, plus — on the last turn — the trajectory-level adjustments and the clip correction, so
+    that ``sum(turn_scores) == process`` exactly (see `longhaul.rewards.combine`)."""
+
+    steps: tuple[StepResult, ...]
+    trajectory_hits: tuple[RuleHit, ...]
+    mean_step_score: float
+    raw: float
+    process: float
+    turn_scores: tuple[float, ...]
+    num_unknown_tool_calls: int = 0
+    num_unparsed_tool_calls: int = 0
+
+    def rule_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for s in self.steps:
+            for h in s.hits:
+                counts[h.rule] = counts.get(h.rule, 0) + 1
+        for h in self.trajectory_hits:
+            counts[h.rule] = counts.get(h.rule, 0) + 1
+        return counts
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scoring
+
+
+def _is_placeholder_value(name: str, value: Any, seed_compat: bool) -> bool:
+    if not isinstance(value, str):
+        return False
+    lower = value.lower()
+    if seed_compat:
+        if any(kw in lower for kw in PLACEHOLDER_KEYWORDS):
+            return True
+        lname = name.lower()
+        for key, pat in SCHEMA_PATTERNS.items():
+            if key in lname:
+                return not pat.match(value)
+        return False
+    words = _WORD.findall(lower.replace("_", " "))
+    if len(words) <= _MAX_PLACEHOLDER_WORDS and any(w in PLACEHOLDER_KEYWORDS for w in words):
+        return True
+    lname = name.lower()
+    for key, pat in SCHEMA_PATTERNS.items():
+        if lname == key or lname.endswith("_" + key):
+            return not pat.match(value)
+    return False
+
+
+def has_placeholder(params: Mapping[str, Any], seed_compat: bool = False) -> bool:
+    """True if any top-level string argument is a placeholder (nested lists are not checked)."""
+    return any(_is_placeholder_value(k, v, seed_compat) for k, v in params.items())
+
+
+def score_prm_lite(
+    history: Sequence[ActionEntry],
+    params: RuleParams = DEFAULT_PARAMS,
+    *,
+    seed_compat: bool = False,
+    num_turns: int | None = None,
+    stats: HistoryStats | None = None,
+) -> PrmLiteResult:
+    """Score an action history. `num_turns` (the trajectory's assistant turns) sizes `turn_scores`; by default
+    it is one more than the highest turn index in the history."""
+    n = len(history)
+    stats = stats or HistoryStats()
+    if num_turns is None:
+        num_turns = max((e.turn for e in history), default=-1) + 1
+    read_tools = SEED_READ_TOOLS if seed_compat else READ_TOOLS
+    P = params
+    on = {r: P.enabled(r) for r in (*STEP_RULES, *TRAJECTORY_RULES)}
+    window = int(P.get("redundancy", "window"))
+
+    sigs = [e.signature for e in history]
+    is_think = [e.tool in THINK_TOOLS for e in history]
+    placeholder = [(not th) and bool(e.params) and has_placeholder(e.params, seed_compat) for e, th in zip(history, is_think, strict=True)]
+    # In seed_compat the *current* call's signature for the redundancy check is always canonical, while earlier
+    # entries contribute their stored param_str (exactly the original's comparison).
+    cur_sigs = [(e.tool, canonical_param_str(e.params)) for e in history] if seed_compat else sigs
+
+    def redundant(i: int, sig: tuple[str, str]) -> bool:
+        if seed_compat:
+            for j in range(max(0, i - window), i):
+                if not is_think[j] and sigs[j] == sig:
+                    return True
+            return False
+        seen = 0
+        j = i - 1
+        while j >= 0 and seen < window:
+            if not is_think[j]:
+                if sigs[j] == sig:
+                    return True
+                seen += 1
+            j -= 1
+        return False
+
+    steps: list[StepResult] = []
+    seen_entities: set[str] = set()
+    seen_reads: set[str] = set()
+    any_read_before = False
+    for i, e in enumerate(history):
+        tool = e.tool
+        think = is_think[i]
+        write = tool in WRITE_TOOLS
+        hits: list[RuleHit] = []
+        if not think:
+            if on["placeholder"] and placeholder[i]:
+                hits.append(RuleHit("placeholder", P.get("placeholder", "write_weight" if write else "read_weight")))
+            if on["redundancy"] and redundant(i, cur_sigs[i]):
+                hits.append(RuleHit("redundancy", P.get("redundancy", "weight")))
+            if i >= 1 and history[i - 1].is_error:
+                if sigs[i] == sigs[i - 1]:
+                    if on["error_repetition"]:
+                        hits.append(RuleHit("error_repetition", P.get("error_repetition", "weight")))
+                elif on["recovery"]:
+                    hits.append(RuleHit("recovery", P.get("recovery", "weight")))
+        if tool in ESCALATION_TOOLS and on["escalation"]:
+            key = "late_weight" if any_read_before else "premature_weight"
+            hits.append(RuleHit("escalation", P.get("escalation", key), "late" if any_read_before else "premature"))
+        if i >= 1 and not think and e.params and on["data_chain"]:
+            match = next((v for v in e.params.values() if isinstance(v, str) and v in seen_entities), None)
+            if match is not None:
+                hits.append(RuleHit("data_chain", P.get("data_chain", "write_weight" if write else "read_weight"), match))
+        if tool in read_tools and tool not in seen_reads and on["first_read"]:
+            hits.append(RuleHit("first_read", P.get("first_read", "weight")))
+        if think and on["think_bonus"] and (seed_compat or tool != IMPLICIT_THINK):
+            if not (i >= 1 and is_think[i - 1]) and i != n - 1:
+                nxt = history[i + 1]
+                nxt_sig = (nxt.tool, canonical_param_str(nxt.params)) if seed_compat else sigs[i + 1]
+                nxt_placeholder = bool(nxt.params) and has_placeholder(nxt.params, seed_compat)
+                if not (nxt_placeholder or redundant(i + 1, nxt_sig)):
+                    hits.append(RuleHit("think_bonus", P.get("think_bonus", "weight")))
+        if not think and on["cheap_reasoning"] and 0 < len(e.content) < P.get("cheap_reasoning", "min_chars"):
+            hits.append(RuleHit("cheap_reasoning", P.get("cheap_reasoning", "weight")))
+        steps.append(StepResult(i, tool, e.turn, tuple(hits), sum(h.weight for h in hits)))
+        # State for later entries.
+        if tool in read_tools:
+            seen_reads.add(tool)
+            any_read_before = True
+        for ents in e.entities.values():
+            seen_entities.update(ents)
+
+    mean = sum(s.score for s in steps) / n if n else 0.0
+    traj_hits: list[RuleHit] = []
+    if n:
+        if on["no_reasoning"] and not any(is_think) and n >= P.get("no_reasoning", "min_steps"):
+            traj_hits.append(RuleHit("no_reasoning", P.get("no_reasoning", "weight")))
+        if on["read_diversity"] and len(seen_reads) >= P.get("read_diversity", "min_distinct"):
+            traj_hits.append(RuleHit("read_diversity", P.get("read_diversity", "weight"), str(len(seen_reads))))
+        thr = P.get("length_penalty", "threshold")
+        if on["length_penalty"] and n > thr:
+            traj_hits.append(RuleHit("length_penalty", P.get("length_penalty", "per_step") * (n - thr), str(n)))
+    bad_calls = stats.num_unknown_tool_calls + stats.num_unparsed_tool_calls
+    if not seed_compat and on["unknown_tool"] and bad_calls and P.get("unknown_tool", "weight") != 0.0:
+        traj_hits.append(RuleHit("unknown_tool", P.get("unknown_tool", "weight") * bad_calls, str(bad_calls)))
+    raw = mean + sum(h.weight for h in traj_hits) if (n or traj_hits) else 0.0
+    clip = P.get("aggregate", "clip")
+    process = float(max(-clip, min(clip, raw)))
+
+    turn_scores = [0.0] * max(num_turns, 1 if (n or traj_hits) else 0)
+    if n:
+        for s in steps:
+            k = s.turn if 0 <= s.turn < len(turn_scores) else len(turn_scores) - 1
+            turn_scores[k] += s.score / n
+    if turn_scores:
+        turn_scores[-1] += process - sum(turn_scores)
+    return PrmLiteResult(
+        steps=tuple(steps), trajectory_hits=tuple(traj_hits), mean_step_score=mean, raw=raw, process=process,
+        turn_scores=tuple(turn_scores), num_unknown_tool_calls=stats.num_unknown_tool_calls,
+        num_unparsed_tool_calls=stats.num_unparsed_tool_calls,
+    )
+
+
+def score_trajectory(trajectory: Any, params: RuleParams = DEFAULT_PARAMS, *, seed_compat: bool = False) -> PrmLiteResult:
+    """`build_action_history` + `score_prm_lite` for a Trajectory (or its dict form)."""
+    history, stats = build_action_history(trajectory, params)
+    turns = trajectory["turns"] if isinstance(trajectory, Mapping) else trajectory.turns
+    return score_prm_lite(history, params, seed_compat=seed_compat, num_turns=len(turns), stats=stats)
+
+
+def iter_rule_names() -> Iterable[str]:
+    return (*STEP_RULES, *TRAJECTORY_RULES)
