@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from longhaul.commands import images as _images
 from longhaul.commands import spec as _spec
 
 app = typer.Typer(
@@ -16,6 +17,7 @@ app = typer.Typer(
 
 # Registration order = order in `longhaul --help`. One line per area.
 _spec.register(app)
+_images.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point
