@@ -69,8 +69,15 @@ class _Located:
         return self.lines.get((), None)
 
 
+_COLLECTION_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
+
+
 def _walk(node: yaml.Node, loc: tuple[Any, ...], located: _Located) -> Any:
     located.lines.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.tag not in _COLLECTION_TAGS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"tag {node.tag!r} is not allowed", node.start_mark
+        )
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:

@@ -1,0 +1,194 @@
+"""Spec loading: every shipped spec validates; a corpus of bad specs is rejected with the right field path."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from longhaul.cli import app
+from longhaul.spec import SpecError, load_spec, parse_spec_text, run_name
+
+ROOT = Path(__file__).resolve().parents[3]
+SPECS = sorted((ROOT / "specs").glob("*.yaml"))
+BASE = yaml.safe_load((ROOT / "specs" / "lata.yaml").read_text())
+
+
+def test_six_specs_shipped_and_valid() -> None:
+    stems = {p.stem for p in SPECS}
+    assert {"vanilla", "turn_discount", "lata", "prm_lite", "prm_lite_lata", "smoke"} <= stems
+    names = set()
+    for path in SPECS:
+        exp = load_spec(path)
+        assert path.read_text().startswith("#"), f"{path.name} must start with a comment saying how to run it"
+        names.add(run_name(exp))
+    assert len(names) == len(SPECS)
+
+
+def test_run_name_is_deterministic_and_ignores_annotations() -> None:
+    a = parse_spec_text(yaml.safe_dump(BASE))
+    doc = copy.deepcopy(BASE)
+    doc["metadata"]["annotations"] = {"longhaul.dev/git-commit": "abc"}
+    b = parse_spec_text(yaml.safe_dump(doc))
+    doc["spec"]["algorithm"]["seed"] = 43
+    c = parse_spec_text(yaml.safe_dump(doc))
+    assert run_name(a) == run_name(b) != run_name(c)
+    assert run_name(a).startswith("lata-") and len(run_name(a)) == len("lata-") + 8
+
+
+def test_defaults_live_in_schema() -> None:
+    exp = parse_spec_text("apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: x}\n")
+    s = exp.spec
+    assert s.user_simulator.model.name == "Qwen/Qwen2.5-72B-Instruct-AWQ"
+    assert s.user_simulator.tensor_parallel_size == 2
+    assert s.reward.weight == 0.3 and s.environment.tool_output_limit is None
+    assert s.algorithm.loss_agg_mode == "seq-mean-token-mean"
+
+
+def _set(doc: dict, path: str, value: Any) -> dict:
+    doc = copy.deepcopy(doc)
+    keys = path.split(".")
+    node = doc
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    if value is _DELETE:
+        del node[keys[-1]]
+    else:
+        node[keys[-1]] = value
+    return doc
+
+
+_DELETE = object()
+
+# (mutation path, value, expected dotted path in the error, expected text fragment)
+BAD_CASES: list[tuple[str, Any, str, str]] = [
+    ("apiVersion", "longhaul.dev/v1", "apiVersion", "valid"),
+    ("kind", "Experimnt", "kind", "did you mean 'Experiment'"),
+    ("metadata.name", "Lata_Exp", "metadata.name", "DNS-1123"),
+    ("metadata.name", "x" * 60, "metadata.name", "at most 54"),
+    ("metadata.name", "evil;rm -rf /", "metadata.name", "DNS-1123"),
+    ("metadata.name", _DELETE, "metadata.name", "required"),
+    ("spec.algorithm.advantage", "lata2", "spec.algorithm.advantage", "did you mean 'lata'"),
+    ("spec.algorithm.grup_size", 8, "spec.algorithm.grup_size", "did you mean 'group_size'"),
+    ("spec.algorithm.group_size", "eight", "spec.algorithm.group_size", "integer"),
+    ("spec.algorithm.group_size", 1, "spec.algorithm.group_size", "greater than or equal to 2"),
+    ("spec.algorithm.learning_rate", -1, "spec.algorithm.learning_rate", "greater than 0"),
+    ("spec.algorithm.loss_agg_mode", "token-mean", "spec.algorithm.loss_agg_mode", "seq-mean-token-mean"),
+    ("spec.algorithm.loss_agg_mode", "seq-mean", "spec.algorithm.loss_agg_mode", "valid"),
+    ("spec.algorithm.ppo_mini_batch_size", 8, "spec.algorithm.ppo_mini_batch_size", "train_batch_size"),
+    ("spec.algorithm.discount_unit", "turns", "spec.algorithm.discount_unit", "did you mean 'turn'"),
+    ("spec.user_simulator.tensor_parallel_size", 4, "spec.user_simulator.tensor_parallel_size", "exceeds"),
+    ("spec.user_simulator.gpu_memory_utilization", 0.6, "spec.user_simulator.gpu_memory_utilization", "above 0.90"),
+    ("spec.user_simulator.gpu_memory_utilization", 1.5, "spec.user_simulator.gpu_memory_utilization", "less than or equal to 1"),
+    ("spec.user_simulator.placement", "external", "spec.user_simulator.url", "needs `url`"),
+    ("spec.user_simulator.url", "http://sim:8001/v1", "spec.user_simulator.url", "placement: external"),
+    ("spec.policy.rollout.tensor_parallel_size", 3, "spec.policy.rollout.tensor_parallel_size", "exceeds"),
+    ("spec.policy.model.name", "Qwen/../../etc", "spec.policy.model.name", "not allowed"),
+    ("spec.policy.model.path", "/models/x; curl evil", "spec.policy.model.path", "not allowed"),
+    ("spec.policy.model.revision", "main", "spec.policy.model.revision", "not allowed"),
+    ("spec.policy.lora.rank", -2, "spec.policy.lora.rank", "greater than or equal to 0"),
+    ("spec.environment.domain", "retail", "spec.environment.domain", "valid"),
+    ("spec.environment.split.preset", "seed40", "spec.environment.split.preset", "did you mean 'seed_40_10'"),
+    ("spec.environment.split.train", [1, 2], "spec.environment.split", "only apply to preset 'explicit'"),
+    ("spec.environment.max_turns", 0, "spec.environment.max_turns", "greater than or equal to 1"),
+    ("spec.environment.tool_output_limit", "lots", "spec.environment.tool_output_limit", "integer"),
+    ("spec.reward.process", "prm", "spec.reward.process", "valid"),
+    ("spec.reward.credit", "step", "spec.reward.credit", "valid"),
+    ("spec.reward.rules", {"placeholdr": {"weight": 1}}, "spec.reward.rules.placeholdr", "did you mean 'placeholder'"),
+    ("spec.reward.rules", {"redundancy": {"wieght": 1}}, "spec.reward.rules.redundancy.wieght", "did you mean 'weight'"),
+    ("spec.reward.rules", {"redundancy": {"enabled": 3}}, "spec.reward.rules.redundancy.enabled", "boolean"),
+    ("spec.evaluation.k", [1, 16], "spec.evaluation.samples_per_task", "max k"),
+    ("spec.evaluation.select_on", "test", "spec.evaluation.select_on", "must not be 'test'"),
+    ("spec.stages", ["eval", "grpo"], "spec.stages", "order"),
+    ("spec.stages", ["sft", "grpo"], "spec.sft", "missing"),
+    ("spec.tracking.uri", "javascript:alert(1)", "spec.tracking.uri", "not allowed"),
+    ("spec.tracking.tags", {"note": "a\nb"}, "spec.tracking.tags.note", "not allowed"),
+    ("spec.resources.gpus_per_node", 1, "spec.user_simulator.tensor_parallel_size", "exceeds"),
+    ("spec.resources.time_limit", "3 days", "spec.resources.time_limit", "not allowed"),
+    ("spec.resources.memory", "512GB", "spec.resources.memory", "not allowed"),
+    ("spec.resources.gpus_per_node", 0, "spec.algorithm.trainer", "veRL needs GPUs"),
+    ("spec.backends.slurm.partition", "gpu; rm -rf /", "spec.backends.slurm.partition", "not allowed"),
+    ("spec.backends.slurm.account", "$(whoami)", "spec.backends.slurm.account", "not allowed"),
+    ("spec.backends.slurm.output_dir", "runs/`id`", "spec.backends.slurm.output_dir", "not allowed"),
+    ("spec.backends.slurm.setup", ["module load cuda", "echo ok\nrm -rf /"], "spec.backends.slurm.setup[1]", "control characters"),
+    ("spec.backends.slurm.setup", ["#SBATCH --exclusive"], "spec.backends.slurm.setup[0]", "#SBATCH"),
+    ("spec.backends.slurm.container.runtime", "docker", "spec.backends.slurm.container.runtime", "valid"),
+    ("spec.backends.slurm.container.image", "/img.sif && reboot", "spec.backends.slurm.container.image", "not allowed"),
+    ("spec.backends.kubernetes.image", "Evil Image:latest", "spec.backends.kubernetes.image", "not allowed"),
+    ("spec.backends.kubernetes.namespace", "Prod_NS", "spec.backends.kubernetes.namespace", "not allowed"),
+    ("spec.backends.kubernetes.node_selector", {"gpu": "a b"}, "spec.backends.kubernetes.node_selector.gpu", "not allowed"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "where", "fragment"), BAD_CASES, ids=[c[0] + ":" + str(i) for i, c in enumerate(BAD_CASES)])
+def test_bad_spec_rejected_with_field_path(tmp_path: Path, path: str, value: Any, where: str, fragment: str) -> None:
+    spec_file = tmp_path / "bad.yaml"
+    spec_file.write_text(yaml.safe_dump(_set(BASE, path, value), sort_keys=False))
+    with pytest.raises(SpecError) as info:
+        load_spec(spec_file)
+    problems = info.value.problems
+    match = [p for p in problems if p.path == where]
+    assert match, f"no problem at {where}: {[p.render() for p in problems]}"
+    rendered = match[0].render()
+    assert fragment.lower() in rendered.lower(), rendered
+    assert rendered.startswith(f"{spec_file}:"), rendered
+    assert match[0].line is not None
+
+
+RAW_CASES = [
+    ("apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: a}\nspec: !!python/object/apply:os.system ['id']\n", "tags"),
+    ("apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata:\n  name: a\n  name: b\n", "duplicate key"),
+    ("apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: a\n", "invalid YAML"),
+    ("- just\n- a list\n", "must be a mapping"),
+    ("", "empty document"),
+    ("apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: a}\n---\napiVersion: x\n", "one YAML document"),
+]
+
+
+@pytest.mark.parametrize(("text", "fragment"), RAW_CASES)
+def test_bad_yaml_rejected(tmp_path: Path, text: str, fragment: str) -> None:
+    f = tmp_path / "raw.yaml"
+    f.write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_spec(f)
+    assert fragment in str(info.value)
+
+
+def test_line_numbers_point_at_the_field(tmp_path: Path) -> None:
+    text = (ROOT / "specs" / "lata.yaml").read_text().replace("advantage: lata", "advantage: latta")
+    f = tmp_path / "typo.yaml"
+    f.write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_spec(f)
+    (p,) = info.value.problems
+    assert text.splitlines()[p.line - 1].strip() == "advantage: latta"
+
+
+def test_every_problem_reported_at_once(tmp_path: Path) -> None:
+    doc = _set(_set(_set(BASE, "spec.algorithm.advantage", "x"), "spec.environment.max_turns", -1), "metadata.name", "A")
+    f = tmp_path / "multi.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError) as info:
+        load_spec(f)
+    paths = {p.path for p in info.value.problems}
+    assert {"spec.algorithm.advantage", "spec.environment.max_turns", "metadata.name"} <= paths
+
+
+def test_cli_validate_and_render_write_nothing_on_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_set(BASE, "spec.algorithm.advantage", "lata2")))
+    good = ROOT / "specs" / "lata.yaml"
+    runner = CliRunner()
+    res = runner.invoke(app, ["validate", str(good), str(bad)])
+    assert res.exit_code == 2
+    assert "spec.algorithm.advantage" in res.output and "nothing was rendered" in res.output
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["render", str(bad), "--backend", "local", "--out", str(out)])
+    assert res.exit_code == 2 and not out.exists()
+    res = runner.invoke(app, ["render", str(good), "--backend", "local", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert len(list(out.iterdir())) == 1
