@@ -6,6 +6,7 @@ import typer
 
 from longhaul.commands import images as _images
 from longhaul.commands import spec as _spec
+from longhaul.commands import submit as _submit
 
 app = typer.Typer(
     name="longhaul",
@@ -17,6 +18,7 @@ app = typer.Typer(
 
 # Registration order = order in `longhaul --help`. One line per area.
 _spec.register(app)
+_submit.register(app)
 _images.register(app)
 
 

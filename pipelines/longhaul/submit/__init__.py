@@ -1,0 +1,57 @@
+"""Thin I/O adapters that ship rendered runs to a backend: `longhaul.submit.<backend>`.
+
+Every backend module exposes the same three functions, found by name (no if/elif over backends):
+
+- `submit_run(exp, *, dry_run=False) -> result` with `.run_name`, `.run_dir`, `.job_id`, `.script`, `.message`
+- `fetch_status(run_dir) -> dict` (JSON-serialisable; includes `job.phase` where the backend has jobs)
+- `fetch_logs(run_dir, *, follow=False) -> Iterator[str]`
+
+Submit records `<run_dir>/submit.json` with `"backend": <name>`, so `status` and `logs` find the backend from
+the run directory alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from types import ModuleType
+
+BACKENDS = ("slurm", "kubernetes", "local")
+REQUIRED = ("submit_run", "fetch_status", "fetch_logs")
+RECORD = "submit.json"
+
+
+class BackendUnavailable(RuntimeError):
+    """The named backend does not exist or its adapter is not installed/complete."""
+
+
+def get_backend(name: str, *, need: tuple[str, ...] = REQUIRED) -> ModuleType:
+    """The adapter module for backend `name`, checked to provide the functions in `need`."""
+    if name not in BACKENDS:
+        raise BackendUnavailable(f"unknown backend '{name}'; valid: {', '.join(BACKENDS)}")
+    try:
+        mod = importlib.import_module(f"longhaul.submit.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"longhaul.submit.{name}":
+            raise BackendUnavailable(f"backend '{name}' is not available: it needs the module '{exc.name}' "
+                                     f"(install the extra that provides it)") from exc
+        raise BackendUnavailable(f"backend '{name}' is not available in this installation "
+                                 f"(longhaul.submit.{name} is missing)") from exc
+    missing = [fn for fn in need if not callable(getattr(mod, fn, None))]
+    if missing:
+        raise BackendUnavailable(f"backend '{name}' does not support {', '.join(missing)} "
+                                 f"(longhaul.submit.{name} defines no such function)")
+    return mod
+
+
+def backend_of_run(run_dir: str | Path) -> str:
+    """The backend recorded in `<run_dir>/submit.json` by the submit step."""
+    path = Path(run_dir) / RECORD
+    if not path.is_file():
+        raise BackendUnavailable(f"{run_dir}: not a submitted run directory ({RECORD} missing); "
+                                 "pass the run directory printed by `longhaul submit`")
+    backend = json.loads(path.read_text(encoding="utf-8")).get("backend")
+    if backend not in BACKENDS:
+        raise BackendUnavailable(f"{path}: backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    return str(backend)

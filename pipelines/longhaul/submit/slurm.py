@@ -1,0 +1,326 @@
+"""Slurm backend (thin I/O): ship what `render_slurm` returned, read job state back from the Slurm CLI.
+
+Submitting writes `<run_dir>/<run_name>.sbatch` and `<run_dir>/experiment.yaml` (the resolved spec the launcher
+re-validates), runs `sbatch --parsable` from the submit directory and records the job in
+`<run_dir>/submit.json`. State comes from `scontrol show job -o` (live jobs and MinJobAge after the end),
+`squeue -h -j ID -o '%T %r'` when scontrol cannot answer, and accounting last: `sacct` with slurmdbd or, on
+clusters that only keep a job-completion log, `sacct -c`. slurmdbd is never required.
+
+No Python binding to Slurm is used on purpose (pyslurm does not build against Slurm 22.05): the CLI behaves
+the same on CI and on real clusters, and sbatch's own error text becomes our error message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from longhaul import constants as C
+from longhaul.render.slurm import ENV_VENV, render_slurm, slurm_run_dir
+from longhaul.spec.models import ContainerRuntime, Experiment
+from longhaul.spec.naming import resolved_yaml, run_name
+
+RECORD = "submit.json"
+CMD_TIMEOUT_S = 60
+
+#: Slurm job state → (longhaul phase, terminal?). Phases are the Experiment CRD's status phases.
+PHASES: dict[str, tuple[str, bool]] = {
+    "PENDING": ("Pending", False),
+    "CONFIGURING": ("Pending", False),
+    "REQUEUED": ("Pending", False),
+    "REQUEUE_FED": ("Pending", False),
+    "REQUEUE_HOLD": ("Pending", False),
+    "RESIZING": ("Running", False),
+    "RUNNING": ("Running", False),
+    "COMPLETING": ("Running", False),
+    "STAGE_OUT": ("Running", False),
+    "SIGNALING": ("Running", False),
+    "SUSPENDED": ("Running", False),
+    "STOPPED": ("Running", False),
+    "COMPLETED": ("Succeeded", True),
+    "FAILED": ("Failed", True),
+    "TIMEOUT": ("Failed", True),
+    "CANCELLED": ("Failed", True),
+    "OUT_OF_MEMORY": ("Failed", True),
+    "NODE_FAIL": ("Failed", True),
+    "BOOT_FAIL": ("Failed", True),
+    "DEADLINE": ("Failed", True),
+    "SPECIAL_EXIT": ("Failed", True),
+    "REVOKED": ("Failed", True),
+    # PREEMPTED: terminal only when the job is not requeued (see `phase_of`).
+    "PREEMPTED": ("Failed", True),
+}
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or Slurm is not usable; the message says which command and why."""
+
+
+@dataclass
+class SubmitResult:
+    backend: str
+    run_name: str
+    run_dir: str
+    job_id: str | None
+    script_path: str | None
+    script: str
+    dry_run: bool
+    message: str = ""
+
+
+@dataclass
+class JobStatus:
+    """What `longhaul status` shows for one Slurm job."""
+
+    job_id: str
+    state: str
+    phase: str
+    terminal: bool
+    reason: str = ""
+    exit_code: str = ""
+    restarts: int = 0
+    source: str = ""
+    stdout: str = ""
+    details: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------------------------------------- running
+
+
+Runner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _run(argv: list[str], *, cwd: str | Path | None = None, env: Mapping[str, str] | None = None,
+         check: bool = True, runner: Runner = subprocess.run) -> subprocess.CompletedProcess[str]:
+    if shutil.which(argv[0]) is None:
+        raise SlurmError(f"`{argv[0]}` not found on PATH: the slurm backend needs Slurm's client commands "
+                         "(Debian: apt-get install slurm-client; CI: scripts/ci/slurm-up.sh)")
+    try:
+        proc = runner(argv, cwd=cwd, env=dict(env) if env is not None else None, capture_output=True, text=True,
+                      timeout=CMD_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmError(f"`{' '.join(argv)}` did not answer within {CMD_TIMEOUT_S} s (is slurmctld up?)") from exc
+    if check and proc.returncode != 0:
+        msg = (proc.stderr or proc.stdout).strip() or f"exit code {proc.returncode}"
+        raise SlurmError(f"`{' '.join(argv)}` failed: {msg}")
+    return proc
+
+
+# ------------------------------------------------------------------------------------------------- submit
+
+
+def _job_environment(exp: Experiment, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment sbatch exports into the job, with what the rendered script needs checked up front."""
+    env = dict(environ)
+    slurm = exp.spec.backends.slurm
+    runtime = slurm.container.runtime
+    if runtime == ContainerRuntime.NONE and not slurm.venv:
+        # Runtime 'none' without a venv in the spec: the job runs in the submitting interpreter's environment.
+        venv = env.get(ENV_VENV) or sys.prefix
+        if not Path(venv, "bin", "activate").is_file():
+            raise SlurmError(f"runtime 'none': {venv}/bin/activate does not exist; set spec.backends.slurm.venv "
+                             f"or {ENV_VENV} to a virtualenv that has longhaul installed, or submit from one")
+        env[ENV_VENV] = str(Path(venv).resolve())
+    if runtime != ContainerRuntime.NONE and not slurm.container.image and not env.get(C.ENV_IMAGE):
+        raise SlurmError(f"runtime '{runtime}': no image; set spec.backends.slurm.container.image or export "
+                         f"{C.ENV_IMAGE} (apptainer: path of the .sif; pyxis: image reference or squashfs)")
+    return env
+
+
+def load_record(run_dir: str | Path) -> dict[str, object] | None:
+    """The submit record of a run directory, or None when nothing was submitted there."""
+    path = Path(run_dir) / RECORD
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path | None = None,
+               environ: Mapping[str, str] | None = None, runner: Runner = subprocess.run) -> SubmitResult:
+    """Render, write and `sbatch` the run. With `dry_run`, only render (nothing written, nothing run)."""
+    script = render_slurm(exp)
+    name = run_name(exp)
+    submit_dir = Path(submit_dir or Path.cwd()).resolve()
+    run_dir = submit_dir / slurm_run_dir(exp)
+    if dry_run:
+        return SubmitResult("slurm", name, str(run_dir), None, None, script, True,
+                            f"dry run: would write {run_dir}/{name}.sbatch and run `sbatch --parsable` there")
+    env = _job_environment(exp, os.environ if environ is None else environ)
+    record = load_record(run_dir) or {}
+    previous = str(record.get("job_id") or "")
+    if previous:
+        try:
+            st = fetch_job_status(previous, runner=runner)
+        except SlurmError:
+            st = None
+        if st is not None and not st.terminal:
+            raise SlurmError(f"run {name} already has job {previous} ({st.state}); follow it with "
+                             f"`longhaul status {run_dir}` or cancel it with `scancel {previous}` first")
+    # Slurm does not create the --output directory: a missing one fails the job at launch (ExitCode 0:53).
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / C.SPEC_FILENAME).write_text(resolved_yaml(exp), encoding="utf-8")
+    script_path = run_dir / f"{name}.sbatch"
+    script_path.write_text(script, encoding="utf-8")
+    proc = _run(["sbatch", "--parsable", str(script_path)], cwd=submit_dir, env=env, runner=runner)
+    job_id = proc.stdout.strip().splitlines()[-1].split(";")[0].strip() if proc.stdout.strip() else ""
+    if not job_id.isdigit():
+        raise SlurmError(f"sbatch --parsable printed {proc.stdout!r}, not a job id")
+    history = [str(j) for j in record.get("history", [])] + [job_id]  # type: ignore[union-attr]
+    new_record = {
+        "backend": "slurm",
+        "run_name": name,
+        "job_id": job_id,
+        "history": history,
+        "script": script_path.name,
+        "submit_dir": str(submit_dir),
+        "log": str(run_dir / f"slurm-{job_id}.out"),
+    }
+    tmp = run_dir / f".{RECORD}.tmp"
+    tmp.write_text(json.dumps(new_record, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(run_dir / RECORD)
+    return SubmitResult("slurm", name, str(run_dir), job_id, str(script_path), script, False,
+                        f"submitted job {job_id} for run {name}; follow: longhaul status {run_dir} / "
+                        f"longhaul logs {run_dir} --follow")
+
+
+# ------------------------------------------------------------------------------------------------- status
+
+_KV_SPLIT = re.compile(r" (?=[A-Za-z][A-Za-z0-9/:_]*=)")
+
+
+def parse_scontrol(line: str) -> dict[str, str]:
+    """`scontrol show job -o` output (one line of Key=Value, values may contain spaces) as a dict."""
+    out: dict[str, str] = {}
+    for part in _KV_SPLIT.split(line.strip()):
+        key, sep, value = part.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def phase_of(state: str, requeue: bool = True) -> tuple[str, bool]:
+    """(phase, terminal) for a Slurm state; PREEMPTED is a pause when the job will be requeued."""
+    base = state.split()[0].rstrip("+").upper() if state else ""
+    if base == "PREEMPTED" and requeue:
+        return "Pending", False
+    return PHASES.get(base, ("Unknown", False))
+
+
+def fetch_job_status(job_id: str, *, runner: Runner = subprocess.run) -> JobStatus:
+    """State of one job: scontrol, else squeue, else accounting (sacct with slurmdbd, or `sacct -c`)."""
+    proc = _run(["scontrol", "show", "job", "-o", job_id], check=False, runner=runner)
+    if proc.returncode == 0 and "JobState=" in proc.stdout:
+        kv = parse_scontrol(proc.stdout.splitlines()[0])
+        state = kv.get("JobState", "")
+        phase, terminal = phase_of(state, kv.get("Requeue", "1") == "1")
+        reason = kv.get("Reason", "")
+        restarts = int(kv.get("Restarts", "0") or 0)
+        if state == "PENDING" and restarts and reason in ("BeginTime", "None"):
+            reason = f"requeued ({reason})"
+        return JobStatus(job_id, state, phase, terminal, "" if reason == "None" else reason,
+                         kv.get("ExitCode", ""), restarts, "scontrol", kv.get("StdOut", ""),
+                         {k: kv[k] for k in ("RunTime", "TimeLimit", "NodeList", "StartTime", "EndTime") if k in kv})
+    sq = _run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], check=False, runner=runner)
+    if sq.returncode == 0 and sq.stdout.strip():
+        state, _, reason = sq.stdout.strip().splitlines()[0].partition(" ")
+        phase, terminal = phase_of(state)
+        return JobStatus(job_id, state, phase, terminal, "" if reason == "None" else reason, source="squeue")
+    acct = fetch_accounting(job_id, runner=runner)
+    if acct is not None:
+        return acct
+    return JobStatus(job_id, "UNKNOWN", "Unknown", False,
+                     "Slurm no longer knows this job (older than MinJobAge) and no accounting is configured",
+                     source="none")
+
+
+def fetch_accounting(job_id: str, *, runner: Runner = subprocess.run) -> JobStatus | None:
+    """The job's final record from accounting: slurmdbd (`sacct -X`) or the job-completion log (`sacct -c`)."""
+    if shutil.which("sacct") is None:
+        return None
+    fields = "JobID,State,ExitCode,Elapsed"
+    for argv, source in ((["sacct", "-X", "-n", "-P", "-j", job_id, "-o", fields], "sacct"),
+                         (["sacct", "-c", "-n", "-P", "-j", job_id, "-o", fields], "sacct -c")):
+        proc = _run(argv, check=False, runner=runner)
+        rows = [r.split("|") for r in proc.stdout.splitlines() if r.split("|")[0] == job_id]
+        if proc.returncode == 0 and rows:
+            # Requeued jobs leave an extra PENDING row in the completion log: the last row is the final one.
+            _, state, exit_code, elapsed = (rows[-1] + ["", "", "", ""])[:4]
+            phase, terminal = phase_of(state)
+            return JobStatus(job_id, state.split()[0], phase, terminal, "", exit_code, source=source,
+                             details={"Elapsed": elapsed})
+    return None
+
+
+def fetch_status(run_dir: str | Path, *, runner: Runner = subprocess.run) -> dict[str, object]:
+    """Status of a run directory: the Slurm job (phase, state, reason) plus what the launcher recorded."""
+    run_dir = Path(run_dir)
+    record = load_record(run_dir)
+    if record is None or record.get("backend") != "slurm":
+        raise SlurmError(f"{run_dir}: no Slurm submission recorded ({RECORD} missing); submit with "
+                         "`longhaul submit --backend slurm SPEC`")
+    job = fetch_job_status(str(record["job_id"]), runner=runner)
+    return {"run_name": record.get("run_name"), "run_dir": str(run_dir), "backend": "slurm",
+            "job": job.to_dict(), "history": record.get("history", []), **read_run_progress(run_dir)}
+
+
+def read_run_progress(run_dir: Path) -> dict[str, object]:
+    """Stages finished and the newest checkpoint step, as written by the launcher and trainer."""
+    stages_dir = run_dir / ".longhaul" / "stages"
+    done = sorted(p.stem for p in stages_dir.glob("*.done")) if stages_dir.is_dir() else []
+    step = None
+    marker = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
+    if marker.is_file():
+        text = marker.read_text(encoding="utf-8").strip()
+        step = int(text) if text.isdigit() else None
+    return {"stages_done": done, "checkpoint_step": step}
+
+
+# ------------------------------------------------------------------------------------------------- logs
+
+
+def log_path(run_dir: str | Path) -> Path:
+    """The current job's log file (`--open-mode=append`: every requeued run of the job is in it)."""
+    run_dir = Path(run_dir)
+    record = load_record(run_dir)
+    if record is None:
+        raise SlurmError(f"{run_dir}: no Slurm submission recorded ({RECORD} missing)")
+    return Path(str(record.get("log") or run_dir / f"slurm-{record['job_id']}.out"))
+
+
+def fetch_logs(run_dir: str | Path, *, follow: bool = False, poll_s: float = 0.5,
+               runner: Runner = subprocess.run) -> Iterator[str]:
+    """Yield the job's log text; with `follow`, keep yielding until the job is in a terminal state."""
+    path = log_path(run_dir)
+    job_id = str((load_record(run_dir) or {}).get("job_id", ""))
+    pos = 0
+    while True:
+        if path.is_file():
+            with path.open("r", encoding="utf-8", errors="replace") as fh:
+                fh.seek(pos)
+                chunk = fh.read()
+                pos = fh.tell()
+            if chunk:
+                yield chunk
+        if not follow:
+            return
+        if fetch_job_status(job_id, runner=runner).terminal:
+            # One last read: the final lines may land between the read above and the state change.
+            if path.is_file():
+                with path.open("r", encoding="utf-8", errors="replace") as fh:
+                    fh.seek(pos)
+                    rest = fh.read()
+                if rest:
+                    yield rest
+            return
+        time.sleep(poll_s)
