@@ -60,6 +60,11 @@ def _structural(node: Any) -> Any:
                 node.pop("default")
     if node.get("default", 0) is None:
         node.pop("default")
+    # JSON schema's numeric exclusive bounds → OpenAPI 3.0 (the CRD dialect): a bound plus a boolean flag.
+    for bound, flag in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if isinstance(node.get(flag), int | float) and not isinstance(node.get(flag), bool):
+            node[bound] = node[flag]
+            node[flag] = True
     if "enum" in node and "type" not in node:
         node["type"] = "string"
     if node.get("type") == "object":

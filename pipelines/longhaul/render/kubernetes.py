@@ -1,0 +1,363 @@
+"""Render an Experiment to the Kubernetes objects the operator creates (pure: no cluster, no clock, no I/O).
+
+`render_kubernetes(exp)` returns, in creation order:
+
+1. a ConfigMap `<run>-spec` holding the resolved spec (`experiment.yaml`), mounted read-only at /etc/longhaul;
+2. one workload per stage, in stage order (`<run>-sft`, `<run>-grpo`, `<run>-eval`): a `batch/v1` Job for
+   single-node specs, a KubeRay `RayJob` or a `JobSet` (spec.backends.kubernetes.multinode_engine) when
+   `resources.nodes > 1`. The operator creates them one after the other; each runs the in-container launcher
+   with `--stage <stage>`.
+
+Names derive from `run_name(exp)` only (not from the owner), so a re-render after an operator restart yields the
+same objects and creation stays idempotent.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from longhaul import constants as C
+from longhaul.spec.models import Experiment, MultiNodeEngine, Stage
+from longhaul.spec.naming import resolved_yaml, run_name, spec_hash
+
+#: Kubernetes label values and Job names (the Job controller copies them into a label) are ≤ 63 characters.
+MAX_NAME = 63
+NON_ROOT_UID = 1000
+CONTAINER_NAME = "trainer"
+SPEC_VOLUME = "spec"
+SHM_VOLUME = "dshm"
+RUNS_VOLUME = "runs"
+TMP_VOLUME = "tmp"
+RAYJOB_API = "ray.io/v1"
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+#: Where the ConfigMap key lands inside the container (constants say the directory and the file name).
+CONTAINER_SPEC_PATH = f"{C.CONTAINER_SPEC_DIR}/{C.SPEC_FILENAME}"
+
+
+def child_name(exp: Experiment, suffix: str) -> str:
+    """`<run>-<suffix>`, shortening the experiment name (never the hash) to stay within 63 characters."""
+    short_hash = spec_hash(exp)[:8]
+    room = MAX_NAME - len(short_hash) - len(suffix) - 2
+    base = exp.metadata.name[:room].rstrip("-")
+    return f"{base}-{short_hash}-{suffix}"
+
+
+def configmap_name(exp: Experiment) -> str:
+    return child_name(exp, "spec")
+
+
+def stage_job_name(exp: Experiment, stage: Stage | str) -> str:
+    return child_name(exp, str(stage))
+
+
+def time_limit_seconds(limit: str) -> int:
+    """`[D-]HH:MM:SS` (validated by the spec) → seconds."""
+    m = re.fullmatch(r"(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})", limit)
+    if m is None:  # the spec's pattern makes this unreachable; keep the message useful anyway
+        raise ValueError(f"resources.time_limit: {limit!r} is not [D-]HH:MM:SS")
+    days, hours, minutes, seconds = (int(g or 0) for g in m.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def labels(exp: Experiment, stage: Stage | str | None = None) -> dict[str, str]:
+    """The `longhaul.dev/*` + `app.kubernetes.io/*` label set of every child object."""
+    run = run_name(exp)
+    out = {
+        C.LABEL_EXPERIMENT: exp.metadata.name,
+        C.LABEL_RUN_NAME: run,
+        C.LABEL_SPEC_HASH: spec_hash(exp)[:8],
+        "app.kubernetes.io/name": C.APP_NAME,
+        "app.kubernetes.io/instance": run,
+        "app.kubernetes.io/component": "trainer" if stage is not None else "spec",
+        "app.kubernetes.io/part-of": C.APP_NAME,
+        "app.kubernetes.io/managed-by": C.MANAGED_BY,
+    }
+    if stage is not None:
+        out[C.LABEL_STAGE] = str(stage)
+    return out
+
+
+def selector_labels(exp: Experiment) -> dict[str, str]:
+    """Labels that select every child of one run (for `kubectl get -l` and the operator)."""
+    return {C.LABEL_RUN_NAME: run_name(exp)}
+
+
+def _annotations(exp: Experiment) -> dict[str, str]:
+    out = {C.LABEL_SPEC_HASH: spec_hash(exp)}
+    commit = exp.metadata.annotations.get(C.ANNOTATION_GIT_COMMIT)
+    if commit:
+        out[C.ANNOTATION_GIT_COMMIT] = commit
+    return out
+
+
+def _metadata(exp: Experiment, name: str, namespace: str | None, stage: Stage | str | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = labels(exp, stage)
+    meta["annotations"] = _annotations(exp)
+    return meta
+
+
+def target_namespace(exp: Experiment, namespace: str | None = None) -> str | None:
+    """Explicit argument, else spec.backends.kubernetes.namespace, else the Experiment's own namespace."""
+    return namespace or exp.spec.backends.kubernetes.namespace or exp.metadata.namespace
+
+
+def render_configmap(exp: Experiment, *, namespace: str | None = None) -> dict[str, Any]:
+    """The immutable ConfigMap with the resolved spec that the launcher re-validates at start."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(exp, configmap_name(exp), target_namespace(exp, namespace), None),
+        "immutable": True,
+        "data": {C.SPEC_FILENAME: resolved_yaml(exp)},
+    }
+
+
+def run_dir(exp: Experiment) -> str:
+    """The run directory inside the pod: on the checkpoint PVC when one is set, else under /runs."""
+    vol = exp.spec.backends.kubernetes.checkpoint_volume
+    root = vol.mount_path.rstrip("/") if vol else C.CONTAINER_RUN_ROOT
+    return f"{root}/{run_name(exp)}"
+
+
+def launcher_argv(exp: Experiment, stage: Stage | str) -> list[str]:
+    """The in-container launcher invocation for one stage (an argv list: nothing goes through a shell)."""
+    return [
+        *C.LAUNCHER_CMD,
+        "--spec",
+        CONTAINER_SPEC_PATH,
+        "--backend",
+        "kubernetes",
+        "--run-dir",
+        run_dir(exp),
+        "--stage",
+        str(stage),
+    ]
+
+
+def _env(exp: Experiment, stage: Stage | str, job_name: str) -> list[dict[str, Any]]:
+    k8s = exp.spec.backends.kubernetes
+    env: list[dict[str, Any]] = [
+        {"name": C.ENV_SPEC, "value": CONTAINER_SPEC_PATH},
+        {"name": C.ENV_RUN_NAME, "value": run_name(exp)},
+        {"name": C.ENV_RUN_DIR, "value": run_dir(exp)},
+        {"name": C.ENV_BACKEND, "value": "kubernetes"},
+        {"name": C.ENV_JOB_ID, "value": job_name},
+        {"name": C.ENV_IMAGE, "value": k8s.image},
+        {"name": C.ENV_STAGE, "value": str(stage)},
+    ]
+    commit = exp.metadata.annotations.get(C.ANNOTATION_GIT_COMMIT)
+    if commit:
+        env.append({"name": C.ENV_GIT_COMMIT, "value": commit})
+    env += [{"name": k, "value": v} for k, v in C.OFFLINE_ENV.items()]
+    tracking = exp.spec.tracking
+    if tracking.uri:
+        env.append({"name": "MLFLOW_TRACKING_URI", "value": tracking.uri})
+    elif tracking.uri_secret:
+        ref = {"name": tracking.uri_secret.name, "key": tracking.uri_secret.key}
+        env.append({"name": "MLFLOW_TRACKING_URI", "valueFrom": {"secretKeyRef": ref}})
+    return env
+
+
+def _resources(exp: Experiment) -> dict[str, Any]:
+    res = exp.spec.resources
+    amounts: dict[str, Any] = {"cpu": str(res.cpus_per_node), "memory": res.memory}
+    if res.gpus_per_node:
+        amounts["nvidia.com/gpu"] = str(res.gpus_per_node)
+    # Requests equal limits: Guaranteed QoS, so a training pod is the last to be evicted.
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _container_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _volumes(exp: Experiment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    res, k8s = exp.spec.resources, exp.spec.backends.kubernetes
+    volumes: list[dict[str, Any]] = [
+        {"name": SPEC_VOLUME, "configMap": {"name": configmap_name(exp)}},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": res.shm_size}},
+        {"name": TMP_VOLUME, "emptyDir": {}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": SPEC_VOLUME, "mountPath": C.CONTAINER_SPEC_DIR, "readOnly": True},
+        {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+        {"name": TMP_VOLUME, "mountPath": "/tmp"},
+    ]
+    vol = k8s.checkpoint_volume
+    if vol:
+        volumes.append({"name": RUNS_VOLUME, "persistentVolumeClaim": {"claimName": vol.claim_name}})
+        mounts.append({"name": RUNS_VOLUME, "mountPath": vol.mount_path})
+    else:
+        volumes.append({"name": RUNS_VOLUME, "emptyDir": {}})
+        mounts.append({"name": RUNS_VOLUME, "mountPath": C.CONTAINER_RUN_ROOT})
+    return volumes, mounts
+
+
+def render_pod_spec(exp: Experiment, stage: Stage | str, job_name: str, *, argv: list[str] | None = None) -> dict[str, Any]:
+    """The pod template spec of one stage: one trainer container with the launcher as its command."""
+    k8s = exp.spec.backends.kubernetes
+    volumes, mounts = _volumes(exp)
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": k8s.image,
+        "imagePullPolicy": k8s.image_pull_policy,
+        "command": argv if argv is not None else launcher_argv(exp, stage),
+        "env": _env(exp, stage, job_name),
+        "resources": _resources(exp),
+        "volumeMounts": mounts,
+        "securityContext": _container_security(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        # The trainer never talks to the API server: no token in the pod.
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": NON_ROOT_UID,
+            "runAsGroup": NON_ROOT_UID,
+            "fsGroup": NON_ROOT_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if k8s.service_account:
+        pod["serviceAccountName"] = k8s.service_account
+    if k8s.node_selector:
+        pod["nodeSelector"] = dict(k8s.node_selector)
+    if k8s.tolerations:
+        pod["tolerations"] = [t.model_dump(mode="json", exclude_none=True) for t in k8s.tolerations]
+    if k8s.priority_class:
+        pod["priorityClassName"] = k8s.priority_class
+    return pod
+
+
+def _pod_template(exp: Experiment, stage: Stage | str, name: str, *, argv: list[str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": labels(exp, stage), "annotations": _annotations(exp)}
+    if exp.spec.resources.gpu_type:
+        meta["annotations"][f"{C.API_GROUP}/gpu-type"] = exp.spec.resources.gpu_type
+    return {"metadata": meta, "spec": render_pod_spec(exp, stage, name, argv=argv)}
+
+
+def render_job(exp: Experiment, stage: Stage | str, *, namespace: str | None = None) -> dict[str, Any]:
+    """The single-node `batch/v1` Job of one stage."""
+    name = stage_job_name(exp, stage)
+    k8s = exp.spec.backends.kubernetes
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(exp, name, target_namespace(exp, namespace), stage),
+        "spec": {
+            "backoffLimit": k8s.backoff_limit,
+            "activeDeadlineSeconds": time_limit_seconds(exp.spec.resources.time_limit),
+            "completions": 1,
+            "parallelism": 1,
+            "template": _pod_template(exp, stage, name),
+        },
+    }
+
+
+def render_rayjob(exp: Experiment, stage: Stage | str, *, namespace: str | None = None) -> dict[str, Any]:
+    """KubeRay RayJob for `nodes > 1`: one head pod + `nodes - 1` workers, the launcher as the entrypoint."""
+    name = stage_job_name(exp, stage)
+    res = exp.spec.resources
+    # KubeRay writes the `ray start` command from rayStartParams and manages restarts: no command here.
+    head, worker = _pod_template(exp, stage, name), _pod_template(exp, stage, name)
+    for tpl in (head, worker):
+        tpl["spec"].pop("restartPolicy")
+        tpl["spec"]["containers"][0].pop("command")
+    return {
+        "apiVersion": RAYJOB_API,
+        "kind": "RayJob",
+        "metadata": _metadata(exp, name, target_namespace(exp, namespace), stage),
+        "spec": {
+            "entrypoint": shlex.join(launcher_argv(exp, stage)),
+            "submissionMode": "K8sJobMode",
+            "shutdownAfterJobFinishes": True,
+            "activeDeadlineSeconds": time_limit_seconds(res.time_limit),
+            "backoffLimit": exp.spec.backends.kubernetes.backoff_limit,
+            "rayClusterSpec": {
+                "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0"}, "template": head},
+                "workerGroupSpecs": [
+                    {
+                        "groupName": "workers",
+                        "replicas": res.nodes - 1,
+                        "minReplicas": res.nodes - 1,
+                        "maxReplicas": res.nodes - 1,
+                        "rayStartParams": {},
+                        "template": worker,
+                    }
+                ],
+            },
+        },
+    }
+
+
+def render_jobset(exp: Experiment, stage: Stage | str, *, namespace: str | None = None) -> dict[str, Any]:
+    """JobSet for `nodes > 1`: one indexed Job of `nodes` pods; index 0 is the Ray head (the launcher decides)."""
+    name = stage_job_name(exp, stage)
+    res, k8s = exp.spec.resources, exp.spec.backends.kubernetes
+    tpl = _pod_template(exp, stage, name)
+    env = tpl["spec"]["containers"][0]["env"]
+    env += [
+        {"name": "LONGHAUL_NODES", "value": str(res.nodes)},
+        {
+            "name": "LONGHAUL_NODE_RANK",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}},
+        },
+        # JobSet gives pods stable DNS names: <jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<jobset>
+        {"name": "LONGHAUL_HEAD_ADDRESS", "value": f"{name}-node-0-0.{name}"},
+    ]
+    return {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": _metadata(exp, name, target_namespace(exp, namespace), stage),
+        "spec": {
+            "network": {"enableDNSHostnames": True},
+            "failurePolicy": {"maxRestarts": k8s.backoff_limit},
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "completionMode": "Indexed",
+                            "parallelism": res.nodes,
+                            "completions": res.nodes,
+                            "backoffLimit": 0,
+                            "activeDeadlineSeconds": time_limit_seconds(res.time_limit),
+                            "template": tpl,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_stage(exp: Experiment, stage: Stage | str, *, namespace: str | None = None) -> dict[str, Any]:
+    """The workload of one stage: Job (1 node), RayJob or JobSet (several nodes)."""
+    if exp.spec.resources.nodes == 1:
+        return render_job(exp, stage, namespace=namespace)
+    if exp.spec.backends.kubernetes.multinode_engine == MultiNodeEngine.JOBSET:
+        return render_jobset(exp, stage, namespace=namespace)
+    return render_rayjob(exp, stage, namespace=namespace)
+
+
+def render_kubernetes(exp: Experiment, *, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Every object of a run, in creation order: the spec ConfigMap, then one workload per stage."""
+    objs = [render_configmap(exp, namespace=namespace)]
+    objs += [render_stage(exp, stage, namespace=namespace) for stage in exp.spec.stages]
+    return objs
