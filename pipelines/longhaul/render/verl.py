@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from longhaul.algos import render_algorithm_overrides
 from longhaul.spec.models import Experiment, Stage
 from longhaul.spec.naming import experiment_family, run_name
 
@@ -37,22 +38,6 @@ def policy_model_path(exp: Experiment, paths: Paths) -> str:
     if Stage.SFT in exp.spec.stages:
         return f"{paths.run_dir}/{SFT_MODEL_SUBDIR}"
     return exp.spec.policy.model.path or exp.spec.policy.model.name
-
-
-def render_algorithm_overrides(exp: Experiment) -> list[str]:
-    """`algorithm.*` overrides: the estimator name and its `algorithm.longhaul.*` settings."""
-    from longhaul.algos import estimator_name, settings_from_spec
-
-    alg = exp.spec.algorithm
-    out = [
-        f"algorithm.adv_estimator={estimator_name(exp)}",
-        f"algorithm.norm_adv_by_std_in_grpo={_b(alg.norm_adv_by_std)}",
-        "algorithm.use_kl_in_reward=false",
-    ]
-    for key, value in settings_from_spec(exp).items():
-        rendered = _b(value) if isinstance(value, bool) else (_q(value) if isinstance(value, str) else repr(value))
-        out.append(f"+algorithm.longhaul.{key}={rendered}")
-    return out
 
 
 def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
@@ -143,4 +128,5 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         "trainer.resume_mode=auto",
         "trainer.device=cuda",
     ]
-    return out + render_algorithm_overrides(exp)
+    # The estimator name and its `algorithm.longhaul.*` settings come from the algos package (one definition).
+    return [*out, "algorithm.use_kl_in_reward=false", *render_algorithm_overrides(exp)]
