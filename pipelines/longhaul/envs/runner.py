@@ -211,7 +211,8 @@ async def run_episode(
     """
     from longhaul.envs.airline.env import MessageAction, ToolAction
 
-    env = env_or_factory() if callable(env_or_factory) and not hasattr(env_or_factory, "reset") else env_or_factory
+    is_factory = isinstance(env_or_factory, type) or not hasattr(env_or_factory, "reset")
+    env = env_or_factory() if is_factory else env_or_factory
     env.reset(task)
     tools = tool_schemas()
 

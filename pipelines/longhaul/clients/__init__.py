@@ -1,0 +1,1 @@
+"""Clients for OpenAI-compatible chat endpoints (what vLLM serves): the policy and the user simulator."""

@@ -1,0 +1,131 @@
+"""A small async client for OpenAI-compatible `/chat/completions` with bounded retries.
+
+Timeouts, connection failures, HTTP 429 and 5xx are retried with exponential backoff; a failure that survives
+the retries raises `EndpointError` naming the endpoint, the attempts and the last error. It is never turned
+into an empty answer (an evaluation or a training batch must stop, not record a zero reward). A prompt longer
+than the server's context window raises `ContextOverflowError` (the runner ends that episode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from longhaul.envs.runner import ContextOverflowError, PolicyEndpointError
+
+_OVERFLOW_HINTS = ("maximum context length", "context length", "too long", "max_model_len", "exceeds the model")
+
+
+class EndpointError(PolicyEndpointError):
+    """An endpoint failed after its retries, or refused the request (4xx other than context overflow)."""
+
+
+class _Retryable(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently to retry. `attempts` counts the first try."""
+
+    attempts: int = 4
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 8.0
+    timeout_s: float = 300.0
+
+
+class ChatClient:
+    """POST `{base_url}/chat/completions` for one model. `base_url` is the OpenAI-style root, e.g.
+    `http://127.0.0.1:8000/v1`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        retry: RetryPolicy | None = None,
+        max_connections: int = 512,
+        role: str = "policy",
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.role = role
+        self.retry = retry or RetryPolicy()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.retry.timeout_s, connect=min(30.0, self.retry.timeout_s)),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            headers=headers,
+            transport=transport,
+        )
+        self.requests_sent = 0
+        self.retries = 0
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> ChatClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _once(self, payload: dict[str, Any]) -> dict[str, Any]:
+        self.requests_sent += 1
+        try:
+            resp = await self._http.post(self.url, json=payload)
+        except httpx.TimeoutException as exc:
+            raise _Retryable(f"timeout after {self.retry.timeout_s:g}s ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            raise _Retryable(f"connection error: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code == 429 or resp.status_code >= 500:
+            raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:300]}")
+        if resp.status_code >= 400:
+            body = resp.text[:500]
+            if resp.status_code in (400, 413) and any(h in body.lower() for h in _OVERFLOW_HINTS):
+                raise ContextOverflowError(f"{self.role} endpoint {self.url}: prompt too long: {body}")
+            raise EndpointError(
+                f"{self.role} endpoint {self.url} (model {self.model!r}) refused the request: HTTP {resp.status_code}: "
+                f"{body}. Check the base URL (it must end with the OpenAI root, e.g. /v1) and the served model name."
+            )
+        try:
+            data = resp.json()
+            data["choices"][0]["message"]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise _Retryable(f"malformed response body: {resp.text[:300]}") from exc
+        return data
+
+    async def chat(self, messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+        """One chat completion (the raw response JSON). `params` go into the request body (max_tokens,
+        temperature, top_p, seed, tools, tool_choice, ...); None values are dropped."""
+        payload = {"model": self.model, "messages": messages, **{k: v for k, v in params.items() if v is not None}}
+        r = self.retry
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(r.attempts),
+            wait=wait_exponential(multiplier=r.backoff_initial_s, max=r.backoff_max_s),
+            retry=retry_if_exception_type(_Retryable),
+            reraise=False,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:
+                        self.retries += 1
+                    return await self._once(payload)
+        except RetryError as exc:
+            last = exc.last_attempt.exception()
+            raise EndpointError(
+                f"{self.role} endpoint {self.url} (model {self.model!r}) failed after {r.attempts} attempts: {last}. "
+                "The run stops here instead of recording a zero reward; check that the server is up and healthy."
+            ) from last
+        raise AssertionError("unreachable")  # pragma: no cover

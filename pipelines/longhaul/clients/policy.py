@@ -1,0 +1,114 @@
+"""The policy over an OpenAI-compatible endpoint, with Hermes-style tool calls.
+
+vLLM's `--tool-call-parser hermes` returns parsed `tool_calls`; when a server leaves `<tool_call>{…}</tool_call>`
+blocks in the text instead (no parser, or JSON the parser rejected), they are parsed here. Arguments that are not
+a JSON object become a `ParsedCall` with `parse_error` set: the environment answers with an error observation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from longhaul.clients.openai_compat import ChatClient
+from longhaul.envs.runner import ParsedCall, PolicyTurn
+
+_TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_NAME_RE = re.compile(r'"name"\s*:\s*"([^"]*)"')
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.7
+    top_p: float = 0.9
+    max_tokens: int | None = None  # None: the runner's per-turn limit
+
+    @classmethod
+    def from_spec(cls, sampling: Any) -> SamplingParams:
+        return cls(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens)
+
+
+def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str, str | None]:
+    """(arguments, raw text, parse error) for a tool call's `arguments` field."""
+    if isinstance(raw, dict):
+        return raw, json.dumps(raw), None
+    text = "" if raw is None else str(raw)
+    if not text.strip():
+        return {}, text, None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, text, f"invalid JSON ({exc.msg} at position {exc.pos})"
+    if not isinstance(value, dict):
+        return None, text, f"arguments must be a JSON object, got {type(value).__name__}"
+    return value, text, None
+
+
+def parse_hermes_content(content: str) -> tuple[str, list[ParsedCall]]:
+    """Split `<tool_call>{"name": …, "arguments": {…}}</tool_call>` blocks out of assistant text."""
+    if "<tool_call>" not in content:
+        return content, []
+    calls = []
+    for body in _TOOL_CALL_RE.findall(content):
+        try:
+            obj = json.loads(body)
+            if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+                raise ValueError("expected an object with a string 'name'")
+        except (json.JSONDecodeError, ValueError) as exc:
+            m = _NAME_RE.search(body)
+            calls.append(ParsedCall(m.group(1) if m else "<unparsed>", None, body, f"malformed <tool_call> block: {exc}"))
+            continue
+        args, raw, err = parse_arguments(obj.get("arguments", {}))
+        calls.append(ParsedCall(obj["name"], args, raw, err))
+    text = _TOOL_CALL_RE.sub("", content).strip()
+    return text, calls
+
+
+def parse_chat_response(data: dict[str, Any]) -> PolicyTurn:
+    """A `PolicyTurn` from an OpenAI chat completion response."""
+    choice = data["choices"][0]
+    msg = choice.get("message") or {}
+    content = msg.get("content") or ""
+    calls: list[ParsedCall] = []
+    for tc in msg.get("tool_calls") or []:
+        fn = tc.get("function") or {}
+        args, raw, err = parse_arguments(fn.get("arguments"))
+        calls.append(ParsedCall(str(fn.get("name") or "<unnamed>"), args, raw, err, call_id=tc.get("id")))
+    content, inline = parse_hermes_content(content)
+    calls.extend(inline)
+    usage = data.get("usage") or {}
+    return PolicyTurn(
+        content=content,
+        tool_calls=calls,
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=usage.get("prompt_tokens"),
+    )
+
+
+class OpenAIPolicy:
+    """`Policy` over a chat endpoint. One instance per episode when seeds matter (`with_seed`)."""
+
+    def __init__(self, client: ChatClient, sampling: SamplingParams | None = None, *, seed: int | None = None) -> None:
+        self.client = client
+        self.sampling = sampling or SamplingParams()
+        self.seed = seed
+
+    def with_seed(self, seed: int | None) -> OpenAIPolicy:
+        return OpenAIPolicy(self.client, self.sampling, seed=seed)
+
+    async def next_turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> PolicyTurn:
+        cap = max_tokens if self.sampling.max_tokens is None else min(max_tokens, self.sampling.max_tokens)
+        data = await self.client.chat(
+            messages,
+            tools=tools,
+            tool_choice="auto",
+            max_tokens=cap,
+            temperature=self.sampling.temperature,
+            top_p=self.sampling.top_p,
+            seed=self.seed,
+        )
+        return parse_chat_response(data)
+
