@@ -75,15 +75,30 @@ def collate(episodes: Sequence[EpisodeTokens], pad_id: int) -> TokenBatch:
     return TokenBatch(ids, att, [len(e.prompt_ids) for e in episodes], [len(e.response_ids) for e in episodes], rmask)
 
 
+def select(batch: TokenBatch, rows: Sequence[int]) -> TokenBatch:
+    """The sub-batch of `rows` (micro-batching), trimmed to its own longest sequence/response."""
+    rows = list(rows)
+    s_max = max(batch.prompt_lengths[i] + batch.response_lengths[i] for i in rows)
+    t_max = max(batch.response_lengths[i] for i in rows)
+    return TokenBatch(batch.input_ids[rows, :s_max], batch.attention_mask[rows, :s_max],
+                      [batch.prompt_lengths[i] for i in rows], [batch.response_lengths[i] for i in rows],
+                      batch.response_mask[rows, :t_max])
+
+
 def response_log_probs(model: Any, batch: TokenBatch) -> torch.Tensor:
-    """Log-probability of every response token under `model`, (B, T), zero beyond each response."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()
-    # Token at position p is predicted by the logits at position p-1.
-    logp = torch.log_softmax(logits[:, :-1], dim=-1)
-    tok = torch.gather(logp, 2, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, S-1)
+    """Log-probability of every response token under `model`, (B, T), zero beyond each response.
+
+    The vocabulary projection runs only over response positions: the prompt (policy text and tool schemas,
+    thousands of tokens) is context, and full-sequence logits would dominate memory.
+    """
+    hidden = model.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    head = model.get_output_embeddings()
     t_max = batch.response_mask.shape[1]
-    rows = [
-        torch.nn.functional.pad(tok[i, p - 1 : p - 1 + r], (0, t_max - r))
-        for i, (p, r) in enumerate(zip(batch.prompt_lengths, batch.response_lengths, strict=True))
-    ]
+    rows = []
+    for i, (p, r) in enumerate(zip(batch.prompt_lengths, batch.response_lengths, strict=True)):
+        # Token at position q is predicted by the hidden state at q-1.
+        logits = head(hidden[i, p - 1 : p - 1 + r]).float()
+        target = batch.input_ids[i, p : p + r]
+        lp = torch.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        rows.append(torch.nn.functional.pad(lp, (0, t_max - r)))
     return torch.stack(rows)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from longhaul.spec.models import Experiment
-from longhaul.trainer.batch import TokenBatch, response_log_probs
+from longhaul.trainer.batch import TokenBatch, response_log_probs, select
 
 
 def build_actor_config(exp: Experiment) -> Any:
@@ -45,15 +45,25 @@ class LossTerms:
     metrics: dict[str, float]
 
 
+def global_batch_info(response_mask: torch.Tensor) -> dict[str, Any]:
+    """veRL's normalisers for a mini-batch held by one process (dp_size 1): its valid tokens and sequences."""
+    return {"dp_size": 1, "batch_num_tokens": int(response_mask.sum().item()),
+            "global_batch_size": int((response_mask.sum(-1) > 0).sum().item())}
+
+
 def compute_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor | None,
-                 advantages: torch.Tensor, response_mask: torch.Tensor, actor_cfg: Any) -> LossTerms:
-    """veRL's policy loss (+ KL loss when configured) for one mini-batch (all tensors (B, T))."""
+                 advantages: torch.Tensor, response_mask: torch.Tensor, actor_cfg: Any,
+                 batch_info: dict[str, Any] | None = None) -> LossTerms:
+    """veRL's policy loss (+ KL loss when configured) for one micro-batch (all tensors (B, T)).
+
+    `batch_info` holds the mini-batch's normalisers (default: this micro-batch is the mini-batch); summing the
+    micro-batch losses then gives the mini-batch loss, exactly as in veRL's actor.
+    """
     from verl.trainer.ppo.core_algos import agg_loss, compute_policy_loss_vanilla, kl_penalty
 
     mode = actor_cfg.loss_agg_mode
-    # One process holds the whole mini-batch: veRL's global normalisers are this batch's counts.
-    actor_cfg.global_batch_info.update(dp_size=1, batch_num_tokens=response_mask.sum().item(),
-                                       global_batch_size=int((response_mask.sum(-1) > 0).sum().item()))
+    actor_cfg.global_batch_info.clear()
+    actor_cfg.global_batch_info.update(batch_info or global_batch_info(response_mask))
     pg_loss, pg_metrics = compute_policy_loss_vanilla(
         old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask,
         loss_agg_mode=mode, config=actor_cfg,
@@ -77,22 +87,32 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
 def update_policy(model: Any, optimizer: torch.optim.Optimizer, batch: TokenBatch, old_log_prob: torch.Tensor,
                   ref_log_prob: torch.Tensor | None, advantages: torch.Tensor, actor_cfg: Any,
                   grad_clip: float = 1.0) -> dict[str, float]:
-    """`ppo_epochs` optimizer steps on the batch (one mini-batch per step); returns veRL-named metrics."""
+    """`ppo_epochs` optimizer steps on the mini-batch, accumulated over micro-batches; veRL-named metrics."""
     model.train()
+    info = global_batch_info(batch.response_mask)
+    micro = max(1, int(actor_cfg.ppo_micro_batch_size_per_gpu))
+    chunks = [list(range(i, min(i + micro, batch.size))) for i in range(0, batch.size, micro)]
     metrics: dict[str, float] = {}
     for _ in range(actor_cfg.ppo_epochs):
         optimizer.zero_grad(set_to_none=True)
-        log_prob = response_log_probs(model, batch)
-        terms = compute_loss(log_prob, old_log_prob, ref_log_prob, advantages, batch.response_mask, actor_cfg)
-        terms.loss.backward()
+        totals = {"actor/loss": 0.0, "actor/pg_loss": 0.0, "actor/kl_loss": 0.0}
+        extra: dict[str, float] = {}
+        for rows in chunks:
+            sub = select(batch, rows)
+            t = sub.response_mask.shape[1]
+            log_prob = response_log_probs(model, sub)
+            terms = compute_loss(
+                log_prob, old_log_prob[rows, :t], None if ref_log_prob is None else ref_log_prob[rows, :t],
+                advantages[rows, :t], sub.response_mask, actor_cfg, info,
+            )
+            terms.loss.backward()
+            totals["actor/loss"] += float(terms.loss.detach())
+            totals["actor/pg_loss"] += terms.pg_loss
+            totals["actor/kl_loss"] += terms.kl_loss
+            for k, v in terms.metrics.items():
+                extra[k] = extra.get(k, 0.0) + v * len(rows) / batch.size
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         optimizer.step()
-        metrics = {
-            "actor/loss": float(terms.loss.detach()),
-            "actor/pg_loss": terms.pg_loss,
-            "actor/kl_loss": terms.kl_loss,
-            "actor/grad_norm": float(grad_norm),
-            **terms.metrics,
-        }
+        metrics = {**totals, "actor/grad_norm": float(grad_norm), **extra}
     model.eval()
     return metrics

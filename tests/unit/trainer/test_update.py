@@ -73,3 +73,26 @@ def test_checkpoints_are_verl_layout_and_resumable(tmp_path, tokenizer, model):
     # A half-written step (no trainer_state.json) is never reported as saved.
     (tmp_path / "global_step_3" / "huggingface").mkdir(parents=True)
     assert saved_steps(tmp_path) == [1, 2]
+
+
+def test_micro_batches_give_the_mini_batch_gradient(tokenizer, tools, make_conversation):
+    """Accumulating micro-batch losses with the mini-batch's normalisers equals one full-batch step (veRL's rule)."""
+    from longhaul.tiny.models import TinyArch, build_model
+
+    arch = TinyArch(hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=2,
+                    num_key_value_heads=1, max_position_embeddings=2048)
+    eps = [build_episode_tokens(tokenizer, make_conversation(r), tools, 4096)
+           for r in ("Sure.", "No.", "Let me look into that.", "Done, goodbye.")]
+    batch = collate(eps, tokenizer.pad_token_id)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5]).unsqueeze(1) * batch.response_mask
+    grads = []
+    for micro in (4, 1):
+        model = build_model(arch, vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+                            pad_token_id=tokenizer.pad_token_id, seed=0).eval()
+        cfg = build_actor_config(_exp(kl={"use_kl_loss": False}, ppo_micro_batch_size_per_gpu=micro))
+        with torch.no_grad():
+            old = response_log_probs(model, batch)
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        update_policy(model, opt, batch, old, None, adv, cfg, grad_clip=1e9)
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-4)
