@@ -1,0 +1,1 @@
+"""Rewards: the outcome reward, the PRM-Lite process reward (pure rules) and their combination."""
