@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from longhaul.commands import env as _env
+from longhaul.commands import eval as _eval
 from longhaul.commands import images as _images
 from longhaul.commands import spec as _spec
 from longhaul.commands import submit as _submit
@@ -20,6 +22,8 @@ app = typer.Typer(
 _spec.register(app)
 _submit.register(app)
 _images.register(app)
+_env.register(app)
+_eval.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -1,0 +1,267 @@
+"""`longhaul eval …`: evaluate a policy endpoint (pass^k, pass@k, subsets, CIs) and re-score result files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+DEFAULT_KS = (1, 2, 4, 8)
+
+
+def _parse_ks(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        err.print(f"[red]error[/red] --k: {text!r} is not a comma-separated list of integers (e.g. 1,2,4)")
+        raise typer.Exit(2) from None
+    if not ks or ks[0] < 1:
+        err.print(f"[red]error[/red] --k: values must be ≥ 1 (got {text!r})")
+        raise typer.Exit(2)
+    return ks
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """A human-readable table: every rate with c/n, CIs, subsets, floor, error and abort rates."""
+    ks = [str(k) for k in summary["k"]]
+    table = Table(title=f"{summary['tasks']} tasks × trials: {summary['c_over_n']} successful trials")
+    table.add_column("subset")
+    table.add_column("tasks", justify="right")
+    table.add_column("c/n", justify="right")
+    for k in ks:
+        table.add_column(f"pass^{k}", justify="right")
+    for k in ks:
+        table.add_column(f"pass@{k}", justify="right")
+    table.add_column("null floor", justify="right")
+
+    def row(name: str, block: dict[str, Any]) -> None:
+        ci = block.get("ci") or {}
+
+        def cell(kind: str, k: str) -> str:
+            v = block[kind][k]
+            b = (ci.get(kind) or {}).get(k)
+            return f"{v:.3f}" + (f" [{b[0]:.2f},{b[1]:.2f}]" if b else "")
+
+        floor = block.get("null_agent_floor")
+        table.add_row(name, str(block["tasks"]), block["c_over_n"], *[cell("pass_hat_k", k) for k in ks],
+                      *[cell("pass_at_k", k) for k in ks], "-" if floor is None else f"{floor:.3f}")
+
+    row("all", summary)
+    for name, block in summary["subsets"].items():
+        row(name, block)
+    out.print(table)
+    gen = summary.get("generalisation_pass_hat_1")
+    if gen is not None:
+        out.print(f"generalisation pass^1 = (uncovered_seen·24 + unseen·10)/34 = {gen:.3f}")
+    out.print(
+        f"tool-error rate {summary['tool_error_rate']:.3f} ({summary['tool_errors']}/{summary['tool_calls']} tool calls, "
+        f"{summary['unknown_tool_calls']} to unknown tools); abort rate {summary['abort_rate']:.3f} "
+        f"({summary['aborted_trials']}/{summary['trials']} trials); terminations {summary['terminations']}"
+    )
+    if summary.get("confidence"):
+        out.print(f"[…] = {summary['confidence']:.0%} bootstrap CI over tasks")
+
+
+def summarize_records(
+    records: list[dict[str, Any]], ks: list[int] | None, *, bootstrap: int, confidence: float, seed: int, null_floor: bool
+) -> dict[str, Any]:
+    """The summary document for trial records (k defaults to 1, 2, 4, 8 up to the smallest n)."""
+    from longhaul.eval.metrics import TrialRecord, build_task_counts, compute_summary
+
+    recs = [TrialRecord.from_dict(r) for r in records]
+    if ks is None:
+        n_min = min(t.n for t in build_task_counts(recs))
+        ks = [k for k in DEFAULT_KS if k <= n_min]
+    floor = None
+    if null_floor:
+        from longhaul.envs.airline.env import null_agent_outcomes
+        from longhaul.envs.airline.tasks import load_tasks
+
+        known = load_tasks()
+        ids = sorted({r.task_id for r in recs})
+        if all(t in known for t in ids):
+            floor = null_agent_outcomes(ids)
+    rng = random.Random(seed) if bootstrap > 0 else None
+    return compute_summary(recs, ks, rng=rng, bootstrap_samples=bootstrap, confidence=confidence, null_floor=floor)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "policy"
+
+
+def register(app: typer.Typer) -> None:
+    eval_app = typer.Typer(
+        help="Evaluate a policy endpoint against the user simulator (pass^k, pass@k, subsets, CIs); "
+        "`eval summarize` re-scores a results file.",
+        invoke_without_command=True,
+        no_args_is_help=False,
+    )
+    app.add_typer(eval_app, name="eval")
+
+    @eval_app.callback(invoke_without_command=True)
+    def eval_cmd(
+        ctx: typer.Context,
+        spec: Annotated[Path | None, typer.Option("--spec", help="Experiment file: limits, split, sampling, evaluation settings.")] = None,
+        policy_url: Annotated[str | None, typer.Option("--policy-url", help="Policy base URL, e.g. http://127.0.0.1:8000/v1.")] = None,
+        policy_model: Annotated[str | None, typer.Option("--policy-model", help="Served policy model name (default: spec policy model).")] = None,
+        user_url: Annotated[str | None, typer.Option("--user-url", help="User simulator base URL (default: spec user_simulator.url).")] = None,
+        user_model: Annotated[str | None, typer.Option("--user-model", help="Served simulator model name (default: spec).")] = None,
+        tasks: Annotated[str | None, typer.Option("--tasks", help="Comma-separated task ids (default: the split's tasks).")] = None,
+        subset: Annotated[str | None, typer.Option("--subset", help="Only this subset of the split (train, test, unseen, …).")] = None,
+        samples: Annotated[int | None, typer.Option("--samples", "-n", min=1, help="Trials per task (default: spec).")] = None,
+        k: Annotated[str | None, typer.Option("--k", help="k values, e.g. 1,2,4 (default: spec).")] = None,
+        seed: Annotated[list[int] | None, typer.Option("--seed", help="Base seed(s); trials of several seeds are pooled.")] = None,
+        concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="Episodes in flight (default: spec).")] = None,
+        output: Annotated[Path | None, typer.Option("--output", "-o", help="Directory for results.jsonl, trajectories.jsonl, summary.json.")] = None,
+        retries: Annotated[int, typer.Option("--retries", min=1, help="Attempts per request (timeouts, 5xx).")] = 4,
+        timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per request.")] = 300.0,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+        progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    ) -> None:
+        """Evaluate a policy endpoint: n trials per task, graded once each, summarised with pass^k and pass@k."""
+        if ctx.invoked_subcommand is not None:
+            return
+        from longhaul.spec.models import ExperimentSpec
+
+        exp_spec = ExperimentSpec()
+        if spec is not None:
+            from longhaul.commands.spec import fail_on_spec_error
+            from longhaul.spec import SpecError, load_specs
+
+            try:
+                exp_spec = load_specs([spec])[0].spec
+            except SpecError as exc:
+                fail_on_spec_error(exc)
+        policy_url = policy_url or os.environ.get("LONGHAUL_POLICY_URL")
+        user_url = user_url or exp_spec.user_simulator.url or os.environ.get("LONGHAUL_USER_URL")
+        if not policy_url or not user_url:
+            missing = [n for n, v in (("--policy-url", policy_url), ("--user-url", user_url)) if not v]
+            err.print(f"[red]error[/red] {' and '.join(missing)} missing: give the OpenAI-compatible base URL(s) "
+                      "(e.g. http://127.0.0.1:8000/v1), or a spec with user_simulator.url")
+            raise typer.Exit(2)
+        _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, subset, samples, _parse_ks(k), seed,
+                  concurrency, output, retries, timeout, as_json, progress)
+
+    @eval_app.command("summarize")
+    def summarize_cmd(
+        results: Annotated[Path, typer.Argument(help="Per-trial JSONL (task_id, trial, success, subset[s]).", exists=True, dir_okay=False)],
+        k: Annotated[str | None, typer.Option("--k", help="k values, e.g. 1,2,4 (default: 1,2,4,8 up to n).")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, help="Bootstrap resamples for CIs (0 = none).")] = 1000,
+        confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap resampling.")] = 0,
+        null_floor: Annotated[bool, typer.Option(help="Add the do-nothing agent's floor (airline task ids).")] = True,
+    ) -> None:
+        """Recompute every metric from per-trial records (old runs can be re-scored)."""
+        from longhaul.eval.evaluate import load_records
+
+        try:
+            records = load_records(results)
+            summary = summarize_records(records, _parse_ks(k), bootstrap=bootstrap, confidence=confidence, seed=seed,
+                                        null_floor=null_floor)
+        except (ValueError, KeyError) as exc:
+            err.print(f"[red]error[/red] {results}: {exc.args[0] if exc.args else exc}")
+            raise typer.Exit(2) from None
+        if as_json:
+            out.print_json(json.dumps(summary))
+        else:
+            print_summary(summary)
+
+
+def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, subset, samples, ks, seeds,
+              concurrency, output, retries, timeout, as_json, progress) -> None:  # noqa: ANN001
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from longhaul.clients.openai_compat import ChatClient, EndpointError, RetryPolicy
+    from longhaul.clients.policy import OpenAIPolicy, SamplingParams
+    from longhaul.clients.user_simulator import OpenAIUserSimulator
+    from longhaul.envs.airline.splits import build_split
+    from longhaul.envs.airline.tasks import load_tasks
+    from longhaul.envs.runner import EpisodeLimits
+    from longhaul.eval.evaluate import EvalPlan, build_run_info, evaluate, select_tasks
+
+    ev = exp_spec.evaluation
+    limits = EpisodeLimits.from_spec(exp_spec)
+    known = list(load_tasks())
+    try:
+        split = build_split(exp_spec.environment.split, known_ids=known)
+        task_ids = select_tasks(split, subset, [t.strip() for t in tasks.split(",")] if tasks else None)
+        bad = [t for t in task_ids if t not in set(known)]
+        if bad:
+            raise ValueError(f"unknown task ids {bad}; valid ids 0 … {len(known) - 1}")
+    except ValueError as exc:
+        err.print(f"[red]error[/red] {exc}")
+        raise typer.Exit(2) from None
+    n = samples or ev.samples_per_task
+    ks = ks or list(ev.k)
+    seeds = list(seeds) if seeds else list(ev.seeds)
+    if max(ks) > n * len(seeds):
+        err.print(f"[red]error[/red] --k {max(ks)} needs at least that many trials per task (n = {n} × {len(seeds)} seed(s))")
+        raise typer.Exit(2)
+    policy_model = policy_model or exp_spec.policy.model.name
+    user_model = user_model or exp_spec.user_simulator.model.name
+    retry = RetryPolicy(attempts=retries, timeout_s=timeout)
+    conc = concurrency or ev.concurrency
+    out_dir = output or Path("runs") / "eval" / _slug(policy_model)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results_path, traj_path = out_dir / "results.jsonl", out_dir / "trajectories.jsonl"
+    for p in (results_path, traj_path):
+        p.unlink(missing_ok=True)
+    plan = EvalPlan(task_ids, n, seeds)
+    total = len(plan.trials())
+    err.print(f"evaluating {policy_model} @ {policy_url}: {len(task_ids)} tasks × {n * len(seeds)} trials = {total} episodes "
+              f"(user {user_model} @ {user_url}, concurrency {conc}, max_turns {limits.max_turns}) → {out_dir}")
+
+    async def go() -> list[dict[str, Any]]:
+        pc = ChatClient(policy_url, policy_model, api_key=os.environ.get("LONGHAUL_POLICY_API_KEY"), retry=retry,
+                        max_connections=max(conc, 1) * 2, role="policy")
+        uc = ChatClient(user_url, user_model, api_key=os.environ.get("LONGHAUL_USER_API_KEY"), retry=retry,
+                        max_connections=max(conc, 1) * 2, role="user simulator")
+        policy = OpenAIPolicy(pc, SamplingParams.from_spec(exp_spec.policy.rollout.validation))
+        user = OpenAIUserSimulator(uc, SamplingParams.from_spec(exp_spec.user_simulator.sampling))
+        info = build_run_info(policy_model, user_model, limits, split)
+        try:
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          TextColumn("{task.fields[ok]} ok"), console=err, disable=not progress, transient=False) as bar:
+                job = bar.add_task("episodes", total=total, ok=0)
+                ok = 0
+
+                def done(traj) -> None:  # noqa: ANN001
+                    nonlocal ok
+                    ok += int(traj.outcome)
+                    bar.update(job, advance=1, ok=ok)
+
+                return await evaluate(plan, policy=policy, user=user, limits=limits, split=split, concurrency=conc,
+                                      results_path=results_path, trajectories_path=traj_path, run_info=info, on_done=done)
+        finally:
+            await pc.aclose()
+            await uc.aclose()
+
+    try:
+        records = asyncio.run(go())
+    except EndpointError as exc:
+        err.print(f"[red]error[/red] evaluation aborted: {exc}")
+        err.print(f"finished trials so far are in {results_path}; no summary was written.")
+        raise typer.Exit(1) from None
+    summary = summarize_records(records, ks, bootstrap=ev.bootstrap_samples, confidence=ev.confidence, seed=seeds[0],
+                                null_floor=True)
+    summary["run"] = build_run_info(policy_model, user_model, limits, split)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if as_json:
+        out.print_json(json.dumps(summary))
+    else:
+        print_summary(summary)
+        out.print(f"results: {results_path}  trajectories: {traj_path}  summary: {out_dir / 'summary.json'}")

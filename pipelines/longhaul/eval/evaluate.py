@@ -1,0 +1,163 @@
+"""Run an evaluation: n trials per task through the shared episode runner against OpenAI-compatible endpoints.
+
+Trials run concurrently (bounded), each with its own seed; every finished trial is appended to the results
+JSONL at once (so an interrupted run keeps what it did). An endpoint failure that survives the client's retries
+cancels the evaluation and propagates: it is never recorded as a failed trial.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from longhaul.envs.airline.env import AirlineEnv
+from longhaul.envs.airline.splits import Split
+from longhaul.envs.airline.tasks import get_task, source_info
+from longhaul.envs.runner import EpisodeLimits, run_episode
+from longhaul.envs.trajectory import Trajectory
+
+
+def episode_seed(base_seed: int, task_id: str, trial: int) -> int:
+    """A distinct, reproducible sampling seed per (base seed, task, trial)."""
+    t = int(task_id) if str(task_id).isdigit() else zlib.crc32(str(task_id).encode()) % 100_000
+    return base_seed * 100_000_000 + t * 1_000 + trial
+
+
+def build_record(traj: Trajectory, split: Split | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The per-trial JSONL record (`longhaul eval summarize` input)."""
+    g = traj.grade
+    rec = {
+        "task_id": traj.task_id,
+        "trial": traj.trial,
+        "seed": traj.seed,
+        "success": bool(g and g.success),
+        "reward": traj.outcome,
+        "subset": split.primary(traj.task_id) if split else None,
+        "subsets": split.labels(traj.task_id) if split else [],
+        "termination": traj.termination,
+        "aborted": traj.aborted,
+        "db_match": bool(g and g.db_match),
+        "communicated": bool(g and g.communicated),
+        "num_turns": len(traj.turns),
+        "num_tool_calls": traj.num_tool_calls,
+        "num_tool_errors": traj.num_tool_errors,
+        "num_unknown_tool_calls": traj.num_unknown_tool_calls,
+        "completion_tokens": traj.completion_tokens,
+        "response_tokens": traj.metadata.get("response_tokens"),
+    }
+    rec.update(extra or {})
+    return rec
+
+
+def build_run_info(policy_model: str, user_model: str, limits: EpisodeLimits, split: Split | None) -> dict[str, Any]:
+    """What every record carries about the harness (method.md h.14: seeds and harness commit in every record)."""
+    from importlib.metadata import version
+
+    src = source_info()
+    return {
+        "policy_model": policy_model,
+        "user_model": user_model,
+        "split": split.name if split else None,
+        "harness": f"longhaul {version('longhaul')}",
+        "harness_commit": os.environ.get("LONGHAUL_GIT_COMMIT"),
+        "data": f"{src.get('package')} ({src.get('source_version')})",
+        "max_turns": limits.max_turns,
+        "tool_output_limit": limits.tool_output_limit,
+    }
+
+
+@dataclass
+class EvalPlan:
+    task_ids: list[str]
+    samples: int
+    seeds: list[int]
+
+    def trials(self) -> list[tuple[str, int, int]]:
+        """(task id, trial index, sampling seed); trials of several base seeds are pooled (n = samples × seeds)."""
+        out = []
+        for tid in self.task_ids:
+            for si, base in enumerate(self.seeds):
+                for j in range(self.samples):
+                    trial = si * self.samples + j
+                    out.append((tid, trial, episode_seed(base, tid, j)))
+        return out
+
+
+async def evaluate(
+    plan: EvalPlan,
+    *,
+    policy: Any,
+    user: Any,
+    limits: EpisodeLimits,
+    split: Split | None,
+    concurrency: int,
+    results_path: Path | None = None,
+    trajectories_path: Path | None = None,
+    run_info: dict[str, Any] | None = None,
+    on_done: Callable[[Trajectory], None] | None = None,
+    env_factory: Callable[[], AirlineEnv] = AirlineEnv,
+) -> list[dict[str, Any]]:
+    """Run every trial of `plan`; return the records (in plan order). `policy` and `user` need `with_seed`."""
+    sem = asyncio.Semaphore(concurrency)
+    trials = plan.trials()
+    records: list[dict[str, Any] | None] = [None] * len(trials)
+    res_f = results_path.open("a", encoding="utf-8") if results_path else None
+    traj_f = trajectories_path.open("a", encoding="utf-8") if trajectories_path else None
+
+    async def one(i: int, tid: str, trial: int, seed: int) -> None:
+        async with sem:
+            traj = await run_episode(
+                env_factory, get_task(tid), policy.with_seed(seed), user.with_seed(seed), limits, trial=trial, seed=seed
+            )
+        rec = build_record(traj, split, run_info)
+        records[i] = rec
+        if res_f:
+            res_f.write(json.dumps(rec) + "\n")
+            res_f.flush()
+        if traj_f:
+            traj_f.write(json.dumps(traj.to_dict()) + "\n")
+            traj_f.flush()
+        if on_done:
+            on_done(traj)
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for i, (tid, trial, seed) in enumerate(trials):
+                tg.create_task(one(i, tid, trial, seed))
+    except* Exception as eg:  # the first real failure (an endpoint down after retries) stops the evaluation
+        raise eg.exceptions[0] from None
+    finally:
+        for f in (res_f, traj_f):
+            if f:
+                f.close()
+    return [r for r in records if r is not None]
+
+
+def load_records(path: Path) -> list[dict[str, Any]]:
+    """Read a results JSONL file; errors name the file and line."""
+    out = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{lineno}: not a JSON object ({exc.msg}); expected one record per line") from exc
+    return out
+
+
+def select_tasks(split: Split, which: str | None, explicit: Sequence[str] | None) -> list[str]:
+    """Task ids to evaluate: an explicit list, a subset name of the split, or all tasks of the split."""
+    if explicit:
+        return [str(t) for t in explicit]
+    if which in (None, "all"):
+        return split.all_ids
+    if which not in split.subsets:
+        raise ValueError(f"unknown subset {which!r} for split {split.name}; valid: all, {', '.join(split.subsets)}")
+    return list(split.subsets[which])
