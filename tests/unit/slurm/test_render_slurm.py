@@ -1,0 +1,224 @@
+"""render_slurm: directives, runtimes, protocol, quoting (pure; the script is also executed with bash)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from longhaul.render.slurm import EXIT_REQUEUE, memory_mib, render_slurm, slurm_run_dir
+from longhaul.spec import load_spec, run_name
+from longhaul.spec.models import Experiment
+
+REPO = Path(__file__).resolve().parents[3]
+SPECS = sorted((REPO / "specs").glob("*.yaml"))
+
+
+def _doc(base: str = "smoke") -> dict:
+    return yaml.safe_load((REPO / "specs" / f"{base}.yaml").read_text(encoding="utf-8"))
+
+
+def _exp(base: str = "smoke", **changes: object) -> Experiment:
+    doc = _doc(base)
+    for dotted, value in changes.items():
+        node = doc
+        keys = dotted.split("__")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+    return Experiment.model_validate(doc)
+
+
+def _directives(script: str) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for line in script.splitlines():
+        m = re.match(r"#SBATCH --([a-z-]+)(?:=(.*))?$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def _bash_n(script: str, tmp_path: Path) -> None:
+    path = tmp_path / "job.sbatch"
+    path.write_text(script, encoding="utf-8")
+    proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_every_spec_renders_valid_bash(spec: Path, tmp_path: Path) -> None:
+    exp = load_spec(spec)
+    script = render_slurm(exp)
+    _bash_n(script, tmp_path)
+    d = _directives(script)
+    assert d["job-name"] == run_name(exp)
+    assert d["output"] == f"{slurm_run_dir(exp)}/slurm-%j.out"
+    assert d["open-mode"] == "append" and "requeue" in d
+    assert d["signal"] == f"B:USR1@{exp.spec.backends.slurm.signal_lead_s}"
+    assert d["time"] == exp.spec.resources.time_limit
+    assert d["nodes"] == str(exp.spec.resources.nodes)
+    launch = (f"longhaul launch --spec {slurm_run_dir(exp)}/experiment.yaml --backend slurm "
+              f"--run-dir {slurm_run_dir(exp)} &")
+    assert launch in script
+
+
+def test_lata_resources() -> None:
+    d = _directives(render_slurm(load_spec(REPO / "specs/lata.yaml")))
+    assert d["gres"] == "gpu:a800:2" and d["cpus-per-task"] == "32" and d["mem"] == "524288M"
+    assert d["time"] == "3-00:00:00"
+    assert "partition" not in d and "account" not in d and "qos" not in d
+
+
+def test_cpu_spec_has_no_gres_and_untyped_gpus_have_no_type() -> None:
+    assert "gres" not in _directives(render_slurm(_exp()))
+    exp = _exp("lata", spec__resources__gpu_type=None)
+    assert _directives(render_slurm(exp))["gres"] == "gpu:2"
+
+
+def test_site_fields_and_no_requeue() -> None:
+    exp = _exp(spec__backends__slurm={"partition": "gpu", "account": "proj-1", "qos": "high", "requeue": False,
+                                      "container": {"runtime": "none"}, "signal_lead_s": 120})
+    script = render_slurm(exp)
+    d = _directives(script)
+    assert (d["partition"], d["account"], d["qos"]) == ("gpu", "proj-1", "high")
+    assert "no-requeue" in d and "requeue" not in d and d["signal"] == "B:USR1@120"
+    assert "scontrol requeue" not in script and "requeue is off" in script
+
+
+@pytest.mark.parametrize("quantity,mib", [("512Gi", 524288), ("8Gi", 8192), ("64G", 61036), ("1Ti", 1048576),
+                                          ("1500Mi", 1500), ("1048576", 1), ("0.5Gi", 512)])
+def test_memory_mib(quantity: str, mib: int) -> None:
+    assert memory_mib(quantity) == mib
+
+
+def test_stage_and_dependency() -> None:
+    exp = _exp()
+    script = render_slurm(exp, stage="eval", dependency="afterok:123")
+    d = _directives(script)
+    assert d["dependency"] == "afterok:123" and d["output"].endswith("/slurm-eval-%j.out")
+    assert "--stage eval &" in script and "export LONGHAUL_STAGE=eval" in script
+    with pytest.raises(ValueError, match="valid: grpo, eval"):
+        render_slurm(exp, stage="sft")
+    for bad in ("afterok:1;touch x", "afterok:", "afterok:12 --wrap=x", "after:$(id)"):
+        with pytest.raises(ValueError, match="dependency"):
+            render_slurm(exp, dependency=bad)
+
+
+def test_runtime_apptainer_and_pyxis(tmp_path: Path) -> None:
+    app = render_slurm(_exp("lata", spec__backends__slurm={
+        "container": {"runtime": "apptainer", "image": "/sif/longhaul.sif", "binds": ["/data"]}}))
+    _bash_n(app, tmp_path)
+    assert "CONTAINER=(apptainer exec --nv --containall" in app and "-B /data" in app
+    assert '--env "HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-}"' in app and "/sif/longhaul.sif)" in app
+    pyx = render_slurm(_exp("lata", spec__backends__slurm={"container": {"runtime": "pyxis", "image": "nvcr.io/x/y+1"}}))
+    _bash_n(pyx, tmp_path)
+    assert "PYXIS=(--container-image=nvcr.io/x/y+1" in pyx
+    assert 'srun --overlap --nodes=1 --ntasks=1 "${PYXIS[@]}" longhaul launch' in pyx
+    # No image in the spec: named at submit time, the job refuses to start without it.
+    noimg = render_slurm(load_spec(REPO / "specs/lata.yaml"))
+    assert '"${LONGHAUL_IMAGE:?runtime apptainer: set spec.backends.slurm.container.image' in noimg
+
+
+def test_multi_node_ray_layout(tmp_path: Path) -> None:
+    exp = _exp("lata", spec__resources__nodes=2, spec__backends__slurm={
+        "container": {"runtime": "apptainer", "image": "/sif/l.sif"}})
+    script = render_slurm(exp)
+    _bash_n(script, tmp_path)
+    assert _directives(script)["nodes"] == "2"
+    head = script.index("ray start --head")
+    workers = script.index('on_node "$node" ray start --address="$RAY_ADDRESS"')
+    launch = script.index('on_node "$LH_HEAD" longhaul launch')
+    assert head < workers < launch
+    assert "--num-cpus=32 --num-gpus=2" in script and "RAY_AUTH_MODE=token" in script
+    assert '--env "RAY_ADDRESS=${RAY_ADDRESS:-}"' in script  # exported before the container prefix is built
+    assert script.index("export RAY_ADDRESS=") < script.index("CONTAINER=(")
+    assert "ray start" not in render_slurm(_exp("lata"))
+
+
+def test_protocol_constant_matches_launcher() -> None:
+    protocol = pytest.importorskip("longhaul.launcher.protocol")
+    assert protocol.EXIT_REQUEUE == EXIT_REQUEUE
+    assert protocol.CHECKPOINT_SIGNAL.name == "SIGUSR1"
+
+
+# ---------------------------------------------------------------------------------------------- hostile input
+
+HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "a;touch PWNED", "a && touch PWNED", "a|touch PWNED", "a\ntouch PWNED",
+           "a b", "'", '"', "a$HOME", "a>PWNED", "a%j"]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+@pytest.mark.parametrize("field", ["metadata__name", "spec__backends__slurm__partition", "spec__backends__slurm__account",
+                                   "spec__backends__slurm__qos", "spec__backends__slurm__output_dir",
+                                   "spec__backends__slurm__venv", "spec__resources__gpu_type",
+                                   "spec__resources__time_limit", "spec__backends__slurm__container__image"])
+def test_hostile_values_are_rejected_at_the_door(field: str, value: str) -> None:
+    with pytest.raises(ValidationError):
+        _exp(**{field: value})
+
+
+def test_setup_lines_must_be_single_lines() -> None:
+    with pytest.raises(ValidationError):
+        _exp(spec__backends__slurm__setup=["module load x\ntouch PWNED"])
+    with pytest.raises(ValidationError):
+        _exp(spec__backends__slurm__setup=["#SBATCH --partition=other"])
+
+
+def test_sbatch_values_are_checked_even_without_validation() -> None:
+    exp = _exp()
+    slurm = exp.spec.backends.slurm.model_copy(update={"partition": "debug --wrap=id"})
+    spec = exp.spec.model_copy(update={"backends": exp.spec.backends.model_copy(update={"slurm": slurm})})
+    with pytest.raises(ValueError, match="#SBATCH --partition"):
+        render_slurm(exp.model_copy(update={"spec": spec}))
+
+
+def test_script_passes_odd_but_valid_strings_verbatim(tmp_path: Path) -> None:
+    """Run the rendered script with bash: shell-meaningful characters the patterns allow reach argv unchanged."""
+    odd = tmp_path / "v=1,a+b@c-d"
+    (odd / "bin").mkdir(parents=True)
+    (odd / "bin" / "activate").write_text(f'export PATH="{odd}/bin:$PATH"\n')
+    dump = tmp_path / "argv.json"
+    (odd / "bin" / "longhaul").write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        f"json.dump({{'argv': sys.argv[1:], 'env': {{k: v for k, v in os.environ.items() if k.startswith(('LONGHAUL_', 'HF_'))}}}},"
+        f" open({str(dump)!r}, 'w'))\n")
+    (odd / "bin" / "longhaul").chmod(0o755)
+    out_dir = f"{tmp_path}/o=1,x+y@z-"
+    marker = tmp_path / "setup-ran"
+    exp = _exp(spec__backends__slurm={"container": {"runtime": "none"}, "venv": str(odd), "output_dir": out_dir,
+                                      "setup": [f"echo ok > {marker}"]})
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_slurm(exp))
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7", "SLURM_SUBMIT_DIR": str(tmp_path), "HOME": str(tmp_path)}
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(dump.read_text())
+    run_dir = f"{out_dir}/{run_name(exp)}"
+    assert got["argv"] == ["launch", "--spec", f"{run_dir}/experiment.yaml", "--backend", "slurm", "--run-dir", run_dir]
+    assert got["env"]["LONGHAUL_RUN_DIR"] == run_dir and got["env"]["LONGHAUL_JOB_ID"] == "7"
+    assert got["env"]["HF_HUB_OFFLINE"] == "1" and marker.read_text() == "ok\n"
+    assert not list(tmp_path.rglob("PWNED"))
+
+
+def test_launcher_exit_code_is_the_job_exit_code(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text(f'export PATH="{venv}/bin:$PATH"\n')
+    (venv / "bin" / "longhaul").write_text("#!/bin/sh\nexit 3\n")
+    (venv / "bin" / "longhaul").chmod(0o755)
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_slurm(_exp(spec__backends__slurm__output_dir=str(tmp_path / "runs"))))
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "8", "LONGHAUL_VENV": str(venv)}
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3 and "launcher exited with 3" in proc.stderr
+    # Without a venv the job stops before running anything, naming both ways to provide one.
+    env.pop("LONGHAUL_VENV")
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "spec.backends.slurm.venv" in proc.stderr and "LONGHAUL_VENV" in proc.stderr
