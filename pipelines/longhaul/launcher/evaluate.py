@@ -1,0 +1,130 @@
+"""The `eval` stage inside the launcher: evaluate the selected checkpoints with the shared episode runner.
+
+For every selected checkpoint (step 0 = the initial policy): the policy server serves its weights, every task of
+the split runs `samples_per_task` trials per evaluation seed (validation sampling), the records go to
+`<eval_dir>/step_<N>/results.jsonl` (renamed into place when complete), and the summary (pass^k, pass@k,
+subsets, bootstrap CIs) is logged as an MLflow child run of the training run (`longhaul.tracking`). A checkpoint
+whose summary exists is skipped, so a requeued job continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from longhaul.launcher.control import RequeueRequested
+from longhaul.launcher.files import atomic_write_json
+from longhaul.trainer.checkpoint import MODEL_SUBDIR, saved_steps, step_dir
+
+
+class EvalStopped(Exception):  # noqa: N818 - control flow
+    """A stop or checkpoint request arrived during an evaluation; its partial records are discarded."""
+
+
+def select_checkpoints(which: Any, saved: list[int]) -> list[int]:
+    """Steps to evaluate: 'all' = 0 and every saved step, 'last' = the newest (0 if none), or an explicit list."""
+    if which == "all":
+        return [0, *saved]
+    if which == "last":
+        return [saved[-1] if saved else 0]
+    missing = [s for s in which if s != 0 and s not in saved]
+    if missing:
+        raise ValueError(f"spec.evaluation.checkpoints: steps {missing} have no checkpoint (saved: {saved or 'none'}); "
+                         "use 'all', 'last' or saved steps (0 = the initial policy)")
+    return list(which)
+
+
+def run_eval_stage(ctx: Any) -> None:
+    """Evaluate the spec's checkpoints (module docstring)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from longhaul.clients.openai_compat import ChatClient
+    from longhaul.clients.policy import OpenAIPolicy, SamplingParams
+    from longhaul.clients.user_simulator import OpenAIUserSimulator
+    from longhaul.envs.airline.env import AirlineEnv
+    from longhaul.envs.airline.splits import build_split
+    from longhaul.envs.airline.tasks import base_db
+    from longhaul.envs.runner import EpisodeLimits
+    from longhaul.eval.evaluate import EvalPlan, build_run_info, evaluate
+    from longhaul.eval.metrics import TrialRecord, compute_summary
+    from longhaul.tracking.runs import log_evaluation
+
+    exp, control = ctx.exp, ctx.control
+    spec = exp.spec
+    ev = spec.evaluation
+    say = lambda m: print(f"[eval] {m}", file=ctx.echo, flush=True)  # noqa: E731
+    steps = select_checkpoints(ev.checkpoints, saved_steps(ctx.checkpoint_dir))
+    split = build_split(spec.environment.split)
+    limits = EpisodeLimits.from_spec(exp)
+    plan = EvalPlan(task_ids=split.all_ids, samples=ev.samples_per_task, seeds=list(ev.seeds))
+    eval_dir = Path(ctx.plan.paths.eval_dir)
+    base = base_db()
+    policy = ctx.policy_server()
+    # The weights already served go first (no reload needed).
+    served = policy.serving
+    steps.sort(key=lambda s: (0 if (served == "base" and s == 0) or served == f"step {s}" else 1, s))
+    rows: list[dict[str, Any]] = ctx.results.setdefault("eval_rows", [])
+    run_info = build_run_info(spec.policy.model.name, spec.user_simulator.model.name, limits, split)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as progress:
+        for step in steps:
+            out = eval_dir / f"step_{step}"
+            summary_file = out / "summary.json"
+            if summary_file.is_file():
+                summary = json.loads(summary_file.read_text())
+                say(f"step {step}: already evaluated ({summary_file})")
+            else:
+                if control.checkpoint.is_set():
+                    raise RequeueRequested(f"eval step {step}")
+                control.check()
+                src = Path(spec.policy.model.path or spec.policy.model.name) if step == 0 else \
+                    step_dir(ctx.checkpoint_dir, step) / MODEL_SUBDIR
+                label = "base" if step == 0 else f"step {step}"
+                t0 = time.monotonic()
+                if policy.serving != label:
+                    took = policy.serve_weights(src, label, abort=lambda: control.requested)
+                    say(f"step {step}: policy server serves {label} ({took:.1f} s)")
+                out.mkdir(parents=True, exist_ok=True)
+                partial = out / ".results.jsonl.partial"
+                partial.unlink(missing_ok=True)
+                bar = progress.add_task(f"eval {label}", total=len(plan.trials()))
+
+                async def go(bar=bar, partial=partial, step=step):
+                    async with ChatClient(policy.base_url, policy.served_model_name, role="policy") as pc, \
+                            ChatClient(ctx.simulator_base_url, ctx.simulator_model, role="user simulator") as uc:
+                        pol = OpenAIPolicy(pc, SamplingParams.from_spec(spec.policy.rollout.validation))
+                        user = OpenAIUserSimulator(uc, SamplingParams.from_spec(spec.user_simulator.sampling))
+
+                        def done(_traj):
+                            progress.advance(bar)
+                            if control.requested:
+                                raise EvalStopped(step)
+
+                        return await evaluate(plan, policy=pol, user=user, limits=limits, split=split,
+                                              concurrency=ev.concurrency, results_path=partial,
+                                              run_info={**run_info, "checkpoint_step": step}, on_done=done,
+                                              env_factory=lambda: AirlineEnv(base))
+
+                try:
+                    records = asyncio.run(go())
+                except EvalStopped:
+                    control.check()
+                    raise RequeueRequested(f"eval step {step}") from None
+                partial.replace(out / "results.jsonl")
+                summary = compute_summary([TrialRecord.from_dict(r) for r in records], ev.k,
+                                          rng=random.Random(spec.algorithm.seed), bootstrap_samples=ev.bootstrap_samples,
+                                          confidence=ev.confidence)
+                summary["checkpoint_step"] = step
+                summary["seconds"] = round(time.monotonic() - t0, 1)
+                log_evaluation(ctx.run_id, step, summary, out / "results.jsonl", tracking_uri=ctx.tracking_uri)
+                atomic_write_json(summary_file, summary)
+                progress.remove_task(bar)
+            rows.append({"step": step, **{f"pass^{k}": summary["pass_hat_k"][str(k)] for k in ev.k},
+                         **{f"{name}: pass^1": blk["pass_hat_k"].get("1") for name, blk in summary["subsets"].items()
+                            if name in ("train", "test")},
+                         "c/n": summary["c_over_n"]})
+            say(f"step {step}: pass^k {summary['pass_hat_k']} ({summary['c_over_n']} trials succeeded)")
