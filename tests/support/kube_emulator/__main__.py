@@ -34,12 +34,13 @@ def kubeconfig(url: str, namespace: str = "default") -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-async def serve(port: int, kubeconfig_path: Path | None, port_file: Path | None, version: str) -> None:
+async def serve(port: int, kubeconfig_path: Path | None, port_file: Path | None, version: str,
+                access_log: bool = False) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with KubeEmulator(k8s_version=version) as emu, kmock.Server(emu, host="127.0.0.1", port=port) as srv:
+    async with KubeEmulator(k8s_version=version, access_log=access_log) as emu, kmock.Server(emu, host="127.0.0.1", port=port) as srv:
         url = f"http://127.0.0.1:{srv.port}"
         if kubeconfig_path:
             kubeconfig_path.write_text(kubeconfig(url))
@@ -56,9 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kubeconfig", type=Path, help="write a kubeconfig pointing at the server here")
     ap.add_argument("--port-file", type=Path, help="write the port number here once serving")
     ap.add_argument("--k8s-version", default=K8S_VERSION, help="Kubernetes minor version for schemas and /version")
+    ap.add_argument("--access-log", action="store_true", help="print one line per request (method, path, status)")
     args = ap.parse_args(argv)
     try:
-        asyncio.run(serve(args.port, args.kubeconfig, args.port_file, args.k8s_version))
+        asyncio.run(serve(args.port, args.kubeconfig, args.port_file, args.k8s_version, args.access_log))
     except KeyboardInterrupt:
         sys.exit(0)
 

@@ -152,6 +152,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
     """The emulator. Use `async with KubeEmulator() as emu, kmock.Server(emu, port=N):` or `serve()`."""
 
     k8s_version: str = K8S_VERSION
+    access_log: bool = False
     types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False)
     store: dict[tuple[str, str, str | None, str], dict[str, Any]] = attrs.field(factory=dict, init=False)
     log: list[tuple[int, tuple[str, str], str, dict[str, Any]]] = attrs.field(factory=list, init=False)
@@ -228,7 +229,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
                                         headers=dict(raw_request.headers), body=await raw_request.read(), text=text)
         self._requests.append(request)
         try:
-            return await self._handle(request)
+            response = await self._handle(request)
+            if self.access_log:
+                extra = f" {getattr(response, 'text', '')[:300]}" if response.status >= 400 else ""
+                print(f"{raw_request.method} {raw_request.path_qs} -> {response.status}{extra}", flush=True)
+            return response
         except Exception as exc:  # a bug in the emulator: answer 500 with the traceback, keep serving
             import traceback
 
@@ -793,7 +798,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 assert self.changed is not None
                 async with self.changed:
                     try:
-                        await asyncio.wait_for(self.changed.wait_for(lambda: cursor < len(self.log)),
+                        await asyncio.wait_for(self.changed.wait_for(lambda c=cursor: c < len(self.log)),
                                                timeout=max(0.0, min(5.0, deadline - loop.time())))
                     except TimeoutError:
                         pass

@@ -1,0 +1,119 @@
+"""longhaul operator: kopf handlers for `Experiment` (longhaul.dev/v1alpha1). Thin on purpose.
+
+Each handler hands the Experiment to `longhaul.k8s.reconcile.reconcile_experiment`, which validates the spec,
+renders the children with the pure renderer, creates what is missing (idempotently) and writes the status.
+Run it: `kopf run --standalone --all-namespaces --liveness=http://0.0.0.0:8080/healthz operator/longhaul_operator.py`
+(see operator/README.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+from typing import Any
+
+import kopf
+
+from longhaul import constants as C
+from longhaul.k8s.api import KubeApi
+from longhaul.k8s.reconcile import reconcile_experiment
+
+GROUP, VERSION, PLURAL = C.API_GROUP, C.API_VERSION, C.PLURAL
+#: Seconds between status re-syncs of active Experiments (covers lost watch events and RayJob/JobSet children).
+RESYNC_S = float(os.environ.get("LONGHAUL_OPERATOR_RESYNC_S", "30"))
+
+_api: KubeApi | None = None
+_connection: kopf.ConnectionInfo | None = None
+_locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """Explicit login (kubeconfig or in-cluster service account), the same for kopf and our client."""
+    global _connection
+    _connection = kopf.login_via_client(**kwargs)
+    return _connection
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -> None:
+    settings.posting.level = logging.INFO  # Normal + Warning events on the Experiment
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+    logger.info("longhaul operator starting", extra={"group": GROUP, "version": VERSION, "resync_s": RESYNC_S})
+
+
+@kopf.on.cleanup()
+async def close(**_: Any) -> None:
+    global _api
+    if _api is not None:
+        await _api.close()
+        _api = None
+
+
+def _client() -> KubeApi:
+    global _api
+    if _api is None:
+        if _connection is None:
+            raise kopf.TemporaryError("not logged in yet", delay=1)
+        _api = KubeApi.from_connection_info(_connection)
+    return _api
+
+
+async def _reconcile(namespace: str, name: str, body: Any, logger: logging.Logger) -> dict[str, Any] | None:
+    """Serialise reconciles of one Experiment (handlers and Job events may race) and work on a fresh copy."""
+    api = _client()
+    lock = _locks.setdefault((namespace, name), asyncio.Lock())
+    async with lock:
+        fresh = await api.get(f"{GROUP}/{VERSION}", C.KIND, namespace, name)
+        if fresh is None or (fresh.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+
+        def emit(kind: str, reason: str, message: str) -> None:
+            (kopf.warn if kind == "Warning" else kopf.info)(dict(body), reason=reason, message=message[:1000])
+
+        status = await reconcile_experiment(api, fresh, now=_now(), emit=emit)
+        logger.info("reconciled", extra={"phase": status.get("phase"), "run": status.get("runName"),
+                                         "stage": status.get("stage")})
+        return status
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def experiment_changed(namespace: str, name: str, body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+    """Create/resume/spec edit: validate, render, create missing children, write status."""
+    await _reconcile(namespace, name, body, logger)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_S, initial_delay=RESYNC_S, idle=RESYNC_S,
+            when=lambda status, **_: (status or {}).get("phase") in ("Pending", "Running"))
+async def resync(namespace: str, name: str, body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+    """Periodic re-sync of active Experiments (lost events; children kinds the operator does not watch)."""
+    await _reconcile(namespace, name, body, logger)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={"app.kubernetes.io/managed-by": C.MANAGED_BY})
+async def job_event(event: dict[str, Any], body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+    """A stage Job changed: follow it (phase, times, MLflow annotations) and start the next stage when done."""
+    if event.get("type") == "DELETED":
+        return
+    for ref in body.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("kind") == C.KIND and ref.get("apiVersion", "").startswith(f"{GROUP}/"):
+            exp = {"apiVersion": ref["apiVersion"], "kind": C.KIND,
+                   "metadata": {"name": ref["name"], "namespace": body["metadata"]["namespace"], "uid": ref.get("uid")}}
+            await _reconcile(body["metadata"]["namespace"], ref["name"], exp, logger)
+
+
+@kopf.on.probe(id="experiments_tracked")
+def tracked(**_: Any) -> int:
+    """Liveness payload: how many Experiments this process has reconciled."""
+    return len(_locks)

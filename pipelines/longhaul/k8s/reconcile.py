@@ -1,0 +1,241 @@
+"""Reconcile one Experiment: validate → render → adopt → create missing children → write status.
+
+`decide` and `owner_reference` are pure; `reconcile_experiment` does the I/O through a `KubeApi`-like object
+(create / get / list / patch_status) so tests can drive it against the emulator or a fake. Idempotent: every
+child has a deterministic name, creation treats 409 AlreadyExists as "adopt what is there", and the status is
+recomputed from what exists, so retries and operator restarts converge without duplicates.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import yaml
+
+from longhaul import constants as C
+from longhaul.k8s import status as S
+from longhaul.render.kubernetes import render_kubernetes, stage_job_name
+from longhaul.spec import SpecError, build_experiment, run_name, spec_hash
+from longhaul.spec.models import Experiment
+
+#: Annotation prefixes written by tools, not by users: never part of the Experiment that is validated.
+_TOOL_ANNOTATIONS = ("kubectl.kubernetes.io/", "kopf.zalando.org/", "meta.helm.sh/", "argocd.argoproj.io/")
+EXPERIMENT_API = f"{C.API_GROUP}/{C.API_VERSION}"
+
+Emit = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
+
+
+class Api(Protocol):
+    async def create(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]: ...
+    async def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+    async def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> list[dict[str, Any]]: ...
+    async def patch_status(self, api_version: str, kind: str, namespace: str | None, name: str,
+                           status: dict[str, Any]) -> dict[str, Any]: ...
+
+
+def clean_document(body: dict[str, Any]) -> dict[str, Any]:
+    """The user's Experiment from a stored object: server fields and tool annotations dropped."""
+    meta = body.get("metadata") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith(_TOOL_ANNOTATIONS)}
+    clean_meta: dict[str, Any] = {"name": meta.get("name")}
+    if meta.get("namespace"):
+        clean_meta["namespace"] = meta["namespace"]
+    if meta.get("labels"):
+        clean_meta["labels"] = dict(meta["labels"])
+    if annotations:
+        clean_meta["annotations"] = annotations
+    return {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": clean_meta,
+            "spec": copy.deepcopy(body.get("spec") or {})}
+
+
+def validate_body(body: dict[str, Any]) -> Experiment | str:
+    """The validated Experiment, or the full multi-line error message (every problem, with field paths)."""
+    meta = body.get("metadata") or {}
+    where = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+    try:
+        exp = build_experiment(clean_document(body), file=where)
+    except SpecError as exc:
+        return str(exc)
+    ns = meta.get("namespace")
+    target = exp.spec.backends.kubernetes.namespace
+    if target and ns and target != ns:
+        return (f"{where} spec.backends.kubernetes.namespace: {target!r} differs from the Experiment's namespace "
+                f"{ns!r}; the operator creates jobs next to their Experiment (owner references cannot cross "
+                "namespaces): remove the field or apply the Experiment into that namespace")
+    return exp
+
+
+def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
+    """Controller owner reference to the Experiment: deleting it garbage-collects every child."""
+    meta = body["metadata"]
+    return {
+        "apiVersion": body.get("apiVersion", EXPERIMENT_API),
+        "kind": body.get("kind", C.KIND),
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def adopt(objs: list[dict[str, Any]], body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Copies of `objs` owned by the Experiment, in its namespace."""
+    out = []
+    for obj in objs:
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["namespace"] = body["metadata"]["namespace"]
+        obj["metadata"]["ownerReferences"] = [owner_reference(body)]
+        out.append(obj)
+    return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with an Experiment: `track` a run (maybe refusing an edit) or report it `invalid`."""
+
+    track: Experiment | None = None
+    invalid: str | None = None
+    refused_run: str | None = None  # the run name the edited spec would have had
+    refused_invalid: str | None = None  # the edited spec's validation errors (the run continues)
+
+
+def decide(body: dict[str, Any], running: Experiment | None) -> Decision:
+    """Pure decision. `running` is the spec of the active run (from its ConfigMap), when one is active."""
+    result = validate_body(body)
+    status = body.get("status") or {}
+    locked = run_locked(status)
+    if isinstance(result, str):
+        if locked and running is not None:
+            return Decision(track=running, refused_invalid=result)
+        return Decision(invalid=result)
+    if locked and running is not None and run_name(result) != status["runName"]:
+        return Decision(track=running, refused_run=run_name(result))
+    return Decision(track=result)
+
+
+def run_locked(status: dict[str, Any]) -> bool:
+    """Whether the spec is bound to the current run: while it is active, and after an edit was refused.
+
+    A refused edit stays refused after the run finishes (it never starts by itself); re-applying the run's
+    spec clears it. Editing a finished run without a refusal starts a new run.
+    """
+    if not status.get("runName"):
+        return False
+    refused = any(c.get("type") == S.COND_SPEC_CHANGE_REFUSED and c.get("status") == "True"
+                  for c in status.get("conditions") or [])
+    return status.get("phase") in (S.Phase.PENDING, S.Phase.RUNNING) or refused
+
+
+async def load_running(api: Api, body: dict[str, Any]) -> Experiment | None:
+    """The spec of the active run, read back from its ConfigMap (what the running job mounted)."""
+    status = body.get("status") or {}
+    run = status.get("runName")
+    if not run_locked(status):
+        return None
+    ns = body["metadata"].get("namespace")
+    selector = f"{C.LABEL_RUN_NAME}={run},app.kubernetes.io/component=spec"
+    for cm in await api.list("v1", "ConfigMap", ns, selector):
+        text = (cm.get("data") or {}).get(C.SPEC_FILENAME)
+        if text:
+            try:
+                return build_experiment(yaml.safe_load(text), file=f"configmap {cm['metadata']['name']}")
+            except SpecError:
+                return None
+    return None
+
+
+def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
+    """Merge patch turning `old` into `new` (operator keys only; kopf's own `status.kopf` is left alone)."""
+    patch = {k: v for k, v in new.items() if old.get(k) != v}
+    for key in old:
+        if key not in new and key != "kopf" and key in _OPERATOR_KEYS:
+            patch[key] = None
+    return patch or None
+
+
+_OPERATOR_KEYS = {"phase", "observedGeneration", "runName", "specHash", "stage", "jobName", "mlflowRunId", "mlflowUrl",
+                  "startTime", "completionTime", "lastCheckpointStep", "message", "conditions"}
+
+
+async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit: Emit) -> dict[str, Any]:
+    """Bring one Experiment's children and status up to date; returns the status written (or kept)."""
+    meta = body["metadata"]
+    ns, name, generation = meta.get("namespace"), meta["name"], meta.get("generation")
+    previous = {k: v for k, v in (body.get("status") or {}).items() if k in _OPERATOR_KEYS}
+    decision = decide(body, await load_running(api, body))
+
+    if decision.invalid is not None:
+        new = S.invalid_status(previous, decision.invalid, generation=generation, now=now)
+        if previous.get("phase") != S.Phase.INVALID or previous.get("message") != decision.invalid:
+            emit("Warning", "InvalidSpec", decision.invalid)
+        await _write(api, ns, name, previous, new)
+        return new
+
+    exp = decision.track
+    assert exp is not None
+    base = previous
+    if previous.get("runName") != run_name(exp):
+        # First reconcile, or a finished run's spec was edited (a new run): start a clean status.
+        base = {"conditions": [c for c in previous.get("conditions") or [] if c.get("type") == S.COND_VALID]}
+    objs = adopt(render_kubernetes(exp, namespace=ns), body)
+    configmap, workloads = objs[0], objs[1:]
+    _, created = await api.create(configmap)
+    if created:
+        emit("Normal", "Created", f"ConfigMap {configmap['metadata']['name']} (resolved spec of run {run_name(exp)})")
+
+    stages = [str(s) for s in exp.spec.stages]
+    by_stage = dict(zip(stages, workloads, strict=True))
+    current: dict[str, dict[str, Any] | None] = {}
+    for stage, wl in by_stage.items():
+        current[stage] = await api.get(wl["apiVersion"], wl["kind"], ns, wl["metadata"]["name"])
+
+    def views() -> list[S.StageView]:
+        return [S.StageView(stage=s, name=stage_job_name(exp, s), workload=current[s]) for s in stages]
+
+    result = S.build_status(base, views(), run_name=run_name(exp), spec_hash=spec_hash(exp),
+                            generation=generation, now=now)
+    if result.next_stage is not None:
+        wl = by_stage[result.next_stage]
+        stored, created = await api.create(wl)
+        current[result.next_stage] = stored
+        if created:
+            emit("Normal", "Created", f"{wl['kind']} {wl['metadata']['name']} for stage {result.next_stage}")
+        result = S.build_status(base, views(), run_name=run_name(exp), spec_hash=spec_hash(exp),
+                                generation=generation, now=now)
+    new = result.status
+    if decision.refused_run is not None or decision.refused_invalid is not None:
+        if not any(c.get("type") == S.COND_SPEC_CHANGE_REFUSED and c.get("status") == "True"
+                   and c.get("observedGeneration") == generation for c in previous.get("conditions") or []):
+            emit("Warning", "SpecChangeRefused", f"spec edit refused while run {run_name(exp)} is active")
+        new = S.refused_status(new, decision.refused_run, generation=generation, now=now,
+                               invalid=decision.refused_invalid)
+    else:
+        new = S.clear_refusal(new, now=now, generation=generation)
+    if new.get("phase") != previous.get("phase") and new.get("phase") in (S.Phase.SUCCEEDED, S.Phase.FAILED):
+        emit("Normal" if new["phase"] == S.Phase.SUCCEEDED else "Warning", new["phase"], new.get("message", ""))
+    await _write(api, ns, name, previous, new)
+    return new
+
+
+async def _write(api: Api, ns: str | None, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+    patch = _status_patch(old, _stable_times(old, new))
+    if patch:
+        await api.patch_status(EXPERIMENT_API, C.KIND, ns, name, patch)
+
+
+def _stable_times(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Keep condition timestamps when nothing else about a condition changed (no status churn per reconcile)."""
+    olds = {c.get("type"): c for c in old.get("conditions") or []}
+    conds = []
+    for c in new.get("conditions") or []:
+        o = olds.get(c.get("type"))
+        if o and {k: v for k, v in o.items() if k != "lastTransitionTime"} == {
+            k: v for k, v in c.items() if k != "lastTransitionTime"
+        }:
+            conds.append(o)
+        else:
+            conds.append(c)
+    return {**new, "conditions": conds} if "conditions" in new else new
