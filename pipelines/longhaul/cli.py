@@ -7,6 +7,7 @@ import typer
 from longhaul.commands import env as _env
 from longhaul.commands import eval as _eval
 from longhaul.commands import images as _images
+from longhaul.commands import run as _run
 from longhaul.commands import spec as _spec
 from longhaul.commands import submit as _submit
 
@@ -20,6 +21,7 @@ app = typer.Typer(
 
 # Registration order = order in `longhaul --help`. One line per area.
 _spec.register(app)
+_run.register(app)
 _submit.register(app)
 _images.register(app)
 _env.register(app)

@@ -1,0 +1,57 @@
+"""`longhaul run` (local backend), `longhaul launch` (the in-job launcher) and `longhaul train`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from longhaul import constants as C
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    def run(
+        spec: Annotated[Path, typer.Argument(help="Experiment YAML, e.g. specs/smoke.yaml.")],
+        stage: Annotated[str | None, typer.Option("--stage", help="Run only this stage (sft, grpo, eval).")] = None,
+        run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Default: <backends.local.output_dir>/<run name>.")] = None,
+    ) -> None:
+        """Run SPEC on this machine (local backend): servers, training, evaluation, MLflow; the same spec resumes."""
+        from longhaul.spec import SpecError, load_spec
+        from longhaul.submit.local import run_local
+
+        try:
+            exp = load_spec(spec)
+        except SpecError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from None
+        _, rc = run_local(exp, run_dir=run_dir, stage=stage)
+        raise typer.Exit(rc)
+
+    @app.command("launch")
+    def launch_cmd(
+        spec: Annotated[Path, typer.Option("--spec", help="The mounted resolved spec (re-validated).")],
+        backend: Annotated[str, typer.Option("--backend", help="kubernetes, slurm or local.")],
+        run_dir: Annotated[Path, typer.Option("--run-dir", help="The run directory (checkpoints, logs, eval).")],
+        stage: Annotated[str | None, typer.Option("--stage", help="Run only this stage.")] = None,
+    ) -> None:
+        """The in-job launcher: start servers, wait for health, run the stages, stop cleanly.
+
+        Exit codes: 0 done; 75 checkpoint saved after SIGUSR1 (requeue me); 143/130 stopped by SIGTERM/Ctrl-C;
+        1 a stage or server failed; 2 invalid spec.
+        """
+        from longhaul.launcher.supervisor import launch
+
+        raise typer.Exit(launch(spec, backend, run_dir, stage=stage))
+
+    @app.command("train", hidden=True)
+    def train(
+        spec: Annotated[Path, typer.Option("--spec", help="The resolved spec.")],
+        run_dir: Annotated[Path, typer.Option("--run-dir", help="The run directory.")],
+    ) -> None:
+        """The grpo stage alone with the single-process trainer (= `longhaul launch --stage grpo`)."""
+        from longhaul.launcher.supervisor import launch
+
+        raise typer.Exit(launch(spec, os.environ.get(C.ENV_BACKEND, "local"), run_dir, stage="grpo"))

