@@ -209,12 +209,12 @@ def build_action_history(trajectory: Any, params: RuleParams = DEFAULT_PARAMS) -
         calls = t.get("tool_calls") or []
         for ci, call in enumerate(calls):
             c = _as_mapping(call)
-            if not c.get("known_tool", True):
-                unknown += 1
-                continue
             args = c.get("arguments")
             if c.get("parse_error") is not None or not isinstance(args, Mapping):
                 unparsed += 1
+                continue
+            if not c.get("known_tool", True):
+                unknown += 1
                 continue
             err = bool(c.get("is_error", False))
             obs = c.get("result") or ""

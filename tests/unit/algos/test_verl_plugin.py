@@ -138,9 +138,9 @@ def test_hydra_accepts_the_overrides(core_algos):
     """The rendered overrides compose against veRL's real ppo_trainer config."""
     import os
 
+    import verl
     from hydra import compose, initialize_config_dir
 
-    import verl
     from longhaul.spec.load import load_spec
 
     exp = load_spec(SPECS / "prm_lite_lata.yaml") if (SPECS / "prm_lite_lata.yaml").exists() else load_spec(next(SPECS.glob("*.yaml")))

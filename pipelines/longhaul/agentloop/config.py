@@ -1,0 +1,86 @@
+"""What veRL needs to run the longhaul agent loop: the `agent_loop_config_path` YAML and the Hydra overrides.
+
+Pure: no I/O. The renderer writes `render_agent_loop_yaml(exp)` to a file next to the run's other rendered
+files and passes `agent_loop_overrides(path)` to veRL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+#: The name rows select with their `agent_name` column (and the default agent loop).
+AGENT_LOOP_NAME = "longhaul_airline"
+#: Importable class veRL instantiates (Hydra `_target_`).
+AGENT_LOOP_TARGET = "longhaul.agentloop.loop.LonghaulAirlineAgentLoop"
+#: Environment variable that carries the user simulator's API key (from spec.user_simulator.api_key_secret).
+USER_SIM_API_KEY_ENV = "LONGHAUL_USER_SIM_API_KEY"
+
+
+def _v(x: Any) -> Any:
+    return getattr(x, "value", x)
+
+
+def build_loop_settings(exp: Any) -> dict[str, Any]:
+    """The keyword arguments of `LonghaulAirlineAgentLoop` for an Experiment: episode limits, reward and
+    user-simulator settings, all taken from the spec (no defaults of its own)."""
+    spec = exp.spec if hasattr(exp, "spec") else exp
+    env, rew, alg, sim = spec.environment, spec.reward, spec.algorithm, spec.user_simulator
+    if _v(sim.placement) == "external":
+        base_url = sim.url
+    else:
+        base_url = f"http://127.0.0.1:{sim.port}/v1"
+    return {
+        "limits": {
+            "max_turns": env.max_turns,
+            "max_tokens_per_turn": env.max_tokens_per_turn,
+            "max_response_tokens": env.max_response_tokens,
+            "max_prompt_tokens": env.max_prompt_tokens,
+            "tool_output_limit": env.tool_output_limit,
+            "abort_repeated_calls": env.abort_repeated_calls,
+            "date_line": env.date_line,
+        },
+        "reward": {
+            "process": _v(rew.process),
+            "weight": float(rew.weight),
+            "credit": _v(rew.credit),
+            "rules": {k: dict(v) for k, v in rew.rules.items()},
+            "seed_compat": bool(alg.seed_compat),
+        },
+        "user_simulator": {
+            "base_url": base_url,
+            "model": sim.model.name,
+            "temperature": sim.sampling.temperature,
+            "top_p": sim.sampling.top_p,
+            "max_tokens": sim.sampling.max_tokens,
+            "api_key_env": USER_SIM_API_KEY_ENV if sim.api_key_secret is not None else None,
+        },
+    }
+
+
+def render_agent_loop_yaml(exp: Any) -> str:
+    """File content for `actor_rollout_ref.rollout.agent.agent_loop_config_path`: one entry, `longhaul_airline`."""
+    entry = {"name": AGENT_LOOP_NAME, "_target_": AGENT_LOOP_TARGET, **build_loop_settings(exp)}
+    return yaml.safe_dump([entry], sort_keys=False, allow_unicode=True)
+
+
+def agent_loop_overrides(agent_loop_yaml_path: str, exp: Any) -> list[str]:
+    """The veRL Hydra overrides that select the loop and keep veRL's own multi-turn limits consistent with the
+    spec (the loop applies the spec's limits itself through the episode runner; these keep veRL's tensors and
+    its stock tool path aligned with them)."""
+    spec = exp.spec if hasattr(exp, "spec") else exp
+    env = spec.environment
+    limit = env.tool_output_limit if env.tool_output_limit is not None else 1_000_000
+    return [
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loop_yaml_path}",
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        "actor_rollout_ref.rollout.multi_turn.format=hermes",
+        f"actor_rollout_ref.rollout.multi_turn.max_tool_response_length={limit}",
+        f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={env.max_turns}",
+        f"actor_rollout_ref.rollout.prompt_length={env.max_prompt_tokens}",
+        f"actor_rollout_ref.rollout.response_length={env.max_response_tokens}",
+        f"data.max_prompt_length={env.max_prompt_tokens}",
+        f"data.max_response_length={env.max_response_tokens}",
+    ]
