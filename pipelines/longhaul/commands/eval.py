@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-out = Console(highlight=False, soft_wrap=True)
+# Tables with CIs are wide: when piped, do not squeeze them into 80 columns.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DEFAULT_KS = (1, 2, 4, 8)

@@ -1,0 +1,243 @@
+"""The shared episode runner with in-process scripted policies and users (no network)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from longhaul.envs.airline.env import AirlineEnv
+from longhaul.envs.airline.tasks import get_task, policy_text
+from longhaul.envs.runner import (
+    ContextOverflowError,
+    EpisodeLimits,
+    ParsedCall,
+    Policy,
+    PolicyTurn,
+    UserSimulator,
+    build_system_prompt,
+    limit_tool_output,
+    run_episode,
+    tool_schemas,
+)
+from longhaul.envs.trajectory import Termination, Trajectory
+
+
+class ScriptPolicy:
+    """Plays a list of PolicyTurns (the last one repeats) and records what it was shown."""
+
+    def __init__(self, turns: list[PolicyTurn]) -> None:
+        self.turns = turns
+        self.calls: list[list[dict]] = []
+        self.max_tokens: list[int] = []
+
+    async def next_turn(self, messages, tools, max_tokens):
+        self.calls.append(messages)
+        self.max_tokens.append(max_tokens)
+        i = min(len(self.calls) - 1, len(self.turns) - 1)
+        return self.turns[i]
+
+
+class ScriptUser:
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = replies
+        self.seen: list[list[dict]] = []
+
+    async def reply(self, task, conversation):
+        self.seen.append(conversation)
+        return self.replies[min(len(self.seen) - 1, len(self.replies) - 1)]
+
+
+def call(name: str, args: dict | None = None, raw: str | None = None, err: str | None = None) -> PolicyTurn:
+    if args is None and err is None:
+        args = {}
+    raw = raw if raw is not None else json.dumps(args)
+    return PolicyTurn("", [ParsedCall(name, args, raw, err)], completion_tokens=10)
+
+
+def say(text: str, tokens: int = 5, prompt_tokens: int | None = None) -> PolicyTurn:
+    return PolicyTurn(text, [], completion_tokens=tokens, prompt_tokens=prompt_tokens)
+
+
+LIMITS = EpisodeLimits(max_turns=10, date_line="The current date is 2024-05-15 (Wednesday).")
+
+
+def test_protocols_are_satisfied_by_plain_classes():
+    assert isinstance(ScriptPolicy([]), Policy)
+    assert isinstance(ScriptUser([]), UserSimulator)
+
+
+async def test_gold_episode_prompt_transcript_and_grade():
+    task = get_task("5")
+    gold = [call(a.name, dict(a.arguments)) for a in task.actions]
+    policy = ScriptPolicy([*gold, say("Done, anything else?")])
+    user = ScriptUser(["Hi, I want to check my booking.", "No, thanks. ###STOP###"])
+    seen: list[dict] = []
+    traj = await run_episode(AirlineEnv, task, policy, user, LIMITS, trial=2, seed=7, on_message=seen.append)
+    assert traj.termination == Termination.USER_STOP and traj.outcome == 1.0
+    assert traj.trial == 2 and traj.seed == 7 and traj.task_id == "5"
+    # The system prompt carries the whole policy text and the date line; the first user message follows it.
+    sys_msg, first = traj.messages[0], traj.messages[1]
+    assert sys_msg["role"] == "system" and policy_text().strip() in sys_msg["content"]
+    assert LIMITS.date_line in sys_msg["content"]
+    assert first == {"role": "user", "content": "Hi, I want to check my booking."}
+    assert policy.calls[0] == traj.messages[:2]
+    assert seen == traj.messages  # on_message saw every appended message, in order
+    assert [t.to_user for t in traj.turns] == [False] * len(gold) + [True]
+    assert traj.num_tool_calls == len(gold) and traj.num_tool_errors == 0
+    assert traj.messages[-1] == {"role": "user", "content": "No, thanks. ###STOP###"}
+    tool_msgs = [m for m in traj.messages if m["role"] == "tool"]
+    assert len(tool_msgs) == len(gold) and all(m["tool_call_id"] for m in tool_msgs)
+    # The user simulator sees only text, from the agent's point of view.
+    assert user.seen[0] == [] and user.seen[1][-1] == {"role": "assistant", "content": "Done, anything else?"}
+    again = Trajectory.from_dict(json.loads(json.dumps(traj.to_dict())))
+    assert again == traj and again.outcome == 1.0
+
+
+async def test_transfer_then_stop_regression_through_the_runner():
+    """The runner stops at the transfer: the user is never asked again, the policy is not called again,
+    and the wrong write before the transfer stays graded 0 (method.md c.3)."""
+    task = get_task("0")
+    policy = ScriptPolicy([
+        call("cancel_reservation", {"reservation_id": "EHGLP3"}),
+        call("transfer_to_human_agents", {"summary": "refund"}),
+        say("###STOP###"),
+    ])
+    user = ScriptUser(["Cancel EHGLP3 please.", "###STOP###"])
+    traj = await run_episode(AirlineEnv, task, policy, user, LIMITS)
+    assert traj.termination == Termination.TRANSFER
+    assert len(policy.calls) == 2 and len(user.seen) == 1
+    assert traj.outcome == 0.0 and not traj.grade.db_match
+
+
+async def test_transfer_with_correct_database_is_graded_normally():
+    task = get_task("13")  # its gold action is the transfer
+    policy = ScriptPolicy([call("transfer_to_human_agents", {"summary": "needs a human"})])
+    traj = await run_episode(AirlineEnv, task, policy, ScriptUser(["Hello"]), LIMITS)
+    assert traj.termination == Termination.TRANSFER and traj.outcome == 1.0 and not traj.aborted
+
+
+async def test_agent_stop_ends_without_asking_the_user():
+    policy = ScriptPolicy([say("Goodbye. ###STOP###")])
+    user = ScriptUser(["Hello"])
+    traj = await run_episode(AirlineEnv(), get_task("0"), policy, user, LIMITS)
+    assert traj.termination == Termination.AGENT_STOP and len(user.seen) == 1 and traj.outcome == 1.0
+
+
+async def test_calls_after_a_terminal_call_in_the_same_turn_are_not_executed():
+    turn = PolicyTurn("", [ParsedCall("transfer_to_human_agents", {"summary": "x"}, '{"summary": "x"}'),
+                           ParsedCall("cancel_reservation", {"reservation_id": "EHGLP3"}, "{}")])
+    traj = await run_episode(AirlineEnv, get_task("0"), ScriptPolicy([turn]), ScriptUser(["Hi"]), LIMITS)
+    assert [c.name for c in traj.turns[0].tool_calls] == ["transfer_to_human_agents"]
+    assert traj.outcome == 1.0
+
+
+async def test_max_turns_is_premature_and_scores_0_even_when_the_database_matches():
+    policy = ScriptPolicy([call("get_user_details", {"user_id": "emma_kim_9957"})])
+    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), EpisodeLimits(max_turns=3))
+    assert traj.termination == Termination.MAX_TURNS and len(traj.turns) == 3
+    assert traj.grade.db_match and traj.outcome == 0.0 and traj.aborted
+
+
+async def test_repeated_calls_abort_as_loop():
+    policy = ScriptPolicy([call("get_user_details", {"user_id": "emma_kim_9957"})])
+    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]),
+                             EpisodeLimits(max_turns=30, abort_repeated_calls=3))
+    assert traj.termination == Termination.LOOP and len(traj.turns) == 3 and traj.outcome == 0.0
+
+
+async def test_malformed_tool_json_is_an_error_observation_for_that_turn():
+    policy = ScriptPolicy([
+        call("get_user_details", None, raw='{"user_id": ', err="invalid JSON"),
+        call("nonexistent_tool", {"a": 1}),
+        say("Sorry, all good. ###STOP###"),
+    ])
+    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), LIMITS)
+    first, second = traj.turns[0].tool_calls[0], traj.turns[1].tool_calls[0]
+    assert first.is_error and first.parse_error == "invalid JSON" and first.raw_arguments == '{"user_id": '
+    assert second.is_error and not second.known_tool
+    assert traj.num_tool_errors == 2 and traj.num_unknown_tool_calls == 1
+    assert traj.termination == Termination.AGENT_STOP and traj.outcome == 1.0
+    assert traj.messages[3]["content"].startswith("Error:")
+
+
+async def test_tool_output_limit_applies_to_what_the_policy_sees():
+    policy = ScriptPolicy([call("list_all_airports"), say("###STOP###")])
+    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]),
+                             EpisodeLimits(tool_output_limit=120))
+    shown = traj.turns[0].tool_calls[0].result
+    assert len(shown) <= 120 and "truncated" in shown
+    assert traj.messages[3]["content"] == shown
+
+
+def test_limit_tool_output():
+    assert limit_tool_output("abc", None) == "abc"
+    assert limit_tool_output("abc", 3) == "abc"
+    cut = limit_tool_output("x" * 1000, 100)
+    assert len(cut) == 100 and cut.endswith("chars]")
+    assert limit_tool_output("x" * 1000, 5) == "xxxxx"
+
+
+async def test_empty_turn_is_a_policy_format_error():
+    traj = await run_episode(AirlineEnv, get_task("0"), ScriptPolicy([say("  ")]), ScriptUser(["Hi"]), LIMITS)
+    assert traj.termination == Termination.POLICY_FORMAT_ERROR and traj.outcome == 0.0
+
+
+async def test_context_overflow_ends_the_episode():
+    class Overflow:
+        async def next_turn(self, messages, tools, max_tokens):
+            raise ContextOverflowError("too long")
+
+    traj = await run_episode(AirlineEnv, get_task("0"), Overflow(), ScriptUser(["Hi"]), LIMITS)
+    assert traj.termination == Termination.CONTEXT_OVERFLOW and traj.outcome == 0.0
+
+
+async def test_response_token_budget_counts_tool_and_user_tokens_when_the_policy_reports_prompt_tokens():
+    # prompt grows 1000 → 1600 → 2300: by turn 3 the response (prompt growth + completion) reaches 1500.
+    turns = [say("a", 100, prompt_tokens=1000), say("b", 100, prompt_tokens=1600), say("c", 100, prompt_tokens=2300)]
+    policy = ScriptPolicy(turns)
+    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi", "more", "more"]),
+                             EpisodeLimits(max_response_tokens=1400))
+    assert traj.termination == Termination.MAX_TOKENS and len(traj.turns) == 3
+    assert traj.metadata["response_tokens"] == 1400
+
+
+async def test_prompt_over_max_prompt_tokens_is_an_overflow():
+    policy = ScriptPolicy([say("hello", prompt_tokens=9000)])
+    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), EpisodeLimits(max_prompt_tokens=8192))
+    assert traj.termination == Termination.CONTEXT_OVERFLOW
+
+
+async def test_per_turn_token_cap_is_passed_to_the_policy():
+    policy = ScriptPolicy([say("###STOP###")])
+    await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), EpisodeLimits(max_tokens_per_turn=321))
+    assert policy.max_tokens == [321]
+
+
+async def test_endpoint_failures_propagate_instead_of_scoring_zero():
+    class Broken:
+        async def next_turn(self, messages, tools, max_tokens):
+            raise RuntimeError("policy endpoint down")
+
+    with pytest.raises(RuntimeError, match="endpoint down"):
+        await run_episode(AirlineEnv, get_task("0"), Broken(), ScriptUser(["Hi"]), LIMITS)
+
+
+async def test_user_stop_in_the_first_message():
+    policy = ScriptPolicy([say("unused")])
+    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["###STOP###"]), LIMITS)
+    assert traj.termination == Termination.USER_STOP and policy.calls == [] and traj.turns == []
+
+
+def test_limits_from_spec_and_prompt_helpers():
+    from longhaul.spec.models import EnvironmentSpec, ExperimentSpec
+
+    spec = ExperimentSpec(environment=EnvironmentSpec(max_turns=7, tool_output_limit=500, abort_repeated_calls=4))
+    lim = EpisodeLimits.from_spec(spec)
+    assert (lim.max_turns, lim.tool_output_limit, lim.abort_repeated_calls) == (7, 500, 4)
+    assert lim.max_tokens_per_turn == spec.environment.max_tokens_per_turn
+    assert lim.date_line == spec.environment.date_line
+    prompt = build_system_prompt("POLICY BODY", "The date is X.")
+    assert "POLICY BODY" in prompt and prompt.rstrip().endswith("The date is X.")
+    names = [t["function"]["name"] for t in tool_schemas()]
+    assert len(names) == 14 and len(set(names)) == 14
