@@ -41,10 +41,13 @@ RUN apt-get update \
 
 # ---------------------------------------------------------------------------------------------------------
 FROM builder AS wheelhouse
+# SHELL is repeated per stage: OCI image configs (buildah's default format) do not carry it.
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG STACK=cuda13
 # build/wheelhouse/<STACK>/ is made by `images/wheelhouse.sh <STACK>` (a connected machine, or CI from PyPI).
 COPY build/wheelhouse/${STACK}/ /wheelhouse/
-COPY pyproject.toml README.md /src/
+# README.m[d]: the glob lets the build go on while the readme is absent (setuptools only warns).
+COPY pyproject.toml README.m[d] /src/
 COPY pipelines/ /src/pipelines/
 # The project wheel; setuptools and wheel for its isolated build come from the wheelhouse too.
 RUN /opt/venv/bin/pip wheel --no-cache-dir --no-index --find-links /wheelhouse --no-deps \
@@ -53,6 +56,7 @@ RUN /opt/venv/bin/pip wheel --no-cache-dir --no-index --find-links /wheelhouse -
 
 # ---------------------------------------------------------------------------------------------------------
 FROM builder AS deps
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG STACK=cuda13
 # Only the stack files and pyproject.toml: editing the source does not rebuild this (large) layer.
 COPY images/stacks/${STACK}/ /stack/
@@ -65,7 +69,7 @@ COPY pyproject.toml images/project-requirements.py /stack/
 # No autoawq in any stack: vLLM loads AWQ checkpoints (the simulator's Qwen2.5-72B-Instruct-AWQ) with its own
 # awq / awq_marlin kernels; autoawq is deprecated, source-only and pinned to torch 2.6, so it would only conflict.
 RUN --mount=type=bind,from=wheelhouse,source=/wheelhouse,target=/wheelhouse \
-    source /stack/stack.env \
+    . /stack/stack.env \
     && python3 /stack/project-requirements.py /stack/pyproject.toml --extras "${PROJECT_EXTRAS:-}" \
         > /stack/project.txt \
     && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheelhouse \
@@ -73,6 +77,7 @@ RUN --mount=type=bind,from=wheelhouse,source=/wheelhouse,target=/wheelhouse \
 
 # ---------------------------------------------------------------------------------------------------------
 FROM deps AS models-hub
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # Pinned commits, not branches: the image is rebuilt bit-for-bit from the same arguments.
 ARG POLICY_MODEL=Qwen/Qwen2.5-7B-Instruct
 ARG POLICY_REVISION=a09a35458c702b33eeacc393d103063234e8bc28
@@ -87,6 +92,7 @@ RUN --mount=type=secret,id=hf_token \
 
 # ---------------------------------------------------------------------------------------------------------
 FROM builder AS models-local
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # A directory in the build context laid out like /models (hf/hub/models--ORG--NAME/... and/or plain model
 # directories). CI writes a tiny model there at test time.
 ARG LOCAL_MODELS=build/models
