@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from longhaul.launcher import EXIT_FAILED, EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
-from longhaul.launcher import supervisor
+from longhaul.launcher import EXIT_FAILED, EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, supervisor
 from longhaul.launcher.control import RequeueRequested
 from longhaul.launcher.servers import probe_health
 

@@ -9,8 +9,8 @@ def test_response_mask_covers_exactly_the_assistant_turns(tokenizer, tools, make
     # Two assistant turns → two runs of 1s; the tool result and the user's reply between/after are 0.
     runs = sum(1 for i, m in enumerate(ep.response_mask) if m and (i == 0 or not ep.response_mask[i - 1]))
     assert runs == 2
-    policy_text = tokenizer.decode([t for t, m in zip(ep.response_ids, ep.response_mask) if m])
-    other_text = tokenizer.decode([t for t, m in zip(ep.response_ids, ep.response_mask) if not m])
+    policy_text = tokenizer.decode([t for t, m in zip(ep.response_ids, ep.response_mask, strict=True) if m])
+    other_text = tokenizer.decode([t for t, m in zip(ep.response_ids, ep.response_mask, strict=True) if not m])
     assert "Sure, let me check." in policy_text and "get_reservation_details" in policy_text
     assert "confirmed" in other_text and "Thanks" in other_text
     assert "confirmed" not in policy_text
