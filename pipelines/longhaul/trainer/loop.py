@@ -33,7 +33,7 @@ from longhaul.trainer.batch import (
 )
 from longhaul.trainer.checkpoint import MODEL_SUBDIR, latest_step, load_state, save_checkpoint, step_dir
 from longhaul.trainer.rollout import EpisodeJob, RolloutStopped, run_episodes
-from longhaul.trainer.stats import compute_group_saturation, summarize
+from longhaul.trainer.stats import compute_zero_signal_fraction, summarize
 from longhaul.trainer.update import build_actor_config, masked_mean, update_policy
 
 
@@ -72,6 +72,7 @@ def run_training_stage(ctx: Any) -> None:
     """The `grpo` stage with `algorithm.trainer: single_process` (see the module docstring)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from longhaul.algos.diagnostics import compute_group_saturation
     from longhaul.algos.estimators import compute_advantages
     from longhaul.envs.airline.splits import build_split
     from longhaul.envs.runner import EpisodeLimits, tool_schemas
@@ -204,7 +205,9 @@ def run_training_stage(ctx: Any) -> None:
                 **summarize([float(e.num_policy_tokens) for e in episodes], "response_length"),
                 **summarize([float(len(e.response_ids)) for e in episodes], "response_length/all_tokens"),
                 **summarize([float(t) for t in turns], "num_turns"),
-                **compute_group_saturation([j.task_id for j in kept_jobs], scores, outcomes),
+                **compute_group_saturation(outcomes, [j.task_id for j in kept_jobs], scores,
+                                           processes if process else None),
+                "train/saturated_group_fraction": compute_zero_signal_fraction([j.task_id for j in kept_jobs], scores),
                 "critic/advantages/max": float(adv.max()),
                 "critic/advantages/min": float(adv.min()),
                 "policy/logprob_before": before,

@@ -1,15 +1,11 @@
-from longhaul.trainer.stats import compute_group_saturation, summarize
+from longhaul.trainer.stats import compute_zero_signal_fraction, summarize
 
 
-def test_group_saturation_fractions():
+def test_zero_signal_fraction_counts_groups_with_equal_rewards():
     ids = ["1", "1", "2", "2", "3", "3"]
-    scores = [1.2, 1.2, 0.1, -0.3, 0.0, 0.0]
-    outcomes = [1, 1, 0, 0, 0, 0]
-    s = compute_group_saturation(ids, scores, outcomes)
-    assert s["train/saturated_group_fraction"] == 2 / 3
-    assert s["train/groups_all_success_fraction"] == 1 / 3
-    assert s["train/groups_all_fail_fraction"] == 2 / 3
-    assert s["train/groups"] == 3
+    assert compute_zero_signal_fraction(ids, [1.2, 1.2, 0.1, -0.3, 0.0, 0.0]) == 2 / 3
+    assert compute_zero_signal_fraction(ids, [1, 0, 0.1, -0.3, 0.0, 0.5]) == 0.0
+    assert compute_zero_signal_fraction([], []) == 0.0
 
 
 def test_summarize():
