@@ -6,6 +6,7 @@ import typer
 
 from longhaul.commands import env as _env
 from longhaul.commands import eval as _eval
+from longhaul.commands import explain as _explain
 from longhaul.commands import images as _images
 from longhaul.commands import run as _run
 from longhaul.commands import spec as _spec
@@ -26,6 +27,7 @@ _submit.register(app)
 _images.register(app)
 _env.register(app)
 _eval.register(app)
+_explain.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -1,0 +1,133 @@
+"""What `longhaul explain` shows: PRM-Lite rule hits per turn, the reward, and each estimator's token advantages.
+
+Pure: takes trajectory dicts (the episode runner's JSON records) and an Experiment; returns a plain dict.
+
+Token layout. A trajectory record keeps token *counts* for assistant turns (`Turn.completion_tokens`) but not
+for tool results or user replies; those are estimated at 4 characters per token (at least 1) to place the
+mask-0 gaps between turns, which only matters for the token-unit discount. Trajectories given together form
+one GRPO group (pass the rollouts of one task); a single trajectory is a group of one, for which veRL's
+normalisation keeps the raw score (mean 0, std 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from longhaul.algos.estimators import ADVANTAGES, compute_advantages
+from longhaul.algos.settings import estimator_name, settings_from_spec
+from longhaul.rewards.combine import build_token_rewards, combine_reward
+from longhaul.rewards.prm_lite import build_rule_params, score_trajectory
+
+CHARS_PER_TOKEN = 4
+
+
+def _v(x: Any) -> Any:
+    return getattr(x, "value", x)
+
+
+def build_token_layout(traj: Mapping[str, Any]) -> tuple[list[int], list[tuple[int, int]]]:
+    """A response mask for a trajectory record and the (start, end) token span of every assistant turn."""
+    mask: list[int] = []
+    spans: list[tuple[int, int]] = []
+    for t in traj["turns"]:
+        n = int(t.get("completion_tokens") or 0) or max(1, len(t.get("content") or "") // CHARS_PER_TOKEN)
+        spans.append((len(mask), len(mask) + n))
+        mask.extend([1] * n)
+        gap = sum(len(c.get("result") or "") for c in t.get("tool_calls") or [])
+        if gap or t is not traj["turns"][-1]:
+            mask.extend([0] * max(1, gap // CHARS_PER_TOKEN))
+    return mask, spans
+
+
+def build_explanation(trajectories: Sequence[Mapping[str, Any]], exp: Any) -> dict[str, Any]:
+    """Rule hits, per-turn scores, rewards and per-turn advantage summaries for a group of trajectories."""
+    spec = exp.spec
+    rew, alg = spec.reward, spec.algorithm
+    seed_compat = bool(alg.seed_compat)
+    params = build_rule_params(rew.rules)
+    process_on = _v(rew.process) == "prm_lite"
+    credit = _v(rew.credit)
+    settings = settings_from_spec(exp)
+
+    items, rows, masks, spans_all = [], [], [], []
+    for traj in trajectories:
+        prm = score_trajectory(traj, params, seed_compat=seed_compat)
+        grade = traj.get("grade") or {}
+        outcome = 1.0 if grade.get("success") else 0.0
+        reward = combine_reward(outcome, prm if process_on else None, float(rew.weight))
+        mask, spans = build_token_layout(traj)
+        rows.append(build_token_rewards(reward, mask, credit) if mask else [])
+        masks.append(mask)
+        spans_all.append(spans)
+        steps_by_turn: dict[int, list[dict[str, Any]]] = {}
+        for s in prm.steps:
+            steps_by_turn.setdefault(s.turn, []).append(
+                {"tool": s.tool, "score": s.score, "hits": [{"rule": h.rule, "weight": h.weight, "detail": h.detail} for h in s.hits]}
+            )
+        turns = []
+        for k, t in enumerate(traj["turns"]):
+            turns.append(
+                {
+                    "index": k,
+                    "content": t.get("content") or "",
+                    "to_user": bool(t.get("to_user")),
+                    "tool_calls": [
+                        {"name": c["name"], "arguments": c.get("raw_arguments"), "is_error": bool(c.get("is_error")),
+                         "known_tool": bool(c.get("known_tool", True)), "parse_error": c.get("parse_error")}
+                        for c in t.get("tool_calls") or []
+                    ],
+                    "steps": steps_by_turn.get(k, []),
+                    "process_share": prm.turn_scores[k] if k < len(prm.turn_scores) else 0.0,
+                    "tokens": spans[k][1] - spans[k][0],
+                }
+            )
+        items.append(
+            {
+                "task_id": traj.get("task_id"),
+                "trial": traj.get("trial"),
+                "termination": traj.get("termination"),
+                "outcome": outcome,
+                "process": prm.process,
+                "process_raw": prm.raw,
+                "mean_step_score": prm.mean_step_score,
+                "process_in_reward": process_on,
+                "reward": reward.score,
+                "trajectory_hits": [{"rule": h.rule, "weight": h.weight, "detail": h.detail} for h in prm.trajectory_hits],
+                "unknown_tool_calls": prm.num_unknown_tool_calls,
+                "unparsed_tool_calls": prm.num_unparsed_tool_calls,
+                "turns": turns,
+                "advantages": {},
+            }
+        )
+
+    T = max((len(m) for m in masks), default=0)
+    if T:
+        r = torch.zeros(len(items), T)
+        m = torch.zeros(len(items), T, dtype=torch.long)
+        for i, (row, mk) in enumerate(zip(rows, masks, strict=True)):
+            r[i, : len(row)] = torch.tensor(row)
+            m[i, : len(mk)] = torch.tensor(mk)
+        index = ["group"] * len(items)
+        for adv in ADVANTAGES:
+            a, _ = compute_advantages(
+                r, m, index, advantage=adv, alpha=settings["alpha"], discount_unit=settings["discount_unit"],
+                length_exponent=settings["length_exponent"], seed_compat=seed_compat, credit=credit,
+                norm_by_std=bool(alg.norm_adv_by_std),
+            )
+            for i, spans in enumerate(spans_all):
+                per_turn = []
+                for s, e in spans:
+                    seg = a[i, s:e]
+                    per_turn.append({"first": float(seg[0]), "last": float(seg[-1]), "mean": float(seg.mean())} if e > s else None)
+                items[i]["advantages"][adv] = per_turn
+    return {
+        "estimator": estimator_name(exp),
+        "settings": {**settings, "norm_adv_by_std": bool(alg.norm_adv_by_std),
+                     "loss_agg_mode": _v(alg.loss_agg_mode), "weight": float(rew.weight),
+                     "process": _v(rew.process)},
+        "group_size": len(items),
+        "trajectories": items,
+    }
