@@ -47,7 +47,9 @@ def needed_models(exp: Experiment) -> list[NeededModel]:
 
 def _check_complete(directory: Path, what: str) -> Path:
     if not (directory / "config.json").is_file():
-        raise ModelNotBaked(f"{what}: {directory} has no config.json (an incomplete download or the wrong directory)")
+        raise ModelNotBaked(
+            f"{what}: {directory} has no config.json (an incomplete download or the wrong directory)"
+        )
     if not any(next(directory.glob(p), None) for p in WEIGHT_PATTERNS):
         raise ModelNotBaked(f"{what}: {directory} has config.json but no weights (*.safetensors or *.bin)")
     return directory
@@ -68,6 +70,8 @@ def find_baked_model(ref: ModelRef, *, field: str = "model", cwd: Path | None = 
 
     revision = ref.revision or "main"
     hf_home = os.environ.get("HF_HOME", "~/.cache/huggingface")
+    # Read at call time (huggingface_hub reads its variables once, at import).
+    cache_dir = Path(os.environ.get("HF_HUB_CACHE") or Path(hf_home).expanduser() / "hub")
     arg = "SIMULATOR" if "simulator" in field else "POLICY"
     hint = (
         f"bake it into the image (build args MODEL_SRC=hub {arg}_MODEL={ref.name} {arg}_REVISION=<40-hex commit>, "
@@ -79,11 +83,13 @@ def find_baked_model(ref: ModelRef, *, field: str = "model", cwd: Path | None = 
     except ImportError as exc:  # pragma: no cover - every image stack ships huggingface_hub
         raise ModelNotBaked(f"{field}: resolving '{ref.name}' by name needs huggingface_hub ({exc})") from exc
     try:
-        snapshot = Path(snapshot_download(ref.name, revision=revision, local_files_only=True))
+        snapshot = Path(
+            snapshot_download(ref.name, revision=revision, cache_dir=cache_dir, local_files_only=True)
+        )
     except LocalEntryNotFoundError:
         raise ModelNotBaked(
             f"{field}.name: model '{ref.name}' (revision {revision}) is not baked: not in the Hugging Face "
-            f"cache under HF_HOME={hf_home} (looked offline only); {hint}"
+            f"cache {cache_dir} (HF_HOME={hf_home}; looked offline only); {hint}"
         ) from None
     return _check_complete(snapshot, f"{field}.name '{ref.name}'")
 
