@@ -178,7 +178,7 @@ class StubServer:
         return status, payload, delay
 
     def start(self) -> StubServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="openai-stub", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="openai-stub", daemon=True)
         self._thread.start()
         return self
 

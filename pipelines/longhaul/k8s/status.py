@@ -69,7 +69,8 @@ def workload_phase(obj: dict[str, Any] | None) -> Phase:
         return Phase.SUCCEEDED
     if int(status.get("failed") or 0) > int(spec.get("backoffLimit", 6)):
         return Phase.FAILED
-    if int(status.get("active") or 0) > 0 or int(status.get("ready") or 0) > 0:
+    # `active` counts pods that are not finished, including unscheduled ones: only ready pods mean Running.
+    if int(status.get("ready") or 0) > 0:
         return Phase.RUNNING
     return Phase.PENDING
 

@@ -35,12 +35,12 @@ def kubeconfig(url: str, namespace: str = "default") -> str:
 
 
 async def serve(port: int, kubeconfig_path: Path | None, port_file: Path | None, version: str,
-                access_log: bool = False) -> None:
+                access_log: bool = False, delays: dict[tuple[str, str], float] | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with KubeEmulator(k8s_version=version, access_log=access_log) as emu, kmock.Server(emu, host="127.0.0.1", port=port) as srv:
+    async with KubeEmulator(k8s_version=version, access_log=access_log, delays=delays or {}) as emu, kmock.Server(emu, host="127.0.0.1", port=port) as srv:
         url = f"http://127.0.0.1:{srv.port}"
         if kubeconfig_path:
             kubeconfig_path.write_text(kubeconfig(url))
@@ -58,9 +58,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port-file", type=Path, help="write the port number here once serving")
     ap.add_argument("--k8s-version", default=K8S_VERSION, help="Kubernetes minor version for schemas and /version")
     ap.add_argument("--access-log", action="store_true", help="print one line per request (method, path, status)")
+    ap.add_argument("--delay", action="append", default=[], metavar="METHOD:PLURAL=SECONDS",
+                    help="answer matching requests late, after the write (fault injection), e.g. POST:jobs=2")
     args = ap.parse_args(argv)
+    delays = {}
+    for item in args.delay:
+        key, _, seconds = item.partition("=")
+        method, _, plural = key.partition(":")
+        delays[(method.upper(), plural)] = float(seconds)
     try:
-        asyncio.run(serve(args.port, args.kubeconfig, args.port_file, args.k8s_version, args.access_log))
+        asyncio.run(serve(args.port, args.kubeconfig, args.port_file, args.k8s_version, args.access_log, delays))
     except KeyboardInterrupt:
         sys.exit(0)
 

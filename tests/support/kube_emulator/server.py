@@ -153,6 +153,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     k8s_version: str = K8S_VERSION
     access_log: bool = False
+    #: Fault injection: {("POST", "jobs"): 2.0} answers such requests 2 s late (the write happens first), so a
+    #: test can kill a client between the server's write and the client seeing the answer.
+    delays: dict[tuple[str, str], float] = attrs.field(factory=dict)
     types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False)
     store: dict[tuple[str, str, str | None, str], dict[str, Any]] = attrs.field(factory=dict, init=False)
     log: list[tuple[int, tuple[str, str], str, dict[str, Any]]] = attrs.field(factory=list, init=False)
@@ -265,7 +268,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 return found
         req = self._parse(request)
         async with self._lock:
-            return await self._serve_resource(req, request)
+            result = await self._serve_resource(req, request)
+        delay = self.delays.get((method, req.rtype.plural))
+        if delay:
+            await asyncio.sleep(delay)
+        return result
 
     def _serve_static(self, path: str) -> Any:
         if path == "/":
