@@ -1,0 +1,152 @@
+"""OpenAI-compatible clients against the scripted loopback server: retries, clear failures, Hermes parsing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from longhaul.clients.openai_compat import ChatClient, EndpointError, RetryPolicy
+from longhaul.clients.policy import OpenAIPolicy, parse_arguments, parse_chat_response, parse_hermes_content
+from longhaul.clients.user_simulator import AGENT_GREETING, OpenAIUserSimulator, build_user_messages
+from longhaul.envs.airline.env import AirlineEnv
+from longhaul.envs.airline.tasks import get_task
+from longhaul.envs.runner import ContextOverflowError, EpisodeLimits, run_episode, tool_schemas
+from support.openai_stub import Reply
+
+FAST = RetryPolicy(attempts=3, backoff_initial_s=0.01, backoff_max_s=0.02, timeout_s=2.0)
+
+
+def hello(_body):
+    return Reply(content="hello")
+
+
+async def test_retries_5xx_then_succeeds(openai_stub):
+    openai_stub.set_script("m", hello)
+    openai_stub.fail_next(2, status=503)
+    async with ChatClient(openai_stub.base_url, "m", retry=FAST) as c:
+        data = await c.chat([{"role": "user", "content": "hi"}], max_tokens=5)
+    assert data["choices"][0]["message"]["content"] == "hello"
+    assert c.requests_sent == 3 and c.retries == 2
+
+
+async def test_failure_surviving_retries_raises_a_clear_error(openai_stub):
+    openai_stub.set_script("m", hello)
+    openai_stub.fail_next(10, status=500)
+    async with ChatClient(openai_stub.base_url, "m", retry=FAST, role="user simulator") as c:
+        with pytest.raises(EndpointError, match=r"user simulator endpoint .* failed after 3 attempts: HTTP 500"):
+            await c.chat([{"role": "user", "content": "hi"}])
+    assert c.requests_sent == 3
+
+
+async def test_timeouts_are_retried(openai_stub):
+    openai_stub.set_script("m", hello)
+    openai_stub.hang_next(1, seconds=1.0)
+    retry = RetryPolicy(attempts=3, backoff_initial_s=0.01, backoff_max_s=0.02, timeout_s=0.3)
+    async with ChatClient(openai_stub.base_url, "m", retry=retry) as c:
+        data = await c.chat([{"role": "user", "content": "hi"}])
+    assert data["choices"][0]["message"]["content"] == "hello" and c.retries == 1
+
+
+async def test_unknown_model_fails_at_once(openai_stub):
+    async with ChatClient(openai_stub.base_url, "missing", retry=FAST) as c:
+        with pytest.raises(EndpointError, match="HTTP 404"):
+            await c.chat([{"role": "user", "content": "hi"}])
+    assert c.requests_sent == 1
+
+
+async def test_unreachable_endpoint_raises_after_retries():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with ChatClient(f"http://127.0.0.1:{port}/v1", "m", retry=FAST) as c:
+        with pytest.raises(EndpointError, match="connection error"):
+            await c.chat([{"role": "user", "content": "hi"}])
+
+
+async def test_context_overflow_is_its_own_error(openai_stub):
+    openai_stub.set_script("m", lambda b: Reply(status=400, error="This model's maximum context length is 4096 tokens."))
+    async with ChatClient(openai_stub.base_url, "m", retry=FAST) as c:
+        with pytest.raises(ContextOverflowError):
+            await c.chat([{"role": "user", "content": "hi"}])
+
+
+async def test_policy_sends_tools_sampling_seed_and_parses_tool_calls(openai_stub):
+    openai_stub.set_script("p", lambda b: Reply(tool_calls=[("get_user_details", {"user_id": "a_b_1"})],
+                                                completion_tokens=17, prompt_tokens=900))
+    async with ChatClient(openai_stub.base_url, "p", retry=FAST) as c:
+        turn = await OpenAIPolicy(c).with_seed(42).next_turn([{"role": "user", "content": "x"}], tool_schemas(), 256)
+    body = openai_stub.requests[-1]
+    assert body["seed"] == 42 and body["max_tokens"] == 256 and body["tool_choice"] == "auto"
+    assert len(body["tools"]) == 14 and body["temperature"] == 0.7
+    call = turn.tool_calls[0]
+    assert (call.name, call.arguments, call.parse_error) == ("get_user_details", {"user_id": "a_b_1"}, None)
+    assert call.call_id and turn.completion_tokens == 17 and turn.prompt_tokens == 900
+
+
+def test_argument_parsing():
+    assert parse_arguments('{"a": 1}') == ({"a": 1}, '{"a": 1}', None)
+    assert parse_arguments("") == ({}, "", None)
+    assert parse_arguments({"a": 1})[0] == {"a": 1}
+    args, raw, err = parse_arguments('{"a": ')
+    assert args is None and raw == '{"a": ' and "invalid JSON" in err
+    assert "must be a JSON object" in parse_arguments("[1, 2]")[2]
+
+
+def test_hermes_blocks_in_content():
+    text, calls = parse_hermes_content(
+        'Checking.\n<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "a_b_1"}}\n</tool_call>'
+    )
+    assert text == "Checking." and calls[0].name == "get_user_details" and calls[0].arguments == {"user_id": "a_b_1"}
+    text, calls = parse_hermes_content('<tool_call>{"name": "cancel_reservation", "arguments": {"reservation_id": ')
+    assert calls[0].name == "cancel_reservation" and calls[0].arguments is None and calls[0].parse_error
+    turn = parse_chat_response({"choices": [{"message": {"content": None, "tool_calls": [
+        {"id": "c1", "function": {"name": "calculate", "arguments": "{bad"}}]}, "finish_reason": "tool_calls"}]})
+    assert turn.tool_calls[0].parse_error and turn.content == "" and turn.finish_reason == "tool_calls"
+
+
+def test_user_simulator_roles_are_flipped():
+    msgs = build_user_messages("Reason for call: test", [
+        {"role": "user", "content": "I need help"},
+        {"role": "assistant", "content": "Sure, what is your id?"},
+    ])
+    assert msgs[0]["role"] == "system" and "Reason for call: test" in msgs[0]["content"]
+    assert msgs[1] == {"role": "user", "content": AGENT_GREETING}
+    assert [m["role"] for m in msgs[2:]] == ["assistant", "user"]
+
+
+async def test_episode_aborts_when_the_policy_endpoint_stays_down(openai_stub):
+    """A dead endpoint is an error for the run, never a zero-reward trajectory."""
+    openai_stub.set_script("user", lambda b: Reply(content="Hi, I need help."))
+
+    def down(_body):
+        raise ConnectionError("backend crashed")
+
+    openai_stub.set_script("policy", down)  # the stub answers 500 for every policy request
+    async with ChatClient(openai_stub.base_url, "policy", retry=FAST) as pc, \
+            ChatClient(openai_stub.base_url, "user", retry=FAST) as uc:
+        with pytest.raises(EndpointError, match="policy endpoint .* failed after 3 attempts: HTTP 500"):
+            await run_episode(AirlineEnv, get_task("0"), OpenAIPolicy(pc), OpenAIUserSimulator(uc), EpisodeLimits())
+
+
+async def test_malformed_tool_json_over_http_is_an_observed_error(openai_stub):
+    turns = iter([
+        Reply(tool_calls=[("get_user_details", '{"user_id": ')]),
+        Reply(content='<tool_call>{"name": "get_user_details", "arguments": {"user_id": "emma_kim_9957"}}</tool_call>'),
+        Reply(content="All set. ###STOP###"),
+    ])
+    openai_stub.set_script("policy", lambda b: next(turns))
+    openai_stub.set_script("user", lambda b: Reply(content="Hello"))
+    async with ChatClient(openai_stub.base_url, "policy", retry=FAST) as pc, \
+            ChatClient(openai_stub.base_url, "user", retry=FAST) as uc:
+        traj = await run_episode(AirlineEnv, get_task("0"), OpenAIPolicy(pc), OpenAIUserSimulator(uc), EpisodeLimits())
+    bad, good = traj.turns[0].tool_calls[0], traj.turns[1].tool_calls[0]
+    assert bad.is_error and bad.parse_error and bad.result.startswith("Error:")
+    assert not good.is_error and json.loads(good.result)["user_id"] == "emma_kim_9957"
+    assert traj.outcome == 1.0 and traj.termination == "agent_stop"
+    # the transcript sent back to the server carries the tool results in OpenAI format
+    sent = openai_stub.requests[-1]["messages"]
+    assert sent[2]["tool_calls"][0]["function"]["arguments"] == '{"user_id": '
+    assert sent[3]["role"] == "tool" and sent[3]["content"].startswith("Error:")

@@ -1,0 +1,109 @@
+"""pass^k / pass@k, subsets, generalisation, CIs and rates (method.md d, e, h.7, h.8)."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import pytest
+
+from longhaul.eval.metrics import (
+    TaskCount,
+    TrialRecord,
+    bootstrap_ci,
+    build_task_counts,
+    compute_generalisation,
+    compute_rate,
+    compute_summary,
+    pass_at_k,
+    pass_hat_k,
+)
+
+
+def test_method_md_example_n8_c4():
+    assert pass_hat_k(4, 8, 1) == 0.5 == pass_at_k(4, 8, 1)
+    assert pass_hat_k(4, 8, 4) == pytest.approx(1 / 70)
+    assert pass_at_k(4, 8, 4) == pytest.approx(69 / 70)
+
+
+def test_extremes_and_argument_checks():
+    assert pass_hat_k(8, 8, 8) == 1.0 and pass_at_k(0, 8, 8) == 0.0
+    assert pass_hat_k(3, 8, 4) == 0.0  # fewer successes than k
+    assert pass_at_k(5, 8, 4) == 1.0  # fewer failures than k
+    with pytest.raises(ValueError, match="1 ≤ k ≤ n"):
+        pass_hat_k(2, 4, 5)
+    with pytest.raises(ValueError, match="within 0..n"):
+        pass_at_k(5, 4, 1)
+
+
+def test_macro_average_over_tasks_by_hand():
+    counts = [TaskCount("a", 4, 0), TaskCount("b", 4, 2), TaskCount("c", 4, 4)]
+    # pass^2: (0 + 1/6 + 1)/3 = 7/18 ; pass@2: (0 + 5/6 + 1)/3 = 11/18
+    assert compute_rate(counts, 2, "pass_hat") == pytest.approx(float(Fraction(7, 18)))
+    assert compute_rate(counts, 2, "pass_at") == pytest.approx(float(Fraction(11, 18)))
+    assert compute_rate(counts, 1, "pass_hat") == pytest.approx(0.5)
+
+
+def _records(spec: dict[str, tuple[int, int, list[str]]]) -> list[TrialRecord]:
+    out = []
+    for tid, (n, c, subsets) in spec.items():
+        for t in range(n):
+            out.append(TrialRecord(tid, t, t < c, tuple(subsets), aborted=t >= c and t % 2 == 0, termination="x",
+                                   num_tool_calls=3, num_tool_errors=1 if t == 0 else 0, num_turns=4))
+    return out
+
+
+def test_summary_subsets_generalisation_and_rates():
+    recs = _records({
+        "1": (4, 4, ["covered_seen", "train"]),
+        "2": (4, 1, ["uncovered_seen", "train"]),
+        "3": (4, 2, ["uncovered_seen", "train"]),
+        "4": (4, 0, ["unseen", "test"]),
+    })
+    s = compute_summary(recs, [1, 2, 4], rng=random.Random(0), bootstrap_samples=200)
+    assert s["c_over_n"] == "7/16" and s["tasks"] == 4 and s["trials"] == 16
+    assert s["pass_hat_k"]["1"] == pytest.approx((1 + 0.25 + 0.5 + 0) / 4)
+    assert s["pass_hat_k"]["4"] == pytest.approx(0.25)
+    assert s["pass_at_k"]["4"] == pytest.approx(0.75)
+    unc = s["subsets"]["uncovered_seen"]
+    assert unc["c_over_n"] == "3/8" and unc["pass_hat_k"]["1"] == pytest.approx(0.375)
+    assert s["subsets"]["unseen"]["pass_hat_k"]["1"] == 0.0
+    assert s["generalisation_pass_hat_1"] == pytest.approx((0.375 * 24 + 0.0 * 10) / 34)
+    # tool errors are errors / tool calls; aborts are trials — two different rates
+    assert s["tool_calls"] == 48 and s["tool_errors"] == 4 and s["tool_error_rate"] == pytest.approx(4 / 48)
+    assert s["aborted_trials"] == 4 and s["abort_rate"] == pytest.approx(4 / 16)
+    lo, hi = s["ci"]["pass_hat_k"]["1"]
+    assert lo <= s["pass_hat_k"]["1"] <= hi
+    assert set(s["pass_hat_k"]) == {"1", "2", "4"} == set(s["pass_at_k"])
+
+
+def test_null_floor_is_reported_per_block():
+    recs = _records({"1": (2, 1, ["train"]), "2": (2, 2, ["test"])})
+    s = compute_summary(recs, [1], null_floor={"1": 1.0, "2": 0.0})
+    assert s["null_agent_floor"] == 0.5 and s["subsets"]["train"]["null_agent_floor"] == 1.0
+    assert s["ci"] == {}
+
+
+def test_generalisation_needs_both_subsets():
+    assert compute_generalisation([TaskCount("1", 2, 1, ("train",))]) is None
+
+
+def test_bootstrap_is_seeded_and_degenerate_cases():
+    counts = [TaskCount(str(i), 4, i % 5) for i in range(20)]
+    a = bootstrap_ci(counts, 1, "pass_hat", random.Random(3), 300)
+    b = bootstrap_ci(counts, 1, "pass_hat", random.Random(3), 300)
+    assert a == b and a[0] < a[1]
+    same = [TaskCount(str(i), 4, 4) for i in range(5)]
+    assert bootstrap_ci(same, 2, "pass_at", random.Random(0), 50) == (1.0, 1.0)
+
+
+def test_k_larger_than_n_and_bad_records_are_refused():
+    recs = _records({"1": (2, 1, []), "2": (4, 1, [])})
+    with pytest.raises(ValueError, match="k=\\[4\\] exceeds"):
+        compute_summary(recs, [1, 4])
+    with pytest.raises(ValueError, match="duplicate record"):
+        build_task_counts([TrialRecord("1", 0, True), TrialRecord("1", 0, False)])
+    with pytest.raises(KeyError, match="missing 'success'"):
+        TrialRecord.from_dict({"task_id": "1", "trial": 0})
+    r = TrialRecord.from_dict({"task_id": 7, "trial": "1", "success": 1, "subset": "unseen"})
+    assert r.task_id == "7" and r.trial == 1 and r.success and r.subsets == ("unseen",)
