@@ -1,0 +1,253 @@
+"""Make (or reuse) the tiny local policy and user-simulator models: tokenizer, chat template, Qwen2 weights and
+the policy's warm start. No model hub is involved; the result is cached under a content key.
+
+Layout of `out_dir` (default `.cache/longhaul/models`, the paths specs/smoke.yaml uses):
+  tiny-policy/   config.json, model.safetensors, tokenizer files, chat_template.jinja, longhaul-tiny.json
+  tiny-user/     the same files (random init, smaller)
+  .longhaul-tiny.json   the build key and the build report; a matching key means "reuse"
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from longhaul.sft.masking import build_supervised_dataset
+from longhaul.tiny.gold import (
+    build_gold_conversation,
+    closing_message,
+    first_user_message,
+    gold_actions,
+    parse_tool_calls,
+)
+from longhaul.tiny.models import POLICY_ARCH, USER_ARCH, build_model
+from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END, build_hf_tokenizer, load_chat_template
+
+#: Bump when the recipe changes in a way the key below cannot see (e.g. the training loop).
+RECIPE_VERSION = 1
+DEFAULT_OUT_DIR = Path(".cache/longhaul/models")
+POLICY_DIRNAME = "tiny-policy"
+USER_DIRNAME = "tiny-user"
+MARKER = ".longhaul-tiny.json"
+
+#: The seed's unseen tasks (method.md e); with τ²'s official test split they are never used for the warm start,
+#: so no spec's test tasks are in the tiny policy's training data.
+SEED_TEST_TASK_IDS = ("3", "10", "16", "20", "23", "26", "30", "36", "43", "46")
+#: Held-out first turns generated after the warm start to count well-formed tool calls.
+CHECK_PROMPTS = 10
+#: Tool results are cut to this many characters in warm-start conversations (they carry no labels).
+WARMSTART_TOOL_RESULT_CHARS = 1200
+
+
+@dataclass(frozen=True)
+class TinyBuildConfig:
+    steps: int = 300
+    seed: int = 7
+    vocab_size: int = 4096
+    max_length: int = 8192
+    learning_rate: float = 3e-3
+    date_line: str | None = None  # None = the spec's default date line
+
+
+@dataclass
+class TinyBuildReport:
+    key: str
+    cached: bool
+    policy_dir: str
+    user_dir: str
+    timings_s: dict[str, float] = field(default_factory=dict)
+    vocab_size: int = 0
+    system_prompt_tokens: int = 0
+    warmstart: dict[str, Any] = field(default_factory=dict)
+    tool_calls: dict[str, Any] = field(default_factory=dict)
+
+
+def _default_date_line() -> str:
+    from longhaul.spec.models import EnvironmentSpec
+
+    return EnvironmentSpec().date_line
+
+
+def _gold_results(task_id: str, actions: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Observations of the reference actions, run in order through the airline environment."""
+    from longhaul.envs.airline.env import AirlineEnv, ToolAction
+
+    env = AirlineEnv()
+    env.reset(task_id)
+    out = []
+    for i, (name, args) in enumerate(actions):
+        res = env.step(ToolAction(name, dict(args), json.dumps(args), f"call_{i}_0"))
+        out.append(res.observation)
+        if res.done:
+            break
+    return out
+
+
+def _inputs(date_line: str) -> dict[str, Any]:
+    from longhaul.envs.airline.tasks import load_tasks, official_split, policy_text
+    from longhaul.envs.runner import build_initial_messages, tool_schemas
+
+    tasks = load_tasks()
+    held_out = set(SEED_TEST_TASK_IDS) | {str(t) for t in official_split().get("test", [])}
+    train_ids = [tid for tid in tasks if tid not in held_out]
+    tools = tool_schemas()
+    policy = policy_text()
+    conversations = []
+    for tid in train_ids:
+        raw = tasks[tid].raw
+        results = [r[:WARMSTART_TOOL_RESULT_CHARS] for r in _gold_results(tid, gold_actions(raw))]
+        actions = gold_actions(raw)[: len(results)]
+        initial = build_initial_messages(policy, date_line, first_user_message(raw))
+        conversations.append(build_gold_conversation(initial, actions, results, closing_message(raw)))
+    held_prompts = [build_initial_messages(policy, date_line, first_user_message(tasks[tid].raw))
+                    for tid in sorted(held_out & set(tasks), key=int)][:CHECK_PROMPTS]
+    corpus = [policy, *(json.dumps(t, ensure_ascii=False) for t in tools)]
+    corpus += [json.dumps(t.user_scenario, ensure_ascii=False) for t in tasks.values()]
+    corpus += [m["content"] for c in conversations for m in c if m.get("content")]
+    corpus += [m["tool_calls"][0]["function"]["arguments"] for c in conversations for m in c if m.get("tool_calls")]
+    return {"tools": tools, "conversations": conversations, "held_prompts": held_prompts, "corpus": corpus,
+            "train_task_ids": train_ids}
+
+
+def compute_build_key(config: TinyBuildConfig, inputs: dict[str, Any]) -> str:
+    """Content key: recipe version, config, chat template, architectures and every input text."""
+    payload = {
+        "recipe": RECIPE_VERSION,
+        "config": asdict(config),
+        "template": load_chat_template(),
+        "archs": [asdict(POLICY_ARCH), asdict(USER_ARCH)],
+        "corpus": inputs["corpus"],
+        "conversations": inputs["conversations"],
+        "tools": inputs["tools"],
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def read_marker(out_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((out_dir / MARKER).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _count_tool_calls(model: Any, tokenizer: Any, prompts: list, tools: list, *, sample: bool, seed: int,
+                      max_new_tokens: int = 96) -> dict[str, Any]:
+    import torch
+
+    names = [t["function"]["name"] for t in tools]
+    good = total = first_turn_calls = 0
+    torch.manual_seed(seed)
+    for messages in prompts:
+        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=sample, temperature=1.0 if sample else None,
+                                 top_p=None, top_k=None, eos_token_id=tokenizer.convert_tokens_to_ids(IM_END),
+                                 pad_token_id=tokenizer.convert_tokens_to_ids(ENDOFTEXT))
+        completion = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=False)
+        g, n = parse_tool_calls(completion, names)
+        good += g
+        total += n
+        first_turn_calls += 1 if n else 0
+    return {"prompts": len(prompts), "with_tool_call": first_turn_calls, "well_formed": good, "blocks": total}
+
+
+def ensure_tiny_models(
+    out_dir: Path = DEFAULT_OUT_DIR,
+    config: TinyBuildConfig = TinyBuildConfig(),
+    *,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> TinyBuildReport:
+    """Build the tiny models into `out_dir` unless a build with the same key is already there.
+
+    The new build is written to a temporary directory and moved into place at the end, so an interrupted build
+    never leaves half-written models behind.
+    """
+    import torch
+
+    out_dir = Path(out_dir)
+    date_line = config.date_line or _default_date_line()
+    t0 = time.perf_counter()
+    inputs = _inputs(date_line)
+    key = compute_build_key(config, inputs)
+    policy_dir, user_dir = out_dir / POLICY_DIRNAME, out_dir / USER_DIRNAME
+    marker = read_marker(out_dir)
+    if (not force and marker and marker.get("key") == key and (policy_dir / "config.json").exists()
+            and (user_dir / "config.json").exists()):
+        report = TinyBuildReport(**{**marker["report"], "cached": True})
+        log(f"tiny models up to date (key {key}) in {out_dir}")
+        return report
+
+    report = TinyBuildReport(key=key, cached=False, policy_dir=str(policy_dir), user_dir=str(user_dir))
+    report.timings_s["inputs"] = round(time.perf_counter() - t0, 2)
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+    t = time.perf_counter()
+    tokenizer = build_hf_tokenizer(inputs["corpus"], config.vocab_size)
+    report.timings_s["tokenizer"] = round(time.perf_counter() - t, 2)
+    vocab = len(tokenizer)
+    report.vocab_size = vocab
+    padded_vocab = (vocab + 63) // 64 * 64
+    eos, pad = tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+    system_text = tokenizer.apply_chat_template(inputs["held_prompts"][0][:1], tools=inputs["tools"], tokenize=False)
+    report.system_prompt_tokens = len(tokenizer(system_text, add_special_tokens=False)["input_ids"])
+    log(f"tokenizer: {vocab} tokens; system prompt (policy + tools) = {report.system_prompt_tokens} tokens")
+
+    t = time.perf_counter()
+    policy = build_model(POLICY_ARCH, vocab_size=padded_vocab, eos_token_id=eos, pad_token_id=pad, seed=config.seed)
+    user = build_model(USER_ARCH, vocab_size=padded_vocab, eos_token_id=eos, pad_token_id=pad, seed=config.seed + 1)
+    report.timings_s["models"] = round(time.perf_counter() - t, 2)
+
+    examples, dropped, stats = build_supervised_dataset(
+        tokenizer, [(c, inputs["tools"]) for c in inputs["conversations"]], max_length=config.max_length
+    )
+    log(f"warm start: {stats.kept} gold conversations from {len(inputs['train_task_ids'])} training tasks "
+        f"({stats.label_tokens} label tokens; dropped {dict(stats.dropped)}), {config.steps} steps")
+    t = time.perf_counter()
+    from longhaul.tiny.warmstart import warm_start
+
+    def _progress(step: int, loss: float) -> None:
+        if step % 50 == 0 or step == config.steps - 1:
+            log(f"  step {step:4d}  loss {loss:.3f}  ({time.perf_counter() - t:.0f}s)")
+
+    result = warm_start(policy, examples, steps=config.steps, seed=config.seed,
+                        learning_rate=config.learning_rate, on_step=_progress)
+    report.timings_s["warmstart"] = round(time.perf_counter() - t, 2)
+    report.warmstart = {**asdict(result), "examples": stats.kept, "dropped": dict(stats.dropped),
+                        "label_tokens": stats.label_tokens, "train_task_ids": inputs["train_task_ids"]}
+
+    t = time.perf_counter()
+    report.tool_calls = {
+        "greedy": _count_tool_calls(policy, tokenizer, inputs["held_prompts"], inputs["tools"], sample=False,
+                                    seed=config.seed),
+        "sampled_t1": _count_tool_calls(policy, tokenizer, inputs["held_prompts"], inputs["tools"], sample=True,
+                                        seed=config.seed),
+    }
+    report.timings_s["check"] = round(time.perf_counter() - t, 2)
+    log(f"held-out first turns with a well-formed tool call: {report.tool_calls}")
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f".build-{key}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for name, model in ((POLICY_DIRNAME, policy), (USER_DIRNAME, user)):
+        target = tmp / name
+        model.generation_config.eos_token_id = eos
+        model.generation_config.pad_token_id = pad
+        model.save_pretrained(target)
+        tokenizer.save_pretrained(target)
+        (target / "longhaul-tiny.json").write_text(json.dumps({"key": key, "role": name}, indent=2) + "\n")
+    for name in (POLICY_DIRNAME, USER_DIRNAME):
+        shutil.rmtree(out_dir / name, ignore_errors=True)
+        (tmp / name).rename(out_dir / name)
+    shutil.rmtree(tmp, ignore_errors=True)
+    report.timings_s["total"] = round(time.perf_counter() - t0, 2)
+    (out_dir / MARKER).write_text(json.dumps({"key": key, "report": asdict(report)}, indent=2) + "\n")
+    log(f"tiny models written to {out_dir} in {report.timings_s['total']:.0f}s (key {key})")
+    return report
