@@ -267,8 +267,33 @@ def launch(
 
 
 def _print_summary(ctx: StageContext, echo: TextIO) -> None:
-    summary = ctx.results.get("summary")
-    if summary is not None:
-        summary(echo)
-    print(f"[launcher] MLflow UI: mlflow ui --backend-store-uri {ctx.tracking_uri}  (run {ctx.run_id})", file=echo,
-          flush=True)
+    """The end-of-run table: per training step (reward, saturation, loss, log-prob of the sampled actions
+    before → after the update) and per evaluated checkpoint (pass^k), then how to open MLflow."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=echo, width=120, force_terminal=False)
+    train = ctx.results.get("train_rows") or []
+    if train:
+        t = Table(title=f"training ({ctx.plan.run_name})")
+        for col in ("step", "reward", "outcome", "saturated", "resp len", "loss", "logp before", "logp after",
+                    "serve s", "step s"):
+            t.add_column(col, justify="right")
+        for r in train:
+            serve = "-" if r.get("serve_s") is None else f"{r['serve_s']:.1f}"
+            t.add_row(str(r["step"]), f"{r['reward']:.3f}", f"{r['outcome']:.2f}", f"{r['saturated']:.2f}",
+                      f"{r['resp_len']:.0f}", f"{r['loss']:.4f}", f"{r['logprob_before']:.4f}",
+                      f"{r['logprob_after']:.4f}", serve, f"{r['step_s']:.0f}")
+        console.print(t)
+    evals = ctx.results.get("eval_rows") or []
+    if evals:
+        cols = list(dict.fromkeys(k for r in evals for k in r))
+        t = Table(title="evaluation (pass^k per checkpoint; step 0 = initial policy)")
+        for col in cols:
+            t.add_column(col, justify="right")
+        for r in sorted(evals, key=lambda r: r["step"]):
+            t.add_row(*[f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in cols])
+        console.print(t)
+    console.print(f"status: {ctx.results.get('status')}; run directory: {ctx.run_dir}")
+    console.print(f"MLflow UI: mlflow ui --backend-store-uri {ctx.tracking_uri}   (run id {ctx.run_id})",
+                  soft_wrap=True)
