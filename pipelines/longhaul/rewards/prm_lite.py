@@ -38,8 +38,9 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
 
@@ -153,14 +154,52 @@ def canonical_param_str(params: Mapping[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, ensure_ascii=False).lower()
 
 
+#: One pass over the observation. Every entity is a whole word run (dates: three runs joined by '-'), so this
+#: finds exactly what the five separate findall passes find; a string that fits two kinds (a flight number is
+#: also a valid reservation id, a payment id also a valid user id) is listed under both, as there.
+_ENTITY_SCAN = re.compile(
+    r"\b(?:(?P<payment_id>(?:credit_card|gift_card|certificate)_[0-9]+)|(?P<user_id>[a-z]+_[a-z]+_[0-9]+)"
+    r"|(?P<reservation_id>[A-Z0-9]{6})|(?P<date>\d{4}-\d{2}-\d{2}))\b"
+)
+_FLIGHT = re.compile(r"[A-Z]{3}[0-9]{3}")
+_ALSO_USER = re.compile(r"[a-z]+_[a-z]+_[0-9]+")
+
+
 def extract_entities(observation: str) -> dict[str, tuple[str, ...]]:
-    """Entity regexes over a tool observation (never over user messages)."""
-    out = {}
-    for name, pat in ENTITY_PATTERNS.items():
-        found = pat.findall(observation)
-        if found:
-            out[name] = tuple(found)
-    return out
+    """Entity strings in a tool observation, by kind (never run on user messages)."""
+    found: dict[str, list[str]] = {}
+    for m in _ENTITY_SCAN.finditer(observation):
+        kind, text = m.lastgroup, m.group()
+        found.setdefault(kind, []).append(text)
+        if kind == "reservation_id" and _FLIGHT.fullmatch(text):
+            found.setdefault("flight_number", []).append(text)
+        elif kind == "payment_id":
+            found.setdefault("user_id", []).append(text)
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def _canon_value(v: Any) -> Any:
+    # Equality of these keys == equality of the lower-cased sorted-key JSON the original compared, for the
+    # scalar arguments tool calls carry; anything else falls back to that JSON text.
+    t = type(v)
+    if t is str:
+        return v.lower()
+    if t is int or t is bool or v is None:
+        return (t, v)
+    return json.dumps(v, sort_keys=True, ensure_ascii=False).lower()
+
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def _fast_signature(tool: str, params: Mapping[str, Any]) -> tuple[str, Any]:
+    if not params:
+        return (tool, "")
+    for v in params.values():
+        if type(v) not in _SCALARS:
+            return (tool, tuple(sorted((k.lower(), _canon_value(v)) for k, v in params.items())))
+    # repr of sorted scalar items, lower-cased: same equality as the lower-cased JSON for str/int/bool/None.
+    return (tool, repr(sorted(params.items())).lower())
 
 
 @dataclass(frozen=True)
@@ -176,6 +215,12 @@ class ActionEntry:
     turn: int = -1
     call: int = 0
     param_str: str | None = None  # None = canonical_param_str(params); the original tests stored other strings
+    #: Call signature for the redundancy / error-repetition rules, computed once (like the original's stored
+    #: param_str): equal iff the lower-cased sorted-key JSON of the arguments is equal.
+    key: tuple[str, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", _fast_signature(self.tool, self.params))
 
     @property
     def signature(self) -> tuple[str, str]:
@@ -242,15 +287,17 @@ def _as_mapping(obj: Any) -> Mapping[str, Any]:
 # Result
 
 
-@dataclass(frozen=True)
-class RuleHit:
+class RuleHit(NamedTuple):
+    """One rule that fired: its name, the weight it added and a short detail (e.g. the chained entity)."""
+
     rule: str
     weight: float
     detail: str = ""
 
 
-@dataclass(frozen=True)
-class StepResult:
+class StepResult(NamedTuple):
+    """The rules that fired on one history entry and their sum."""
+
     index: int
     tool: str
     turn: int
@@ -289,9 +336,8 @@ class PrmLiteResult:
 # Scoring
 
 
-def _is_placeholder_value(name: str, value: Any, seed_compat: bool) -> bool:
-    if not isinstance(value, str):
-        return False
+@lru_cache(maxsize=65536)
+def _is_placeholder_value(name: str, value: str, seed_compat: bool) -> bool:
     lower = value.lower()
     if seed_compat:
         if any(kw in lower for kw in PLACEHOLDER_KEYWORDS):
@@ -313,7 +359,10 @@ def _is_placeholder_value(name: str, value: Any, seed_compat: bool) -> bool:
 
 def has_placeholder(params: Mapping[str, Any], seed_compat: bool = False) -> bool:
     """True if any top-level string argument is a placeholder (nested lists are not checked)."""
-    return any(_is_placeholder_value(k, v, seed_compat) for k, v in params.items())
+    for k, v in params.items():
+        if isinstance(v, str) and _is_placeholder_value(k, v, seed_compat):
+            return True
+    return False
 
 
 def score_prm_lite(
@@ -334,15 +383,30 @@ def score_prm_lite(
     P = params
     on = {r: P.enabled(r) for r in (*STEP_RULES, *TRAJECTORY_RULES)}
     window = int(P.get("redundancy", "window"))
+    # Weights as locals: this loop runs for every rollout of every training step.
+    w_ph_r, w_ph_w = P.get("placeholder", "read_weight"), P.get("placeholder", "write_weight")
+    w_red = P.get("redundancy", "weight")
+    w_rep, w_rec = P.get("error_repetition", "weight"), P.get("recovery", "weight")
+    w_esc_p, w_esc_l = P.get("escalation", "premature_weight"), P.get("escalation", "late_weight")
+    w_dc_r, w_dc_w = P.get("data_chain", "read_weight"), P.get("data_chain", "write_weight")
+    w_fr, w_th = P.get("first_read", "weight"), P.get("think_bonus", "weight")
+    w_cheap, cheap_min = P.get("cheap_reasoning", "weight"), P.get("cheap_reasoning", "min_chars")
+    on_ph, on_red, on_rep, on_rec = on["placeholder"], on["redundancy"], on["error_repetition"], on["recovery"]
+    on_esc, on_dc, on_fr, on_th, on_cheap = (
+        on["escalation"], on["data_chain"], on["first_read"], on["think_bonus"], on["cheap_reasoning"])
 
-    sigs = [e.signature for e in history]
+    if any(e.param_str is not None for e in history):
+        # Caller-supplied signature strings (the original tests' convention): compare strings exactly as the
+        # original did — stored strings for earlier entries, the canonical JSON for the current call.
+        sigs = [e.signature for e in history]
+        cur_sigs = [(e.tool, canonical_param_str(e.params)) for e in history] if seed_compat else sigs
+    else:
+        sigs = [e.key for e in history]
+        cur_sigs = sigs
     is_think = [e.tool in THINK_TOOLS for e in history]
-    placeholder = [(not th) and bool(e.params) and has_placeholder(e.params, seed_compat) for e, th in zip(history, is_think, strict=True)]
-    # In seed_compat the *current* call's signature for the redundancy check is always canonical, while earlier
-    # entries contribute their stored param_str (exactly the original's comparison).
-    cur_sigs = [(e.tool, canonical_param_str(e.params)) for e in history] if seed_compat else sigs
+    ph_any = [bool(e.params) and has_placeholder(e.params, seed_compat) for e in history]
 
-    def redundant(i: int, sig: tuple[str, str]) -> bool:
+    def redundant(i: int, sig: tuple[str, Any]) -> bool:
         if seed_compat:
             for j in range(max(0, i - window), i):
                 if not is_think[j] and sigs[j] == sig:
@@ -361,53 +425,56 @@ def score_prm_lite(
     steps: list[StepResult] = []
     seen_entities: set[str] = set()
     seen_reads: set[str] = set()
-    any_read_before = False
-    for i, e in enumerate(history):
+    total = 0.0
+    any_think = False
+    for i in range(n):
+        e = history[i]
         tool = e.tool
         think = is_think[i]
         write = tool in WRITE_TOOLS
         hits: list[RuleHit] = []
-        if not think:
-            if on["placeholder"] and placeholder[i]:
-                hits.append(RuleHit("placeholder", P.get("placeholder", "write_weight" if write else "read_weight")))
-            if on["redundancy"] and redundant(i, cur_sigs[i]):
-                hits.append(RuleHit("redundancy", P.get("redundancy", "weight")))
+        if think:
+            any_think = True
+            if on_th and (seed_compat or tool != IMPLICIT_THINK) and i != n - 1 and not (i >= 1 and is_think[i - 1]):
+                if not (ph_any[i + 1] or redundant(i + 1, cur_sigs[i + 1])):
+                    hits.append(RuleHit("think_bonus", w_th))
+        else:
+            if on_ph and ph_any[i]:
+                hits.append(RuleHit("placeholder", w_ph_w if write else w_ph_r))
+            if on_red and redundant(i, cur_sigs[i]):
+                hits.append(RuleHit("redundancy", w_red))
             if i >= 1 and history[i - 1].is_error:
                 if sigs[i] == sigs[i - 1]:
-                    if on["error_repetition"]:
-                        hits.append(RuleHit("error_repetition", P.get("error_repetition", "weight")))
-                elif on["recovery"]:
-                    hits.append(RuleHit("recovery", P.get("recovery", "weight")))
-        if tool in ESCALATION_TOOLS and on["escalation"]:
-            key = "late_weight" if any_read_before else "premature_weight"
-            hits.append(RuleHit("escalation", P.get("escalation", key), "late" if any_read_before else "premature"))
-        if i >= 1 and not think and e.params and on["data_chain"]:
-            match = next((v for v in e.params.values() if isinstance(v, str) and v in seen_entities), None)
-            if match is not None:
-                hits.append(RuleHit("data_chain", P.get("data_chain", "write_weight" if write else "read_weight"), match))
-        if tool in read_tools and tool not in seen_reads and on["first_read"]:
-            hits.append(RuleHit("first_read", P.get("first_read", "weight")))
-        if think and on["think_bonus"] and (seed_compat or tool != IMPLICIT_THINK):
-            if not (i >= 1 and is_think[i - 1]) and i != n - 1:
-                nxt = history[i + 1]
-                nxt_sig = (nxt.tool, canonical_param_str(nxt.params)) if seed_compat else sigs[i + 1]
-                nxt_placeholder = bool(nxt.params) and has_placeholder(nxt.params, seed_compat)
-                if not (nxt_placeholder or redundant(i + 1, nxt_sig)):
-                    hits.append(RuleHit("think_bonus", P.get("think_bonus", "weight")))
-        if not think and on["cheap_reasoning"] and 0 < len(e.content) < P.get("cheap_reasoning", "min_chars"):
-            hits.append(RuleHit("cheap_reasoning", P.get("cheap_reasoning", "weight")))
-        steps.append(StepResult(i, tool, e.turn, tuple(hits), sum(h.weight for h in hits)))
-        # State for later entries.
+                    if on_rep:
+                        hits.append(RuleHit("error_repetition", w_rep))
+                elif on_rec:
+                    hits.append(RuleHit("recovery", w_rec))
+            if tool in ESCALATION_TOOLS and on_esc:
+                late = bool(seen_reads)
+                hits.append(RuleHit("escalation", w_esc_l if late else w_esc_p, "late" if late else "premature"))
+            if i >= 1 and on_dc and e.params and seen_entities:
+                for v in e.params.values():
+                    if type(v) is str and v in seen_entities:
+                        hits.append(RuleHit("data_chain", w_dc_w if write else w_dc_r, v))
+                        break
+            if tool in read_tools and tool not in seen_reads and on_fr:
+                hits.append(RuleHit("first_read", w_fr))
+            if on_cheap and 0 < len(e.content) < cheap_min:
+                hits.append(RuleHit("cheap_reasoning", w_cheap))
+        score = 0.0
+        for h in hits:
+            score += h.weight
+        total += score
+        steps.append(StepResult(i, tool, e.turn, tuple(hits), score))
         if tool in read_tools:
             seen_reads.add(tool)
-            any_read_before = True
         for ents in e.entities.values():
             seen_entities.update(ents)
 
-    mean = sum(s.score for s in steps) / n if n else 0.0
+    mean = total / n if n else 0.0
     traj_hits: list[RuleHit] = []
     if n:
-        if on["no_reasoning"] and not any(is_think) and n >= P.get("no_reasoning", "min_steps"):
+        if on["no_reasoning"] and not any_think and n >= P.get("no_reasoning", "min_steps"):
             traj_hits.append(RuleHit("no_reasoning", P.get("no_reasoning", "weight")))
         if on["read_diversity"] and len(seen_reads) >= P.get("read_diversity", "min_distinct"):
             traj_hits.append(RuleHit("read_diversity", P.get("read_diversity", "weight"), str(len(seen_reads))))
@@ -423,9 +490,11 @@ def score_prm_lite(
 
     turn_scores = [0.0] * max(num_turns, 1 if (n or traj_hits) else 0)
     if n:
+        last = len(turn_scores) - 1
         for s in steps:
-            k = s.turn if 0 <= s.turn < len(turn_scores) else len(turn_scores) - 1
-            turn_scores[k] += s.score / n
+            if s.score:
+                k = s.turn if 0 <= s.turn <= last else last
+                turn_scores[k] += s.score / n
     if turn_scores:
         turn_scores[-1] += process - sum(turn_scores)
     return PrmLiteResult(

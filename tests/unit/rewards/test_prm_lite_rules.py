@@ -204,3 +204,19 @@ def test_implicit_think_duplicates_dropped():
     turns = [Turn(0, long, [], to_user=True), Turn(1, long, [], to_user=True), Turn(2, "short", [], to_user=True)]
     hist, _ = build_action_history(Trajectory("1", 0, None, [], turns, "user_stop", None))
     assert [e.tool for e in hist] == ["implicit_think"]
+
+
+def test_entity_scan_equals_separate_patterns():
+    """The one-pass entity scan finds exactly what the five separate regexes of the original find."""
+    import random
+
+    from longhaul.rewards.prm_lite import ENTITY_PATTERNS, extract_entities
+
+    rng = random.Random(1)
+    alphabet = "ABCXYZ0123456789abcxyz_- ,:\"[]{}"
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
+        if rng.random() < 0.5:
+            text += ' {"flight": "HAT123", "res": "ABC123", "user": "mia_li_3668", "pay": "credit_card_7", "d": "2024-05-20"}'
+        want = {k: sorted(p.findall(text)) for k, p in ENTITY_PATTERNS.items() if p.findall(text)}
+        assert {k: sorted(v) for k, v in extract_entities(text).items()} == want, text
