@@ -125,3 +125,28 @@ def test_cancel_status_logs_and_double_submit(slurm_cluster, tmp_path, stub_venv
     assert logs.returncode == 0 and "longhaul: job " + job_id in logs.stdout, logs
     follow = longhaul("logs", "--follow", str(run_dir), cwd=tmp_path, timeout=60)  # ends: the job is terminal
     assert follow.returncode == 0 and follow.stdout == logs.stdout
+
+
+def test_srun_step_forwards_the_checkpoint_signal_and_exit_code(slurm_cluster, tmp_path):
+    """Multi-node and pyxis scripts run the launcher as an srun step: USR1 sent to srun must reach the task,
+    and the task's exit code 75 must come back as srun's, or the requeue decision breaks."""
+    script = tmp_path / "fwd.sh"
+    out = tmp_path / "fwd.out"
+    script.write_text(
+        "#!/bin/bash\n"
+        "srun --overlap --nodes=1 --ntasks=1 bash -c "
+        "'trap \"echo task-got-USR1; exit 75\" USR1; echo task-up; while :; do sleep 0.2; done' &\n"
+        "pid=$!\n"
+        f"until grep -q task-up {out}; do sleep 0.2; done\n"
+        'kill -USR1 "$pid"\n'
+        'rc=0; wait "$pid" || rc=$?\n'
+        'echo "srun-exit=$rc"\n')
+    job_id = subprocess.run(["sbatch", "--parsable", "-t", "2", "-o", str(out), str(script)], capture_output=True,
+                            text=True, check=True, timeout=60).stdout.strip()
+    try:
+        info = wait_job(job_id, lambda i: i.get("JobState") in TERMINAL, 90, "a terminal state")
+    finally:
+        cancel_quietly(job_id if job_info(job_id).get("JobState") not in TERMINAL else None)
+    text = out.read_text()
+    assert info["JobState"] == "COMPLETED", (info, text)
+    assert "task-got-USR1" in text and "srun-exit=75" in text, text
