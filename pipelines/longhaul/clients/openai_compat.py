@@ -8,6 +8,7 @@ than the server's context window raises `ContextOverflowError` (the runner ends 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,18 @@ _OVERFLOW_HINTS = ("maximum context length", "context length", "too long", "max_
 
 class EndpointError(PolicyEndpointError):
     """An endpoint failed after its retries, or refused the request (4xx other than context overflow)."""
+
+
+class _Raw(str):
+    """Pre-encoded JSON spliced into a request body as is."""
+
+
+def _encode(payload: dict[str, Any]) -> bytes:
+    raw = {k: v for k, v in payload.items() if isinstance(v, _Raw)}
+    body = json.dumps({k: v for k, v in payload.items() if k not in raw})
+    if raw:
+        body = body[:-1] + "".join(f", {json.dumps(k)}: {v}" for k, v in raw.items()) + "}"
+    return body.encode()
 
 
 class _Retryable(Exception):
@@ -50,6 +63,7 @@ class ChatClient:
         api_key: str | None = None,
         retry: RetryPolicy | None = None,
         max_connections: int = 512,
+        shard_size: int = 16,
         role: str = "policy",
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -58,12 +72,21 @@ class ChatClient:
         self.role = role
         self.retry = retry or RetryPolicy()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.retry.timeout_s, connect=min(30.0, self.retry.timeout_s)),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            headers=headers,
-            transport=transport,
-        )
+        # httpcore's pool scans every connection for every queued request (quadratic in the pool size); with
+        # hundreds of concurrent episodes that dominated CPU. Several small pools, least-busy first, keep it flat.
+        shards = max(1, -(-max_connections // shard_size))
+        per_shard = -(-max_connections // shards)
+        self._pools = [
+            httpx.AsyncClient(
+                timeout=httpx.Timeout(self.retry.timeout_s, connect=min(30.0, self.retry.timeout_s)),
+                limits=httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard),
+                headers=headers,
+                transport=transport,
+            )
+            for _ in range(shards)
+        ]
+        self._in_flight = [0] * shards
+        self._tools_cache: tuple[list[dict[str, Any]], str] | None = None
         self.requests_sent = 0
         self.retries = 0
 
@@ -72,7 +95,8 @@ class ChatClient:
         return f"{self.base_url}/chat/completions"
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        for pool in self._pools:
+            await pool.aclose()
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -80,14 +104,26 @@ class ChatClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def _tools_json(self, tools: list[dict[str, Any]]) -> str:
+        # The 14 tool schemas are the same object for every turn: encode them once, not per request.
+        cached = self._tools_cache
+        if cached is None or cached[0] is not tools:
+            cached = self._tools_cache = (tools, json.dumps(tools))
+        return cached[1]
+
     async def _once(self, payload: dict[str, Any]) -> dict[str, Any]:
         self.requests_sent += 1
+        i = min(range(len(self._pools)), key=self._in_flight.__getitem__)
+        self._in_flight[i] += 1
         try:
-            resp = await self._http.post(self.url, json=payload)
+            resp = await self._pools[i].post(self.url, content=_encode(payload),
+                                             headers={"Content-Type": "application/json"})
         except httpx.TimeoutException as exc:
             raise _Retryable(f"timeout after {self.retry.timeout_s:g}s ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
             raise _Retryable(f"connection error: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self._in_flight[i] -= 1
         if resp.status_code == 429 or resp.status_code >= 500:
             raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:300]}")
         if resp.status_code >= 400:
@@ -109,6 +145,9 @@ class ChatClient:
         """One chat completion (the raw response JSON). `params` go into the request body (max_tokens,
         temperature, top_p, seed, tools, tool_choice, ...); None values are dropped."""
         payload = {"model": self.model, "messages": messages, **{k: v for k, v in params.items() if v is not None}}
+        tools = payload.pop("tools", None)
+        if tools is not None:
+            payload["tools"] = _Raw(self._tools_json(tools))
         r = self.retry
         retrying = AsyncRetrying(
             stop=stop_after_attempt(r.attempts),

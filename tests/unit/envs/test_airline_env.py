@@ -231,3 +231,28 @@ def test_text_next_to_a_tool_call_counts_as_communicated():
     env.step(ToolAction("get_user_details", {"user_id": "nobody_0"}))
     env.terminate(Termination.USER_STOP)
     assert env.grade().communicated
+
+
+def test_every_record_copy_dumps_exactly_like_the_original():
+    from longhaul.envs.airline.cowdb import copy_record, record_json
+
+    db = base_db()
+    for table in ("flights", "users", "reservations"):
+        for key, rec in getattr(db, table).items():
+            assert record_json(copy_record(rec)) == record_json(rec), f"{table}/{key}"
+
+
+def test_flight_dates_are_copied_on_fetch_only():
+    from longhaul.envs.airline.cowdb import EpisodeDB
+
+    base = base_db()
+    view = EpisodeDB(base)
+    number = next(iter(base.flights))
+    date = next(iter(base.flights[number].dates))
+    flight = view.flights[number]
+    status = flight.dates[date]
+    assert status is not base.flights[number].dates[date] and status == base.flights[number].dates[date]
+    if hasattr(status, "available_seats"):
+        status.available_seats["economy"] -= 1
+        assert base.flights[number].dates[date].available_seats["economy"] == status.available_seats["economy"] + 1
+        assert view.record_json("flights", number) != EpisodeDB(base).record_json("flights", number)

@@ -65,6 +65,9 @@ class AirlineTask:
 
     def user_instructions(self) -> str:
         """The scenario text given to the user simulator (τ² layout: domain, reason, known/unknown info, task)."""
+        return _user_instructions(self.id, self)
+
+    def _build_user_instructions(self) -> str:
         ins = (self.user_scenario or {}).get("instructions") or {}
         parts = []
         for key, title in (
@@ -82,6 +85,17 @@ class AirlineTask:
         if persona:
             parts.insert(0, f"Persona:\n\t{persona}")
         return "\n".join(parts)
+
+
+_INSTRUCTIONS: dict[tuple[str, int], str] = {}
+
+
+def _user_instructions(task_id: str, task: AirlineTask) -> str:
+    key = (task_id, id(task.user_scenario))
+    text = _INSTRUCTIONS.get(key)
+    if text is None:
+        text = _INSTRUCTIONS[key] = task._build_user_instructions()
+    return text
 
 
 def _parse_task(d: dict[str, Any]) -> AirlineTask:

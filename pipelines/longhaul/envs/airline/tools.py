@@ -127,8 +127,10 @@ def _schemas_json() -> str:
     return json.dumps(out)
 
 
+@functools.cache
 def tool_schemas() -> list[dict[str, Any]]:
-    """OpenAI `tools` list for the 14 airline tools (a fresh copy each call)."""
+    """OpenAI `tools` list for the 14 airline tools. One shared object (clients cache its encoding): do not
+    mutate it; `copy.deepcopy` it first if you need to change it."""
     return json.loads(_schemas_json())
 
 
