@@ -1,0 +1,57 @@
+"""`longhaul compare`: the ablation table and figures from MLflow."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def compare(
+        experiments: Annotated[
+            list[str] | None,
+            typer.Argument(
+                help="MLflow experiments: names ('longhaul/lata'), spec families ('lata') or spec files; "
+                "none = every experiment with longhaul training runs."
+            ),
+        ] = None,
+        tracking_uri: Annotated[
+            str | None,
+            typer.Option("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI)."),
+        ] = None,
+        out_dir: Annotated[Path, typer.Option("--out", help="Directory for the table and figures.")] = Path(
+            "comparison"
+        ),
+        log: Annotated[
+            bool, typer.Option("--log/--no-log", help="Log the outputs to MLflow (experiment longhaul/comparisons).")
+        ] = True,
+    ) -> None:
+        """Ablation table (markdown + CSV) and comparison/progression PNGs over evaluated checkpoints."""
+        from longhaul.tracking.compare import write_comparison
+        from longhaul.tracking.runs import TrackingError
+
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            err.print(
+                "error: no MLflow tracking URI; pass --tracking-uri URI (e.g. http://127.0.0.1:5000 or "
+                "sqlite:///runs/<run>/mlflow.db) or export MLFLOW_TRACKING_URI"
+            )
+            raise typer.Exit(2)
+        try:
+            result = write_comparison(uri, experiments or [], out_dir, log=log)
+        except TrackingError as exc:
+            err.print(f"error: {exc}")
+            raise typer.Exit(1) from exc
+        typer.echo(result.markdown, nl=False)
+        for f in result.files:
+            err.print(f"wrote {f}")
+        if result.run_id:
+            err.print(f"logged to MLflow run {result.run_id} (experiment longhaul/comparisons)")

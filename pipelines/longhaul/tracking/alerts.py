@@ -1,0 +1,74 @@
+"""Watchdog I/O: read a training run's histories from MLflow, record alerts as tags/metrics/artifact.
+
+`fetch_watchdog_report` is what `longhaul status` calls; the launcher calls `check_training_run` after each
+logged step (or every few) and stops training when it returns `stop=True`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+
+from longhaul.tracking import tags as T
+from longhaul.tracking.runs import client_for, log_batch, now_ms
+from longhaul.tracking.watchdog import (
+    Alert,
+    History,
+    WatchdogThresholds,
+    compute_alerts,
+    should_stop,
+    watched_metric_keys,
+)
+
+
+@dataclass(frozen=True)
+class WatchdogReport:
+    run_id: str
+    alerts: tuple[Alert, ...]
+    stop: bool
+
+
+def fetch_histories(client: MlflowClient, run_id: str, thresholds: WatchdogThresholds | None = None) -> dict[str, History]:
+    """Histories of the metrics the watchdog reads, as `{key: [(step, value), ...]}`."""
+    available = list(client.get_run(run_id).data.metrics)
+    return {
+        key: [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+        for key in watched_metric_keys(available, thresholds)
+    }
+
+
+def log_alerts(client: MlflowClient, run_id: str, alerts: list[Alert] | tuple[Alert, ...], *, stop: bool = False) -> None:
+    """Record alerts: `longhaul.alert.<code>` tags, `watchdog/<code>` metrics, `longhaul.alerts`, the JSON list."""
+    now = now_ms()
+    tags = {f"{T.ALERT_PREFIX}{a.code}": a.message for a in alerts}
+    tags[T.ALERTS] = ",".join(sorted({a.code for a in alerts})) or "none"
+    if stop:
+        tags[T.EARLY_STOP] = "collapse: " + ", ".join(a.code for a in alerts if a.collapse)
+    metrics = [Metric(f"watchdog/{a.code}", float(a.value), now, a.step) for a in alerts]
+    log_batch(client, run_id, metrics=metrics, tags=tags)
+    if alerts:
+        client.log_dict(run_id, [a.to_dict() for a in alerts], T.WATCHDOG_ARTIFACT)
+
+
+def check_training_run(
+    tracking_uri: str | MlflowClient,
+    run_id: str,
+    *,
+    early_stop_on_collapse: bool = False,
+    thresholds: WatchdogThresholds | None = None,
+    record: bool = True,
+) -> WatchdogReport:
+    """Run the watchdog on a training run; record alerts in MLflow (unless `record=False`); say whether to stop."""
+    client = client_for(tracking_uri)
+    alerts = compute_alerts(fetch_histories(client, run_id, thresholds), thresholds)
+    stop = should_stop(alerts, early_stop_on_collapse)
+    if record:
+        log_alerts(client, run_id, alerts, stop=stop)
+    return WatchdogReport(run_id, tuple(alerts), stop)
+
+
+def fetch_watchdog_report(tracking_uri: str | MlflowClient, run_id: str) -> WatchdogReport:
+    """Read-only watchdog verdict for `longhaul status` (computes; writes nothing)."""
+    return check_training_run(tracking_uri, run_id, record=False)

@@ -1,0 +1,336 @@
+"""MLflow adapter: one training run per run name, provenance, checkpoints, evaluation child runs.
+
+Every function takes an explicit tracking URI (or an `MlflowClient`): nothing relies on MLflow's global
+active-run state, so the launcher, the evaluator and `longhaul compare` can talk to different stores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from longhaul.spec import Experiment, experiment_family, resolved_yaml, run_name, spec_hash
+from longhaul.tracking import tags as T
+from longhaul.tracking.config import RUN_ID_FILE
+from longhaul.tracking.evalmetrics import build_eval_metrics
+from longhaul.tracking.provenance import build_params, collect_provenance
+
+#: MLflow's per-request limits for log_batch.
+_MAX_METRICS, _MAX_PARAMS, _MAX_TAGS = 1000, 100, 100
+RUN_INFO_FILE = "mlflow_run.json"
+
+
+class TrackingError(RuntimeError):
+    """An MLflow operation could not be completed; the message says which run and what to check."""
+
+
+@dataclass(frozen=True)
+class TrackedRun:
+    """The MLflow run of one longhaul run (what the launcher hands to veRL as MLFLOW_RUN_ID)."""
+
+    run_id: str
+    experiment_id: str
+    experiment_name: str
+    run_name: str
+    spec_hash: str
+    resumed: bool
+    attempts: int
+
+
+def client_for(tracking_uri: str | MlflowClient) -> MlflowClient:
+    """An MlflowClient bound to `tracking_uri` (a client is passed through)."""
+    if isinstance(tracking_uri, MlflowClient):
+        return tracking_uri
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def quote_filter(value: str) -> str:
+    """Quote a value for an MLflow filter string (single quotes doubled is not supported; refuse them)."""
+    if "'" in value:
+        raise TrackingError(f"cannot search MLflow for a value containing a quote: {value!r}")
+    return f"'{value}'"
+
+
+def ensure_experiment(client: MlflowClient, name: str) -> str:
+    """Id of the MLflow experiment `name`, created when missing (safe when two jobs race to create it)."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            client.restore_experiment(exp.experiment_id)
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name, tags={T.KIND: "family"})
+    except MlflowException:
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def log_batch(
+    client: MlflowClient,
+    run_id: str,
+    *,
+    metrics: Iterable[Metric] = (),
+    params: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> None:
+    """log_batch split into chunks within MLflow's per-request limits."""
+    ms, ps = list(metrics), [Param(k, str(v)) for k, v in (params or {}).items()]
+    ts = [RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()]
+    for i in range(0, len(ms), _MAX_METRICS):
+        client.log_batch(run_id, metrics=ms[i : i + _MAX_METRICS])
+    for i in range(0, len(ps), _MAX_PARAMS):
+        client.log_batch(run_id, params=ps[i : i + _MAX_PARAMS])
+    for i in range(0, len(ts), _MAX_TAGS):
+        client.log_batch(run_id, tags=ts[i : i + _MAX_TAGS])
+
+
+def log_metrics(
+    tracking_uri: str | MlflowClient, run_id: str, metrics: Mapping[str, float], step: int
+) -> None:
+    """Log several metrics at one step."""
+    now = now_ms()
+    log_batch(client_for(tracking_uri), run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
+
+
+# --------------------------------------------------------------------------------------------------------
+# Training run: create or resume
+
+
+def _read_run_info(run_dir: Path) -> dict[str, Any] | None:
+    f = run_dir / RUN_INFO_FILE
+    if f.is_file():
+        return json.loads(f.read_text(encoding="utf-8"))
+    legacy = run_dir / RUN_ID_FILE
+    if legacy.is_file():
+        return {"run_id": legacy.read_text(encoding="utf-8").strip()}
+    return None
+
+
+def _write_run_info(run_dir: Path, run: TrackedRun) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / (RUN_INFO_FILE + ".tmp")
+    tmp.write_text(json.dumps(asdict(run), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(run_dir / RUN_INFO_FILE)
+    (run_dir / RUN_ID_FILE).write_text(run.run_id + "\n", encoding="utf-8")
+
+
+def find_training_run(client: MlflowClient, experiment_id: str, name: str, digest: str) -> str | None:
+    """Id of the (oldest active) training run with this run name and spec hash, or None."""
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=(
+            f"attributes.run_name = {quote_filter(name)} and tags.`{T.SPEC_HASH}` = {quote_filter(digest)} "
+            f"and tags.`{T.KIND}` = {quote_filter(T.KIND_TRAIN)}"
+        ),
+        order_by=["attributes.start_time ASC"],
+        max_results=5,
+    )
+    return runs[0].info.run_id if runs else None
+
+
+def _existing_from_run_dir(client: MlflowClient, run_dir: Path, digest: str) -> str | None:
+    info = _read_run_info(run_dir)
+    if not info or not info.get("run_id"):
+        return None
+    try:
+        run = client.get_run(info["run_id"])
+    except MlflowException:
+        return None  # another store, or deleted: fall back to the search by name and hash
+    if run.info.lifecycle_stage == "deleted":
+        return None
+    if run.data.tags.get(T.SPEC_HASH) != digest:
+        raise TrackingError(
+            f"{run_dir / RUN_INFO_FILE}: MLflow run {info['run_id']} has spec hash "
+            f"{run.data.tags.get(T.SPEC_HASH)!r}, this spec hashes to {digest!r}; the run directory belongs to "
+            "another spec — use a fresh run directory"
+        )
+    return info["run_id"]
+
+
+def start_or_resume_run(
+    exp: Experiment,
+    tracking_uri: str | MlflowClient,
+    run_dir: str | Path,
+    backend: str,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> TrackedRun:
+    """The MLflow run of `exp`: resumed when it exists (run dir record, else run name + spec hash), else created.
+
+    A new run gets provenance tags, spec params and the resolved spec as `spec/experiment.yaml`. A resumed
+    run is set back to RUNNING, its attempt counter and job-id history are updated and its provenance tags
+    refreshed. The run id is written to `<run_dir>/mlflow_run.json` (and `mlflow_run_id`).
+    """
+    client = client_for(tracking_uri)
+    run_dir = Path(run_dir)
+    name, digest, family = run_name(exp), spec_hash(exp), experiment_family(exp)
+    experiment_id = ensure_experiment(client, family)
+    provenance = collect_provenance(exp, backend, environ=environ)
+
+    run_id = _existing_from_run_dir(client, run_dir, digest) or find_training_run(
+        client, experiment_id, name, digest
+    )
+    if run_id is None:
+        run = client.create_run(experiment_id, run_name=name, tags={**provenance, T.ATTEMPTS: "1",
+                                                                      T.JOB_IDS: provenance[T.JOB_ID]})
+        run_id = run.info.run_id
+        log_batch(client, run_id, params=build_params(exp))
+        client.log_text(run_id, resolved_yaml(exp), f"{T.SPEC_ARTIFACT_DIR}/experiment.yaml")
+        attempts, resumed = 1, False
+    else:
+        run = client.get_run(run_id)
+        attempts = int(run.data.tags.get(T.ATTEMPTS, "1")) + 1
+        jobs = [j for j in run.data.tags.get(T.JOB_IDS, "").split(",") if j]
+        if provenance[T.JOB_ID] not in jobs:
+            jobs.append(provenance[T.JOB_ID])
+        client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+        log_batch(client, run_id, tags={**provenance, T.ATTEMPTS: str(attempts), T.JOB_IDS: ",".join(jobs)})
+        resumed = True
+    tracked = TrackedRun(run_id, experiment_id, family, name, digest, resumed, attempts)
+    _write_run_info(run_dir, tracked)
+    return tracked
+
+
+def finish_run(tracking_uri: str | MlflowClient, run_id: str, status: str = "FINISHED") -> None:
+    """Mark a run FINISHED, FAILED or KILLED (MLflow's "View run" links go to stderr, not stdout)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        client_for(tracking_uri).set_terminated(run_id, status=status)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def log_checkpoint(
+    tracking_uri: str | MlflowClient,
+    run_id: str,
+    step: int,
+    uri: str,
+    *,
+    upload_dir: str | Path | None = None,
+) -> None:
+    """Record a saved checkpoint by URI (tag + `checkpoints/step_<N>.json`); small ones can be uploaded too."""
+    client = client_for(tracking_uri)
+    record = {"step": step, "uri": uri, "time_ms": now_ms()}
+    log_batch(
+        client,
+        run_id,
+        metrics=[Metric("checkpoint/step", float(step), record["time_ms"], step)],
+        tags={f"{T.CHECKPOINT_URI_PREFIX}{step}": uri, T.LAST_CHECKPOINT_STEP: str(step)},
+    )
+    client.log_dict(run_id, record, f"{T.CHECKPOINT_ARTIFACT_DIR}/step_{step:06d}.json")
+    if upload_dir is not None:
+        client.log_artifacts(run_id, str(upload_dir), f"{T.CHECKPOINT_ARTIFACT_DIR}/step_{step:06d}")
+
+
+def fetch_checkpoints(tracking_uri: str | MlflowClient, run_id: str) -> dict[int, str]:
+    """`{step: uri}` of the checkpoints recorded on a training run."""
+    tags = client_for(tracking_uri).get_run(run_id).data.tags
+    return {
+        int(k[len(T.CHECKPOINT_URI_PREFIX) :]): v
+        for k, v in tags.items()
+        if k.startswith(T.CHECKPOINT_URI_PREFIX) and k[len(T.CHECKPOINT_URI_PREFIX) :].isdigit()
+    }
+
+
+# --------------------------------------------------------------------------------------------------------
+# Evaluation runs (children of the training run)
+
+
+def find_eval_run(client: MlflowClient, parent_run_id: str, experiment_id: str, step: int) -> str | None:
+    """Id of the evaluation run of checkpoint `step` under `parent_run_id`, or None."""
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=(
+            f"tags.`{T.PARENT_RUN_ID}` = {quote_filter(parent_run_id)} and tags.`{T.CHECKPOINT_STEP}` = {quote_filter(str(step))}"
+        ),
+        max_results=1,
+    )
+    return runs[0].info.run_id if runs else None
+
+
+def log_evaluation(
+    parent_run_id: str,
+    checkpoint_step: int,
+    summary: Mapping[str, Any],
+    jsonl_path: str | Path | None,
+    *,
+    tracking_uri: str | MlflowClient | None = None,
+) -> str:
+    """Log one checkpoint's evaluation as a child run of the training run; returns the child's run id.
+
+    The child (named `<run name>-eval-step<N>`, reused when the same checkpoint is evaluated again) gets the
+    flattened metrics at step N, the summary as `eval/summary.json`, the per-task JSONL under `eval/`, and the
+    parent's grouping tags. The parent gets the same `eval/…` metrics at step N (progression charts) and a tag
+    pointing at the child. `tracking_uri` defaults to MLFLOW_TRACKING_URI.
+    """
+    client = client_for(tracking_uri) if tracking_uri is not None else MlflowClient()
+    try:
+        parent = client.get_run(parent_run_id)
+    except MlflowException as exc:
+        raise TrackingError(f"evaluation of step {checkpoint_step}: training run {parent_run_id} not found "
+                            f"in {client.tracking_uri} ({exc})") from exc
+    ptags = parent.data.tags
+    experiment_id = parent.info.experiment_id
+    train_name = ptags.get(T.RUN_NAME) or parent.info.run_name
+    inherited = {k: v for k, v in ptags.items() if k.startswith(T.PREFIX) and not k.startswith(
+        (T.CHECKPOINT_URI_PREFIX, T.ALERT_PREFIX, T.VERSION_PREFIX, "longhaul.eval_run."))}
+    inherited.pop(T.ALERTS, None)
+    child_tags = {
+        **inherited,
+        T.KIND: T.KIND_EVAL,
+        T.PARENT_RUN_ID: parent_run_id,
+        T.CHECKPOINT_STEP: str(checkpoint_step),
+    }
+    ckpt_uri = ptags.get(f"{T.CHECKPOINT_URI_PREFIX}{checkpoint_step}")
+    if ckpt_uri:
+        child_tags[T.CHECKPOINT_URI] = ckpt_uri
+
+    child_id = find_eval_run(client, parent_run_id, experiment_id, checkpoint_step)
+    if child_id is None:
+        child_id = client.create_run(
+            experiment_id, run_name=T.eval_run_name(train_name, checkpoint_step), tags=child_tags
+        ).info.run_id
+    else:
+        client.update_run(child_id, status=RunStatus.to_string(RunStatus.RUNNING))
+        log_batch(client, child_id, tags=child_tags)
+
+    flat = build_eval_metrics(summary)
+    now = now_ms()
+    metrics = [Metric(k, v, now, checkpoint_step) for k, v in flat.items()]
+    log_batch(client, child_id, metrics=metrics)
+    client.log_dict(child_id, dict(summary), f"{T.EVAL_ARTIFACT_DIR}/summary.json")
+    if jsonl_path is not None:
+        client.log_artifact(child_id, str(jsonl_path), T.EVAL_ARTIFACT_DIR)
+    finish_run(client, child_id)
+
+    log_batch(client, parent_run_id, metrics=metrics, tags={f"longhaul.eval_run.{checkpoint_step}": child_id})
+    return child_id
+
+
+def fetch_eval_runs(tracking_uri: str | MlflowClient, parent_run_id: str) -> dict[int, str]:
+    """`{checkpoint step: eval run id}` of a training run's evaluation children."""
+    client = client_for(tracking_uri)
+    parent = client.get_run(parent_run_id)
+    runs = client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.`{T.PARENT_RUN_ID}` = {quote_filter(parent_run_id)} and tags.`{T.KIND}` = {quote_filter(T.KIND_EVAL)}",
+        max_results=1000,
+    )
+    return {int(r.data.tags[T.CHECKPOINT_STEP]): r.info.run_id for r in runs}

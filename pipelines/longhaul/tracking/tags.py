@@ -1,0 +1,56 @@
+"""MLflow tag keys, artifact paths and run-name patterns used by longhaul (one place)."""
+
+from __future__ import annotations
+
+PREFIX = "longhaul."
+
+KIND = "longhaul.kind"
+KIND_TRAIN = "train"
+KIND_EVAL = "eval"
+KIND_COMPARE = "compare"
+
+RUN_NAME = "longhaul.run_name"
+SPEC_HASH = "longhaul.spec_hash"
+SPEC_NAME = "longhaul.spec_name"
+FAMILY = "longhaul.family"
+GIT_COMMIT = "longhaul.git_commit"
+IMAGE = "longhaul.image"
+DATASET_SHA256 = "longhaul.dataset_sha256"
+BACKEND = "longhaul.backend"
+JOB_ID = "longhaul.job_id"
+JOB_IDS = "longhaul.job_ids"
+ATTEMPTS = "longhaul.attempts"
+VERSION_PREFIX = "longhaul.version."
+
+ADVANTAGE = "longhaul.advantage"
+PROCESS_REWARD = "longhaul.process_reward"
+CREDIT = "longhaul.credit"
+POLICY_MODEL = "longhaul.policy_model"
+STAGES = "longhaul.stages"
+SELECT_ON = "longhaul.select_on"
+
+CHECKPOINT_STEP = "longhaul.checkpoint_step"
+CHECKPOINT_URI = "longhaul.checkpoint_uri"
+CHECKPOINT_URI_PREFIX = "longhaul.checkpoint_uri."
+LAST_CHECKPOINT_STEP = "longhaul.last_checkpoint_step"
+
+ALERTS = "longhaul.alerts"
+ALERT_PREFIX = "longhaul.alert."
+EARLY_STOP = "longhaul.early_stop"
+
+COMPARED_RUNS = "longhaul.compared_runs"
+
+#: Set by MLflow's UI and client for nested runs.
+PARENT_RUN_ID = "mlflow.parentRunId"
+
+SPEC_ARTIFACT_DIR = "spec"
+CHECKPOINT_ARTIFACT_DIR = "checkpoints"
+EVAL_ARTIFACT_DIR = "eval"
+WATCHDOG_ARTIFACT = "watchdog/alerts.json"
+
+COMPARISON_EXPERIMENT = "longhaul/comparisons"
+
+
+def eval_run_name(train_run_name: str, step: int) -> str:
+    """Deterministic name of the evaluation run of one checkpoint: `<run name>-eval-step<N>`."""
+    return f"{train_run_name}-eval-step{step}"
