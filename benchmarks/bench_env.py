@@ -7,9 +7,11 @@ Prints, for each item, longhaul's number, the naive baseline and the ratio:
 2. memory per live episode (tracemalloc, after replaying the gold actions) vs one parsed database;
 3. grading: `env.grade()` (record diff against the cached gold view) vs reload-and-replay (load a fresh
    database, replay the gold actions, hash both full databases as τ² does);
-4. N concurrent episodes (gold policy + scripted user) against the scripted OpenAI-compatible server in a
-   separate process, each answer delayed by `latency`: wall time vs the critical path (the longest episode's
-   sequential requests × latency), and this process's CPU time per assistant turn.
+4. N concurrent episodes (gold policy + scripted user) called in-process with `asyncio.sleep(latency)` per
+   answer: the runner's own scheduling and CPU cost (environment, tools, grading, no HTTP);
+5. the same against the scripted OpenAI-compatible server in a separate process (httpx clients), each answer
+   delayed by `latency`: wall time vs the critical path (the longest episode's sequential requests × latency),
+   and this process's CPU time per assistant turn.
 """
 
 from __future__ import annotations
@@ -184,6 +186,46 @@ def bench_concurrency(episodes: int, latency: float) -> dict:
     }
 
 
+def bench_in_process(episodes: int, latency: float) -> dict:
+    """The same episodes with the scripted policy and user called in-process (asyncio.sleep as latency):
+    the runner's, environment's and grader's own CPU cost, without HTTP."""
+    from longhaul.clients.user_simulator import build_user_messages
+    from longhaul.envs.airline.env import AirlineEnv
+    from longhaul.envs.airline.tasks import load_tasks
+    from longhaul.envs.runner import EpisodeLimits, ParsedCall, PolicyTurn, run_episode
+    from support.airline_scripts import ScriptedUser, gold_policy
+
+    scripted_user = ScriptedUser()
+
+    class Policy:
+        async def next_turn(self, messages, tools, max_tokens):
+            await asyncio.sleep(latency)
+            r = gold_policy({"messages": messages})
+            calls = [ParsedCall(n, a, json.dumps(a)) for n, a in r.tool_calls]
+            return PolicyTurn(r.content, calls, completion_tokens=10)
+
+    class User:
+        async def reply(self, task, conversation):
+            await asyncio.sleep(latency)
+            return scripted_user({"messages": build_user_messages(task.user_instructions(), conversation)}).content
+
+    tasks = list(load_tasks().values())
+
+    async def go():
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        trajs = await asyncio.gather(*[
+            run_episode(AirlineEnv, tasks[i % len(tasks)], Policy(), User(), EpisodeLimits(max_turns=30))
+            for i in range(episodes)
+        ])
+        return trajs, time.perf_counter() - t0, time.process_time() - cpu0
+
+    trajs, wall, cpu = asyncio.run(go())
+    turns = sum(len(t.turns) for t in trajs)
+    seq = max(len(t.turns) + sum(1 for m in t.messages if m["role"] == "user") for t in trajs)
+    return {"wall_s": wall, "critical_path_s": seq * latency, "wall_over_ideal": wall / (seq * latency),
+            "cpu_per_turn_s": cpu / turns, "success": sum(t.outcome for t in trajs), "turns": turns}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=256)
@@ -202,6 +244,10 @@ def main() -> None:
     print(f"grading          longhaul {_fmt_s(g['warm_s']):>12} (first time per task {_fmt_s(g['cold_s'])})   "
           f"reload+replay {_fmt_s(g['naive_s']):>12}   {g['ratio_warm']:,.0f}x faster "
           f"({g['ratio_cold']:,.0f}x cold; target ≥25x, ≤20 ms) over {g['tasks']} writing tasks")
+    p = bench_in_process(args.episodes, args.latency)
+    print(f"{args.episodes} concurrent episodes in-process (no HTTP), {args.latency * 1e3:.0f} ms per answer: wall "
+          f"{p['wall_s']:.2f} s vs critical path {p['critical_path_s']:.2f} s = {p['wall_over_ideal']:.2f}x; "
+          f"runner+env+grader CPU {p['cpu_per_turn_s'] * 1e3:.2f} ms per assistant turn")
     c = bench_concurrency(args.episodes, args.latency)
     print(f"{c['episodes']} concurrent episodes, {args.latency * 1e3:.0f} ms per answer: wall {c['wall_s']:.2f} s vs "
           f"critical path {c['critical_path_s']:.2f} s ({c['seq_requests']} sequential requests) = "
