@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from longhaul.spec import load_spec, run_name
-from longhaul.submit.slurm import fetch_status
+from longhaul.submit.slurm import fetch_accounting, fetch_job_status, fetch_status
 
 from .conftest import TERMINAL, cancel_quietly, job_info, longhaul, wait_job, write_spec
 
@@ -125,6 +126,16 @@ def test_cancel_status_logs_and_double_submit(slurm_cluster, tmp_path, stub_venv
     assert logs.returncode == 0 and "longhaul: job " + job_id in logs.stdout, logs
     follow = longhaul("logs", "--follow", str(run_dir), cwd=tmp_path, timeout=60)  # ends: the job is terminal
     assert follow.returncode == 0 and follow.stdout == logs.stdout
+    # After MinJobAge scontrol forgets the job: accounting answers (here the job-completion log, `sacct -c`).
+    acct = None
+    for _ in range(50):
+        acct = fetch_accounting(job_id)
+        if acct is not None:
+            break
+        time.sleep(0.2)
+    assert acct is not None and acct.state == "CANCELLED" and acct.phase == "Failed" and acct.terminal, acct
+    gone = fetch_job_status("999999999")
+    assert gone.phase == "Unknown" and not gone.terminal and "no longer knows" in gone.reason
 
 
 def test_srun_step_forwards_the_checkpoint_signal_and_exit_code(slurm_cluster, tmp_path):
