@@ -10,8 +10,10 @@ from longhaul.commands import eval as _eval
 from longhaul.commands import explain as _explain
 from longhaul.commands import images as _images
 from longhaul.commands import run as _run
+from longhaul.commands import sft as _sft
 from longhaul.commands import spec as _spec
 from longhaul.commands import submit as _submit
+from longhaul.commands import tiny as _tiny
 
 app = typer.Typer(
     name="longhaul",
@@ -30,6 +32,8 @@ _env.register(app)
 _eval.register(app)
 _explain.register(app)
 _compare.register(app)
+_tiny.register(app)
+_sft.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from longhaul.sft.masking import SupervisedExample
+from longhaul.sft.masking import IGNORE_INDEX, SupervisedExample
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,19 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
         return peak * (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def label_loss(model: Any, ex: SupervisedExample) -> Any:
+    """Next-token cross-entropy on the label positions only: the LM head runs on those few positions instead of
+    the whole ~5k-token sequence (most of it is the shared system prompt)."""
+    import torch
+
+    ids = torch.tensor([ex.input_ids])
+    targets = torch.tensor(ex.labels[1:])
+    keep = (targets != IGNORE_INDEX).nonzero(as_tuple=True)[0]
+    hidden = model.model(input_ids=ids).last_hidden_state[0, keep]
+    logits = model.lm_head(hidden)
+    return torch.nn.functional.cross_entropy(logits.float(), targets[keep])
 
 
 def warm_start(
@@ -58,14 +71,12 @@ def warm_start(
         ex = examples[order.pop()]
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, learning_rate, warmup)
-        ids = torch.tensor([ex.input_ids])
-        labels = torch.tensor([ex.labels])
-        loss = model(input_ids=ids, labels=labels).loss
+        loss = label_loss(model, ex)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if on_step is not None:
             on_step(step, losses[-1])
     model.eval()

@@ -1,0 +1,198 @@
+"""`longhaul sft …`: the SFT warm-start stage (collect, build-dataset, export, run) and `inspect`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from longhaul.commands.spec import fail_on_spec_error
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+SpecOpt = Annotated[Path, typer.Option("--spec", help="Experiment YAML.")]
+RunDirOpt = Annotated[Path, typer.Option("--run-dir", help="Run directory (outputs go to RUN_DIR/sft).")]
+
+
+def _load(spec: Path):
+    from longhaul.spec import SpecError, load_spec
+
+    try:
+        return load_spec(spec)
+    except SpecError as exc:
+        fail_on_spec_error(exc)
+
+
+def register(app: typer.Typer) -> None:
+    sft = typer.Typer(help="SFT warm start: teacher trajectories, Render-Twice-Diff datasets, veRL SFT.",
+                      no_args_is_help=True)
+    app.add_typer(sft, name="sft")
+
+    @sft.command("collect")
+    def collect(
+        spec: SpecOpt,
+        run_dir: RunDirOpt,
+        out: Annotated[Path | None, typer.Option("--out", help="Trajectories JSONL (default RUN_DIR/sft/…).")] = None,
+        teacher_url: Annotated[str | None, typer.Option("--teacher-url", help="Teacher base URL (…/v1).")] = None,
+        simulator_url: Annotated[str | None, typer.Option("--simulator-url", help="Simulator base URL.")] = None,
+        concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 8,
+    ) -> None:
+        """Best-of-N teacher episodes on the TRAINING tasks; keep graded successes (JSONL + coverage.json)."""
+        from longhaul.render.plan import Paths
+        from longhaul.sft.collect import collect_trajectories
+        from longhaul.sft.overrides import SFTPaths
+
+        exp = _load(spec)
+        if exp.spec.sft is None:
+            err.print(f"{spec}: spec.sft is missing; the SFT stage needs a `sft:` section")
+            raise typer.Exit(2)
+        sim_url = simulator_url or exp.spec.user_simulator.url or os.environ.get("LONGHAUL_SIMULATOR_BASE_URL")
+        t_url = teacher_url or exp.spec.sft.teacher.url or sim_url
+        if not sim_url or not t_url:
+            err.print("no simulator URL: pass --simulator-url, set spec.user_simulator.url, or run under the "
+                      "launcher (LONGHAUL_SIMULATOR_BASE_URL)")
+            raise typer.Exit(2)
+        # With no teacher URL the simulator's server answers for the teacher too (same served model).
+        t_model = exp.spec.sft.teacher.model.name if (teacher_url or exp.spec.sft.teacher.url) else \
+            os.environ.get("LONGHAUL_SIMULATOR_MODEL", exp.spec.user_simulator.model.name)
+        target = out or Path(SFTPaths.under(Paths.under(str(run_dir))).trajectories)
+        done = {"n": 0}
+
+        def progress(a, outcome: float) -> None:
+            done["n"] += 1
+            err.print(f"  task {a.task_id:>3} attempt {a.attempt:>2} T={a.temperature:.1f} -> "
+                      f"{'success' if outcome == 1.0 else 'fail'} ({done['n']})")
+
+        report = asyncio.run(collect_trajectories(
+            exp, teacher_url=t_url, simulator_url=sim_url, out_path=target, teacher_model=t_model,
+            simulator_model=os.environ.get("LONGHAUL_SIMULATOR_MODEL"), concurrency=concurrency,
+            on_attempt=progress))
+        print(f"{report.successes}/{report.attempts} successful episodes -> {target}; "
+              f"covered_seen: {report.covered}")
+
+    @sft.command("build-dataset")
+    def build_dataset(
+        trajectories: Annotated[Path, typer.Argument(help="Trajectories JSONL.")],
+        spec: SpecOpt,
+        tokenizer: Annotated[str, typer.Option("--tokenizer", help="Model directory (tokenizer + chat template).")],
+        out: Annotated[Path, typer.Option("--out", help="Output parquet.")],
+    ) -> None:
+        """Render-Twice-Diff rows (labels = assistant turns only) → parquet; drops are counted, never truncated."""
+        from transformers import AutoTokenizer
+
+        from longhaul.envs.airline.splits import build_split
+        from longhaul.sft.dataset import TestTaskInDataError, build_sft_rows, load_trajectories, write_dataset
+
+        exp = _load(spec)
+        cfg = exp.spec.sft
+        if cfg is None:
+            err.print(f"{spec}: spec.sft is missing")
+            raise typer.Exit(2)
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+        try:
+            rows, dropped, stats = build_sft_rows(
+                tok, load_trajectories(trajectories), max_length=cfg.max_length,
+                min_label_tokens=cfg.min_label_tokens, test_task_ids=build_split(exp.spec.environment.split).test)
+        except (TestTaskInDataError, ValueError) as exc:
+            err.print(f"error: {exc}")
+            raise typer.Exit(1) from exc
+        for rec, d in dropped:
+            err.print(f"  dropped task {rec.get('task_id')} attempt {rec.get('attempt')}: {d.reason} ({d.detail})")
+        write_dataset(rows, out, stats, tokenizer=tokenizer)
+        print(json.dumps(stats.to_dict()))
+        if not rows:
+            err.print("error: no sample survived; nothing to train on")
+            raise typer.Exit(1)
+
+    @sft.command("export")
+    def export(
+        checkpoints: Annotated[Path, typer.Option("--checkpoints", help="veRL SFT checkpoint directory.")],
+        base_model: Annotated[str, typer.Option("--base-model", help="The model SFT started from.")],
+        out: Annotated[Path, typer.Option("--out", help="Output Hugging Face model directory.")],
+    ) -> None:
+        """The last SFT checkpoint → a plain Hugging Face model (LoRA merged): the GRPO stage's initial policy."""
+        from longhaul.sft.export import export_sft_model
+
+        step = export_sft_model(checkpoints, base_model, out)
+        print(f"exported global_step_{step} -> {out}")
+
+    @sft.command("run")
+    def run(spec: SpecOpt, run_dir: RunDirOpt) -> None:
+        """Run the whole SFT stage: collect (unless spec.sft.dataset), build-dataset, train (torchrun), export."""
+        from longhaul.render.plan import Paths
+        from longhaul.sft.overrides import render_sft_steps
+
+        exp = _load(spec)
+        try:
+            steps = render_sft_steps(exp, Paths(**{**Paths.under(str(run_dir)).__dict__, "spec_file": str(spec)}))
+        except ValueError as exc:
+            err.print(f"error: {exc}")
+            raise typer.Exit(2) from exc
+        for step in steps:
+            argv = list(step.argv)
+            if argv[0] == "longhaul":  # the same interpreter as this process, whatever PATH says
+                argv = [sys.executable, "-m", "longhaul.cli", *argv[1:]]
+            err.print(f"[sft] {step.name}: {' '.join(step.argv[:6])} …")
+            rc = subprocess.call(argv)
+            if rc != 0:
+                err.print(f"[sft] step {step.name} failed with exit code {rc}")
+                raise typer.Exit(rc)
+
+    @sft.command("inspect")
+    def inspect(
+        dataset: Annotated[Path, typer.Argument(help="Dataset parquet written by build-dataset.")],
+        index: Annotated[int, typer.Option("--index", "-i", help="Row to show.")] = 0,
+        tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="Tokenizer dir (default: the one "
+                                                      "recorded at build time).")] = None,
+        plain: Annotated[bool, typer.Option("--plain", help="No colours: labelled spans between ⟦ and ⟧.")] = False,
+        max_chars: Annotated[int, typer.Option("--max-chars", help="Cut the shown prompt to its last N "
+                                               "characters (0 = whole).")] = 1500,
+    ) -> None:
+        """Show one sample with masked (dim) and trained (green) spans, and dataset statistics."""
+        from transformers import AutoTokenizer
+
+        from longhaul.sft.dataset import read_dataset, read_stats
+        from longhaul.sft.inspect import build_dataset_summary, build_segments
+
+        rows = read_dataset(dataset)
+        stats = read_stats(dataset)
+        console = Console(highlight=False, soft_wrap=True, no_color=plain, force_terminal=not plain and None)
+        summary = build_dataset_summary(rows, stats)
+        table = Table(title=f"{dataset}", show_header=False)
+        for k, v in summary.items():
+            table.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))
+        console.print(table)
+        if not rows:
+            return
+        if not 0 <= index < len(rows):
+            err.print(f"--index {index} out of range: the dataset has {len(rows)} rows (0 … {len(rows) - 1})")
+            raise typer.Exit(2)
+        tok_dir = tokenizer or stats.get("tokenizer")
+        if not tok_dir:
+            err.print("no tokenizer recorded in the dataset stats; pass --tokenizer DIR")
+            raise typer.Exit(2)
+        tok = AutoTokenizer.from_pretrained(tok_dir)
+        row = rows[index]
+        segments = build_segments(tok, row["input_ids"], row["loss_mask"])
+        if max_chars and segments and not segments[0][1]:
+            head = segments[0][0]
+            if len(head) > max_chars:
+                segments[0] = (f"…[{len(head) - max_chars} prompt characters not shown]…" + head[-max_chars:], False)
+        text = Text()
+        for chunk, trained in segments:
+            if plain:
+                text.append(f"⟦{chunk}⟧" if trained else chunk)
+            else:
+                text.append(chunk, style="bold green" if trained else "dim")
+        console.print(f"row {index}: task {row['task_id']} attempt {row['attempt']}, {row['num_tokens']} tokens, "
+                      f"{row['num_label_tokens']} trained" + ("" if plain else " (green = trained, dim = masked)"))
+        console.print(text)
