@@ -43,7 +43,8 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -> None:
-    settings.posting.level = logging.INFO  # Normal + Warning events on the Experiment
+    # kopf posts its own log lines as Events at this level; ours are explicit (kopf.info/kopf.warn).
+    settings.posting.level = logging.WARNING
     logging.getLogger("httpx").setLevel(logging.WARNING)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -104,7 +105,9 @@ async def resync(namespace: str, name: str, body: kopf.Body, logger: logging.Log
 @kopf.on.event("batch", "v1", "jobs", labels={"app.kubernetes.io/managed-by": C.MANAGED_BY})
 async def job_event(event: dict[str, Any], body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
     """A stage Job changed: follow it (phase, times, MLflow annotations) and start the next stage when done."""
-    if event.get("type") == "DELETED":
+    # Only changes matter: the creator accounted for a new Job, and after a restart the resume handler
+    # re-reads every Experiment (initial listings arrive with type None/ADDED).
+    if event.get("type") != "MODIFIED":
         return
     for ref in body.get("metadata", {}).get("ownerReferences") or []:
         if ref.get("kind") == C.KIND and ref.get("apiVersion", "").startswith(f"{GROUP}/"):

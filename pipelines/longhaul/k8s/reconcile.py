@@ -17,8 +17,8 @@ import yaml
 
 from longhaul import constants as C
 from longhaul.k8s import status as S
-from longhaul.render.kubernetes import render_kubernetes, stage_job_name
-from longhaul.spec import SpecError, build_experiment, run_name, spec_hash
+from longhaul.render.kubernetes import render_configmap, render_stage, run_name, spec_hash, stage_job_name
+from longhaul.spec import SpecError, build_experiment
 from longhaul.spec.models import Experiment
 
 #: Annotation prefixes written by tools, not by users: never part of the Experiment that is validated.
@@ -82,14 +82,11 @@ def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def adopt(objs: list[dict[str, Any]], body: dict[str, Any]) -> list[dict[str, Any]]:
-    """Copies of `objs` owned by the Experiment, in its namespace."""
-    out = []
+    """Make freshly rendered `objs` owned by the Experiment, in its namespace (in place; returns them)."""
     for obj in objs:
-        obj = copy.deepcopy(obj)
         obj["metadata"]["namespace"] = body["metadata"]["namespace"]
         obj["metadata"]["ownerReferences"] = [owner_reference(body)]
-        out.append(obj)
-    return out
+    return objs
 
 
 @dataclass(frozen=True)
@@ -180,17 +177,23 @@ async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit
     if previous.get("runName") != run_name(exp):
         # First reconcile, or a finished run's spec was edited (a new run): start a clean status.
         base = {"conditions": [c for c in previous.get("conditions") or [] if c.get("type") == S.COND_VALID]}
-    objs = adopt(render_kubernetes(exp, namespace=ns), body)
-    configmap, workloads = objs[0], objs[1:]
-    _, created = await api.create(configmap)
-    if created:
-        emit("Normal", "Created", f"ConfigMap {configmap['metadata']['name']} (resolved spec of run {run_name(exp)})")
+    # The same objects as render_kubernetes(exp), rendered piecewise: the ConfigMap (a YAML dump of the whole
+    # spec) only when it may be missing.
+    workloads = adopt([render_stage(exp, s, namespace=ns) for s in exp.spec.stages], body)
+    if previous.get("runName") != run_name(exp):
+        # The status names the run only after its ConfigMap exists: later reconciles skip this request.
+        (configmap,) = adopt([render_configmap(exp, namespace=ns)], body)
+        _, created = await api.create(configmap)
+        if created:
+            emit("Normal", "Created", f"ConfigMap {configmap['metadata']['name']} (resolved spec of run {run_name(exp)})")
 
     stages = [str(s) for s in exp.spec.stages]
     by_stage = dict(zip(stages, workloads, strict=True))
-    current: dict[str, dict[str, Any] | None] = {}
-    for stage, wl in by_stage.items():
-        current[stage] = await api.get(wl["apiVersion"], wl["kind"], ns, wl["metadata"]["name"])
+    # One list call for all stages (by run label), matched by the deterministic names.
+    first = workloads[0]
+    listed = await api.list(first["apiVersion"], first["kind"], ns, f"{C.LABEL_RUN_NAME}={run_name(exp)}")
+    by_name = {o["metadata"]["name"]: o for o in listed}
+    current: dict[str, dict[str, Any] | None] = {s: by_name.get(wl["metadata"]["name"]) for s, wl in by_stage.items()}
 
     def views() -> list[S.StageView]:
         return [S.StageView(stage=s, name=stage_job_name(exp, s), workload=current[s]) for s in stages]

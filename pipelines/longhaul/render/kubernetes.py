@@ -19,8 +19,9 @@ import shlex
 from typing import Any
 
 from longhaul import constants as C
+from longhaul.spec import naming
 from longhaul.spec.models import Experiment, MultiNodeEngine, Stage
-from longhaul.spec.naming import resolved_yaml, run_name, spec_hash
+from longhaul.spec.naming import resolved_yaml
 
 #: Kubernetes label values and Job names (the Job controller copies them into a label) are ≤ 63 characters.
 MAX_NAME = 63
@@ -34,6 +35,25 @@ RAYJOB_API = "ray.io/v1"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 #: Where the ConfigMap key lands inside the container (constants say the directory and the file name).
 CONTAINER_SPEC_PATH = f"{C.CONTAINER_SPEC_DIR}/{C.SPEC_FILENAME}"
+
+
+#: Memo of spec hashes: a render asks for the run name dozens of times and hashing dumps the whole spec.
+#: Keyed by object identity; the entry keeps the (frozen) Experiment alive, so an id is never reused.
+_HASHES: dict[int, tuple[Experiment, str]] = {}
+
+
+def spec_hash(exp: Experiment) -> str:
+    hit = _HASHES.get(id(exp))
+    if hit is None or hit[0] is not exp:
+        if len(_HASHES) >= 256:
+            _HASHES.clear()
+        hit = (exp, naming.spec_hash(exp))
+        _HASHES[id(exp)] = hit
+    return hit[1]
+
+
+def run_name(exp: Experiment) -> str:
+    return f"{exp.metadata.name}-{spec_hash(exp)[:8]}"
 
 
 def child_name(exp: Experiment, suffix: str) -> str:

@@ -79,6 +79,20 @@ def to_draft4(schema: Any) -> Any:
     return out
 
 
+_VALIDATORS: dict[int, tuple[dict[str, Any], Any]] = {}
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    # One compiled validator per schema object (CRD schemas are replaced, not mutated, on CRD updates).
+    hit = _VALIDATORS.get(id(schema))
+    if hit is None or hit[0] is not schema:
+        draft4 = to_draft4(schema)
+        draft4["$schema"] = "http://json-schema.org/draft-04/schema#"
+        hit = (schema, jsonschema.Draft4Validator(draft4))
+        _VALIDATORS[id(schema)] = hit
+    return hit[1]
+
+
 def _dotted(path: Any) -> str:
     text = ""
     for part in path:
@@ -88,9 +102,7 @@ def _dotted(path: Any) -> str:
 
 def validate(obj: dict[str, Any], schema: dict[str, Any]) -> list[tuple[str, str]]:
     """All schema violations of `obj` as (field, k8s-style message `Invalid value: <value>: <reason>`), sorted."""
-    draft4 = to_draft4(schema)
-    draft4["$schema"] = "http://json-schema.org/draft-04/schema#"
-    validator = jsonschema.Draft4Validator(draft4)
+    validator = _validator(schema)
     problems = []
     for err in validator.iter_errors(obj):
         field = _dotted(err.absolute_path) or "<root>"

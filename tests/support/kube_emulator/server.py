@@ -162,6 +162,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
     rv: int = attrs.field(default=1, init=False)
     changed: asyncio.Condition | None = attrs.field(default=None, init=False)
     _validators: dict[tuple[str, str], Any] = attrs.field(factory=dict, init=False)
+    _admitted: dict[tuple[Any, ...], dict[str, Any]] = attrs.field(factory=dict, init=False)
+    _valid_builtins: set[str] = attrs.field(factory=set, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -488,8 +490,26 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def _admit_custom(self, req: Request, obj: dict[str, Any]) -> None:
         rtype = req.rtype
         assert rtype.crd_schema is not None
+        # Writes that change only metadata (annotations, finalizers: most of kopf's) reuse the last result.
+        strict = req.params.get("fieldValidation") == "Strict"
+        key = (id(rtype.crd_schema), strict, json.dumps({k: v for k, v in obj.items() if k != "metadata"}, sort_keys=True))
+        cached = self._admitted.get(key)
+        if cached is not None:
+            meta = obj["metadata"]
+            obj.clear()
+            obj.update(copy.deepcopy(cached))
+            obj["metadata"] = meta
+            return
+        self._admit_custom_uncached(req, obj, strict)
+        if len(self._admitted) > 4096:
+            self._admitted.clear()
+        self._admitted[key] = copy.deepcopy({k: v for k, v in obj.items() if k != "metadata"})
+
+    def _admit_custom_uncached(self, req: Request, obj: dict[str, Any], strict: bool) -> None:
+        rtype = req.rtype
+        assert rtype.crd_schema is not None
         dropped = schema.prune(obj, rtype.crd_schema)
-        if dropped and req.params.get("fieldValidation") == "Strict":
+        if dropped and strict:
             fields = ", ".join(f'unknown field "{d}"' for d in dropped)
             raise ApiError(400, "BadRequest", f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
                                               f"{rtype.kind}: strict decoding error: {fields}")
@@ -505,9 +525,17 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def _validate_builtin(self, obj: dict[str, Any]) -> None:
         import jsonschema
 
+        meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
+        key = json.dumps({**obj, "metadata": meta}, sort_keys=True)
+        if key in self._valid_builtins:
+            return
         validator = self._builtin_validator(obj["apiVersion"], obj["kind"])
-        clean = copy.deepcopy(obj)
-        errors = sorted(validator.iter_errors(clean), key=lambda e: list(e.absolute_path))
+        errors = sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))
+        if not errors:
+            if len(self._valid_builtins) > 4096:
+                self._valid_builtins.clear()
+            self._valid_builtins.add(key)
+            return
         if errors:
             err = jsonschema.exceptions.best_match(errors)
             where = ".".join(str(p) for p in err.absolute_path) or "<root>"

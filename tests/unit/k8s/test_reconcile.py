@@ -108,10 +108,11 @@ async def test_create_is_idempotent_and_stages_are_sequential() -> None:
     assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-1" and job["metadata"]["namespace"] == "ns"
     # Run again with the written status (a retry, a restart, a resync): nothing new is created.
     b["status"] = apply_patch({}, api.status_patches[-1])
-    n = len(api.status_patches)
+    n, creates = len(api.status_patches), len(api.creates)
     await reconcile(api, b, events)
     assert sorted(k for k, *_ in api.objects) == ["ConfigMap", "Job"]
     assert len(api.status_patches) == n  # nothing changed → no status write
+    assert len(api.creates) == creates  # and no create attempts (the status says the run exists)
     # grpo finishes → eval is created.
     api.objects[("Job", "ns", f"{run}-grpo")]["status"] = {"succeeded": 1}
     st = await reconcile(api, b, events)
@@ -158,8 +159,9 @@ async def test_edit_of_an_active_run_is_refused_and_the_run_is_followed() -> Non
     assert sum(1 for k, *_ in api.objects if k == "Job") == 1
     # Still refused after the run finished: the edit never starts by itself.
     api.objects[("Job", "ns", f"{run}-grpo")]["status"] = {"succeeded": 1}
-    api.objects[("Job", "ns", f"{run}-eval")] = {"kind": "Job", "metadata": {"name": f"{run}-eval"}, "spec": {},
-                                                 "status": {"succeeded": 1}}
+    api.objects[("Job", "ns", f"{run}-eval")] = {
+        "kind": "Job", "metadata": {"name": f"{run}-eval", "labels": {C.LABEL_RUN_NAME: run}}, "spec": {},
+        "status": {"succeeded": 1}}
     st = await reconcile(api, body(status=st, gen=2) | {"spec": edited["spec"]}, events)
     assert st["phase"] == "Succeeded" and st["runName"] == run
 
