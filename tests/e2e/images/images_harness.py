@@ -15,7 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = "localhost/longhaul-base:bookworm"
-TRAINER = "localhost/longhaul-trainer:ci"
+#: cpu-min (default: project + huggingface_hub) or cpu-ci (torch 2.13 CPU + veRL 0.9.1, ~530 MB of wheels).
+STACK = os.environ.get("LONGHAUL_IMAGES_STACK", "cpu-min")
+TRAINER = "localhost/longhaul-trainer:ci" if STACK == "cpu-min" else f"localhost/longhaul-trainer:ci-{STACK}"
 OPERATOR = "localhost/longhaul-operator:ci"
 BAKED_REPO = "longhaul-ci/tiny-policy"
 MODELS_DIR = "build/models-ci"
@@ -67,7 +69,7 @@ def trainer(base_image: str) -> str:
     sh(sys.executable, "images/tiny-model.py", MODELS_DIR, BAKED_REPO, check=True)
     build(
         "trainer",
-        "STACK=cpu-min",
+        f"STACK={STACK}",
         f"BUILDER_IMAGE={base_image}",
         f"BASE_IMAGE={base_image}",
         "MODEL_SRC=local",
