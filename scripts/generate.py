@@ -72,9 +72,15 @@ def expected_files() -> dict[Path, str]:
     return files
 
 
+def orphan_goldens(expected: dict[Path, str]) -> list[Path]:
+    """Golden files of shipped specs that no renderer produces any more (other golden folders are not ours)."""
+    dirs = [GOLDEN_DIR / p.stem for p in spec_files()]
+    return [f for d in dirs if d.exists() for f in d.iterdir() if f.is_file() and f not in expected]
+
+
 def main() -> int:
     expected = expected_files()
-    stale = [p for p in GOLDEN_DIR.rglob("*") if p.is_file() and p not in expected] if GOLDEN_DIR.exists() else []
+    stale = orphan_goldens(expected)
     for p in stale:
         p.unlink()
         print(f"removed {p.relative_to(ROOT)}")

@@ -26,7 +26,7 @@ def test_generated_files_are_up_to_date() -> None:
     gen = _generator()
     expected = gen.expected_files()
     stale = [str(p.relative_to(ROOT)) for p, text in expected.items() if not p.exists() or p.read_text() != text]
-    orphans = [str(p.relative_to(ROOT)) for p in gen.GOLDEN_DIR.rglob("*") if p.is_file() and p not in expected]
+    orphans = [str(p.relative_to(ROOT)) for p in gen.orphan_goldens(expected)]
     assert not stale and not orphans, f"run `make generate` and review the diff: stale {stale}, orphans {orphans}"
 
 
