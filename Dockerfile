@@ -7,7 +7,8 @@
 # How it is put together (images/README.md has the whole procedure):
 #   builder      the base image + python3-venv: makes /opt/venv (same Python path as the runtime image)
 #   wheelhouse   every wheel the image installs, made beforehand by images/wheelhouse.sh on a connected
-#                machine, plus the project wheel built here. Nothing in this file reaches a package index.
+#                machine. Nothing in this file reaches a package index.
+#   project      the longhaul wheel, built from the source tree (offline, build backend from the wheelhouse)
 #   deps         /opt/venv <- `pip install --no-index --find-links /wheelhouse` of the stack STACK selects
 #   models-hub   `hf download` of pinned revisions into an HF cache (token only as a build secret)
 #   models-local a models directory from the build context (CI: a tiny model made by the test)
@@ -46,13 +47,18 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG STACK=cuda13
 # build/wheelhouse/<STACK>/ is made by `images/wheelhouse.sh <STACK>` (a connected machine, or CI from PyPI).
 COPY build/wheelhouse/${STACK}/ /wheelhouse/
+
+# ---------------------------------------------------------------------------------------------------------
+# The project wheel, in a stage of its own: editing the source rebuilds this and the last layer only.
+FROM builder AS project
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # README.m[d]: the glob lets the build go on while the readme is absent (setuptools only warns).
 COPY pyproject.toml README.m[d] /src/
 COPY pipelines/ /src/pipelines/
-# The project wheel; setuptools and wheel for its isolated build come from the wheelhouse too.
-RUN /opt/venv/bin/pip wheel --no-cache-dir --no-index --find-links /wheelhouse --no-deps \
-        --wheel-dir /dist /src \
-    && rm -rf /src
+# setuptools and wheel for the isolated build come from the wheelhouse too.
+RUN --mount=type=bind,from=wheelhouse,source=/wheelhouse,target=/wheelhouse \
+    /opt/venv/bin/pip wheel --no-cache-dir --no-index --find-links /wheelhouse --no-deps \
+        --wheel-dir /dist /src
 
 # ---------------------------------------------------------------------------------------------------------
 FROM builder AS deps
@@ -150,7 +156,7 @@ ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 # Layer order: OS -> dependencies (large, rarely changes) -> models (large, changes with a revision) -> project.
 COPY --from=deps /opt/venv /opt/venv
 COPY --from=models /models /models
-RUN --mount=type=bind,from=wheelhouse,source=/dist,target=/dist \
+RUN --mount=type=bind,from=project,source=/dist,target=/dist \
     pip install --no-cache-dir --no-index --no-deps /dist/longhaul-*.whl
 
 LABEL org.opencontainers.image.title="longhaul-trainer" \

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 from longhaul.spec import Experiment, SpecError, load_specs
-from longhaul.spec.models import ModelRef, Placement
+from longhaul.spec.models import ModelRef, Placement, Stage
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
@@ -37,12 +37,19 @@ class NeededModel:
 
 
 def needed_models(exp: Experiment) -> list[NeededModel]:
-    """The models a run of `exp` loads inside the job (an external simulator is not loaded)."""
-    models = [NeededModel("policy", "spec.policy.model", exp.spec.policy.model)]
-    sim = exp.spec.user_simulator
-    if sim.placement == Placement.COLOCATED:
-        models.append(NeededModel("user_simulator", "spec.user_simulator.model", sim.model))
-    return models
+    """The models a run of `exp` loads inside the job: the policy, a colocated simulator, and the SFT teacher
+    when trajectories are collected in the job (no dataset, no teacher URL); each distinct model once."""
+    spec = exp.spec
+    models = [NeededModel("policy", "spec.policy.model", spec.policy.model)]
+    if spec.user_simulator.placement == Placement.COLOCATED:
+        models.append(NeededModel("user_simulator", "spec.user_simulator.model", spec.user_simulator.model))
+    sft = spec.sft
+    if Stage.SFT in spec.stages and sft is not None and sft.dataset is None and sft.teacher.url is None:
+        models.append(NeededModel("sft_teacher", "spec.sft.teacher.model", sft.teacher.model))
+    unique: dict[ModelRef, NeededModel] = {}
+    for m in models:
+        unique.setdefault(m.ref, m)
+    return list(unique.values())
 
 
 def _check_complete(directory: Path, what: str) -> Path:
@@ -72,7 +79,7 @@ def find_baked_model(ref: ModelRef, *, field: str = "model", cwd: Path | None = 
     hf_home = os.environ.get("HF_HOME", "~/.cache/huggingface")
     # Read at call time (huggingface_hub reads its variables once, at import).
     cache_dir = Path(os.environ.get("HF_HUB_CACHE") or Path(hf_home).expanduser() / "hub")
-    arg = "SIMULATOR" if "simulator" in field else "POLICY"
+    arg = "POLICY" if "policy" in field else "SIMULATOR"  # the teacher is served like the simulator
     hint = (
         f"bake it into the image (build args MODEL_SRC=hub {arg}_MODEL={ref.name} {arg}_REVISION=<40-hex commit>, "
         f"images/README.md) or mount its directory and set {field}.path"

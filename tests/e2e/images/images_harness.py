@@ -20,6 +20,7 @@ STACK = os.environ.get("LONGHAUL_IMAGES_STACK", "cpu-min")
 TRAINER = "localhost/longhaul-trainer:ci" if STACK == "cpu-min" else f"localhost/longhaul-trainer:ci-{STACK}"
 OPERATOR = "localhost/longhaul-operator:ci"
 BAKED_REPO = "longhaul-ci/tiny-policy"
+BAKED_USER = "longhaul-ci/tiny-user"
 MODELS_DIR = "build/models-ci"
 TIMINGS = ROOT / "build" / "images-timings.json"
 
@@ -66,7 +67,8 @@ def build(target: str, *assignments: str) -> None:
 @pytest.fixture(scope="session")
 def trainer(base_image: str) -> str:
     shutil.rmtree(ROOT / MODELS_DIR, ignore_errors=True)
-    sh(sys.executable, "images/tiny-model.py", MODELS_DIR, BAKED_REPO, check=True)
+    for repo in (BAKED_REPO, BAKED_USER):
+        sh(sys.executable, "images/tiny-model.py", MODELS_DIR, repo, check=True)
     build(
         "trainer",
         f"STACK={STACK}",
@@ -110,7 +112,7 @@ def specs_dir(tmp_path: Path) -> Path:
     d = tmp_path / "specs"
     d.mkdir()
     d.chmod(0o755)
-    write_spec(d / "baked.yaml", BAKED_REPO, BAKED_REPO)
+    write_spec(d / "baked.yaml", BAKED_REPO, BAKED_USER)
     write_spec(d / "unbaked.yaml", BAKED_REPO, "Qwen/Qwen2.5-72B-Instruct-AWQ")
     return d
 

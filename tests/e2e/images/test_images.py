@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from images_harness import BAKED_REPO, ROOT, STACK, inspect, mount, record, run, sh, write_spec
+from images_harness import BAKED_REPO, BAKED_USER, ROOT, STACK, inspect, mount, record, run, sh, write_spec
 
 from longhaul.constants import OFFLINE_ENV
 
@@ -51,7 +51,8 @@ def test_trainer_resolves_baked_model_offline(trainer: str, specs_dir: Path) -> 
     res = run(trainer, "models", "check", "/specs/baked.yaml", opts=mount(specs_dir))
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("ok /specs/baked.yaml") == 2
-    assert f"/models/hf/hub/models--{BAKED_REPO.replace('/', '--')}/snapshots/" in res.stdout
+    for repo in (BAKED_REPO, BAKED_USER):
+        assert f"/models/hf/hub/models--{repo.replace('/', '--')}/snapshots/" in res.stdout
 
 
 def test_trainer_fails_fast_and_clearly_on_unbaked_model(trainer: str, specs_dir: Path) -> None:
@@ -141,7 +142,7 @@ def test_trainer_runs_unprivileged_read_only_like_hpc(trainer: str) -> None:
         root, specs = work / "rootfs", work / "specs"
         root.mkdir(mode=0o755)
         specs.mkdir(mode=0o755)
-        write_spec(specs / "baked.yaml", BAKED_REPO, BAKED_REPO)
+        write_spec(specs / "baked.yaml", BAKED_REPO, BAKED_USER)
         cid = sh("podman", "create", trainer, check=True).stdout.strip()
         try:
             tar = subprocess.run(

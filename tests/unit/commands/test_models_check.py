@@ -119,3 +119,31 @@ def test_cli_reports_spec_errors_with_exit_2(tmp_path: Path) -> None:
     )
     result = CliRunner().invoke(app, ["models", "check", str(path)])
     assert result.exit_code == 2
+
+
+def test_sft_teacher_is_needed_only_when_collected_in_the_job(hf_home: Path, tmp_path: Path) -> None:
+    bake(hf_home, "org/policy")
+    bake(hf_home, "org/sim")
+    base = spec(tmp_path, "{name: org/policy}", "{name: org/sim}").read_text()
+    collect = tmp_path / "sft.yaml"
+    collect.write_text(base + "  stages: [sft, grpo]\n  sft: {teacher: {model: {name: org/teacher}}}\n")
+    result = CliRunner().invoke(app, ["models", "check", str(collect)])
+    assert result.exit_code == 1
+    assert "spec.sft.teacher.model.name: model 'org/teacher'" in result.output
+    assert "SIMULATOR_MODEL=org/teacher" in result.output  # served like the simulator
+
+    given = tmp_path / "sft-dataset.yaml"
+    given.write_text(
+        base
+        + "  stages: [sft, grpo]\n  sft: {dataset: data/traj.jsonl, teacher: {model: {name: org/teacher}}}\n"
+    )
+    assert CliRunner().invoke(app, ["models", "check", str(given)]).exit_code == 0
+
+
+def test_same_model_for_two_roles_is_checked_once(hf_home: Path, tmp_path: Path) -> None:
+    bake(hf_home, "org/policy")
+    result = CliRunner().invoke(
+        app, ["models", "check", str(spec(tmp_path, "{name: org/policy}", "{name: org/policy}"))]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.count("ok ") == 1
