@@ -23,10 +23,10 @@ class Split:
     """Train and test task ids plus named subsets (always `train`, `test`, `unseen`; `covered_seen` and
     `uncovered_seen` when coverage is known)."""
 
-    name: str
     train: list[str]
     test: list[str]
     subsets: dict[str, list[str]] = field(default_factory=dict)
+    name: str = "explicit"
 
     @property
     def all_ids(self) -> list[str]:
@@ -54,10 +54,10 @@ def build_seed_40_10() -> Split:
     train, test, covered = _ids(SEED_TRAIN), _ids(SEED_TEST), _ids(SEED_COVERED)
     uncovered = [t for t in train if t not in set(covered)]
     return Split(
-        "seed_40_10",
         train,
         test,
         {"train": train, "test": test, "covered_seen": covered, "uncovered_seen": uncovered, "unseen": test},
+        name="seed_40_10",
     )
 
 
@@ -68,7 +68,7 @@ def build_tau2_official(official: dict[str, list[str]] | None = None) -> Split:
 
         official = official_split()
     train, test = _ids(official["train"]), _ids(official["test"])
-    return Split("tau2_official", train, test, {"train": train, "test": test, "unseen": test})
+    return Split(train, test, {"train": train, "test": test, "unseen": test}, name="tau2_official")
 
 
 def build_explicit(train: list[int | str], test: list[int | str], covered_seen: list[int | str] | None = None) -> Split:
@@ -78,7 +78,7 @@ def build_explicit(train: list[int | str], test: list[int | str], covered_seen: 
         cov = _ids(covered_seen)
         subsets["covered_seen"] = cov
         subsets["uncovered_seen"] = [t for t in tr if t not in set(cov)]
-    return Split("explicit", tr, te, subsets)
+    return Split(tr, te, subsets, name="explicit")
 
 
 PRESETS = ("seed_40_10", "tau2_official", "explicit")
