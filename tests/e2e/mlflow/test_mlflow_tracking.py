@@ -275,3 +275,24 @@ def test_compare_names_unknown_experiments(ablation_runs, mlflow_server, tmp_pat
     proc = _longhaul("compare", "no-such-ablation", "--tracking-uri", mlflow_server.uri, "--out", str(tmp_path))
     assert proc.returncode == 1
     assert "no-such-ablation" in proc.stderr and "longhaul/lata" in proc.stderr
+
+
+def test_local_backend_uses_an_embedded_sqlite_store_under_the_run_dir(ablation_runs, tmp_path):
+    exp = load_spec(REPO / "specs" / "smoke.yaml")
+    run_dir = tmp_path / "runs" / run_name(exp)
+    env = tracking_env(exp, run_dir, "local", environ={})
+    uri = env["MLFLOW_TRACKING_URI"]
+    assert uri == f"sqlite:///{run_dir}/mlflow.db"
+    run_dir.mkdir(parents=True)
+    tracked = start_or_resume_run(exp, uri, run_dir, "local", environ={})
+    summary = ablation_runs[0].summaries[CHECKPOINTS[0]]
+    child = log_evaluation(tracked.run_id, 2, summary, None, tracking_uri=uri)
+    finish_run(uri, tracked.run_id)
+    assert (run_dir / "mlflow.db").is_file()
+    local = MlflowClient(tracking_uri=uri)
+    assert local.get_run(child).data.tags[T.PARENT_RUN_ID] == tracked.run_id
+    assert local.get_run(tracked.run_id).info.status == "FINISHED"
+    proc = _longhaul("compare", "smoke", "--tracking-uri", uri, "--out", str(tmp_path / "cmp"), "--no-log")
+    assert proc.returncode == 0, proc.stderr
+    assert f"| {run_name(exp)} |" in proc.stdout
+    assert local.get_experiment_by_name(T.COMPARISON_EXPERIMENT) is None  # --no-log
