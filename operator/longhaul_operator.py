@@ -35,9 +35,13 @@ def _now() -> str:
 
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """Explicit login (kubeconfig or in-cluster service account), the same for kopf and our client."""
+    """Explicit login, the same for kopf and our client: in-cluster service account, else kubeconfig.
+
+    kopf's own credential readers, not the `kubernetes` client package: that package (37.x) needs
+    python-dateutil>=3 while MLflow's graphene needs <3, so it cannot share an environment with the trainer.
+    """
     global _connection
-    _connection = kopf.login_via_client(**kwargs)
+    _connection = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
     return _connection
 
 

