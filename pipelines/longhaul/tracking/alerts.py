@@ -6,6 +6,8 @@ logged step (or every few) and stops training when it returns `stop=True`.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlflow.entities import Metric
@@ -69,6 +71,57 @@ def check_training_run(
     return WatchdogReport(run_id, tuple(alerts), stop)
 
 
-def fetch_watchdog_report(tracking_uri: str | MlflowClient, run_id: str) -> WatchdogReport:
-    """Read-only watchdog verdict for `longhaul status` (computes; writes nothing)."""
-    return check_training_run(tracking_uri, run_id, record=False)
+def fetch_watchdog_report(
+    tracking_uri: str | MlflowClient, run_id: str, *, early_stop_on_collapse: bool = False
+) -> WatchdogReport:
+    """Read-only watchdog verdict for `longhaul status` (computes; writes nothing). See `format_alerts`."""
+    return check_training_run(tracking_uri, run_id, early_stop_on_collapse=early_stop_on_collapse, record=False)
+
+
+def format_alerts(report: WatchdogReport) -> list[str]:
+    """One line per alert for `longhaul status` (empty when all is well)."""
+    lines = [f"{'COLLAPSE' if a.collapse else 'WARNING'} {a.code} at step {a.step}: {a.message}" for a in report.alerts]
+    if report.stop:
+        lines.append("early stop requested (spec.tracking.early_stop_on_collapse)")
+    return lines
+
+
+class CollapseWatch:
+    """Rate-limited watchdog for a running trainer: call `poll()` from the supervisor's wait loop.
+
+    Every `every_s` seconds it reads the run's histories, records alerts in MLflow when the set of alert codes
+    changed, and returns the report; `report.stop` tells the caller to stop training (only when
+    `early_stop_on_collapse` is on). Between checks `poll()` returns None.
+    """
+
+    def __init__(
+        self,
+        tracking_uri: str | MlflowClient,
+        run_id: str,
+        *,
+        early_stop_on_collapse: bool,
+        every_s: float = 300.0,
+        thresholds: WatchdogThresholds | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client_for(tracking_uri)
+        self.run_id = run_id
+        self.early_stop = early_stop_on_collapse
+        self.every_s = every_s
+        self.thresholds = thresholds
+        self.clock = clock
+        self._last: float | None = None
+        self._codes: frozenset[str] = frozenset()
+
+    def poll(self) -> WatchdogReport | None:
+        now = self.clock()
+        if self._last is not None and now - self._last < self.every_s:
+            return None
+        self._last = now
+        report = check_training_run(self.client, self.run_id, early_stop_on_collapse=self.early_stop,
+                                    thresholds=self.thresholds, record=False)
+        codes = frozenset(a.code for a in report.alerts)
+        if codes != self._codes or report.stop:
+            log_alerts(self.client, self.run_id, report.alerts, stop=report.stop)
+            self._codes = codes
+        return report

@@ -296,3 +296,32 @@ def test_local_backend_uses_an_embedded_sqlite_store_under_the_run_dir(ablation_
     assert proc.returncode == 0, proc.stderr
     assert f"| {run_name(exp)} |" in proc.stdout
     assert local.get_experiment_by_name(T.COMPARISON_EXPERIMENT) is None  # --no-log
+
+
+def test_collapse_watch_polls_at_its_interval_and_requests_the_stop(mlflow_server, client, tmp_path):
+    from longhaul.tracking.alerts import CollapseWatch, format_alerts
+    from longhaul.tracking.runs import log_metrics
+
+    exp = load_spec(REPO / "specs" / "prm_lite.yaml")
+    tracked = start_or_resume_run(exp, mlflow_server.uri, tmp_path, "local", environ={})
+    now = [0.0]
+    watch = CollapseWatch(mlflow_server.uri, tracked.run_id, early_stop_on_collapse=True, every_s=60,
+                          clock=lambda: now[0])
+    for step in range(1, 21):
+        log_metrics(mlflow_server.uri, tracked.run_id, {"response_length/mean": 2000.0}, step)
+    first = watch.poll()
+    assert first is not None and not first.alerts and not first.stop
+    for step in range(21, 31):
+        log_metrics(mlflow_server.uri, tracked.run_id, {"response_length/mean": 500.0}, step)
+    now[0] = 30.0
+    assert watch.poll() is None  # not due yet
+    now[0] = 61.0
+    report = watch.poll()
+    assert report is not None and report.stop
+    assert [a.code for a in report.alerts] == ["response_length_collapse"]
+    assert format_alerts(report)[0].startswith("COLLAPSE response_length_collapse at step 30: ")
+    tags = client.get_run(tracked.run_id).data.tags
+    assert tags[T.ALERTS] == "response_length_collapse"
+    assert tags[T.EARLY_STOP] == "collapse: response_length_collapse"
+    hist = client.get_metric_history(tracked.run_id, "watchdog/response_length_collapse")
+    assert [(h.step, h.value) for h in hist] == [(30, 0.25)]
