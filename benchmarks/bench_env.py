@@ -172,17 +172,32 @@ def bench_concurrency(episodes: int, latency: float) -> dict:
             await uc.aclose()
             return trajs, wall, cpu
 
+        async def floor():
+            # The HTTP client's own cost: sequential requests of a policy-sized body, nothing else running.
+            c = ChatClient(url, "user")
+            msgs = [{"role": "system", "content": "<scenario>\nx\n</scenario>"}, {"role": "user", "content": "y" * 8000}]
+            for _ in range(10):
+                await c.chat(msgs, tools=tool_schemas())
+            cpu0 = time.process_time()
+            for _ in range(100):
+                await c.chat(msgs, tools=tool_schemas())
+            await c.aclose()
+            return (time.process_time() - cpu0) / 100
+
         trajs, wall, cpu = asyncio.run(go())
+        http_floor = asyncio.run(floor())
     finally:
         proc.terminate()
         proc.wait(timeout=10)
     turns = sum(len(t.turns) for t in trajs)
+    requests = turns + sum(1 for t in trajs for m in t.messages if m["role"] == "user")
     # sequential requests of one episode: its assistant turns + the user's replies (incl. the first message)
     seq = max(len(t.turns) + sum(1 for m in t.messages if m["role"] == "user") for t in trajs)
     ideal = seq * latency
     return {
         "episodes": episodes, "success": sum(t.outcome for t in trajs), "turns": turns, "wall_s": wall,
         "critical_path_s": ideal, "wall_over_ideal": wall / ideal, "cpu_per_turn_s": cpu / turns, "seq_requests": seq,
+        "requests": requests, "http_floor_s": http_floor,
     }
 
 
@@ -252,7 +267,8 @@ def main() -> None:
     print(f"{c['episodes']} concurrent episodes, {args.latency * 1e3:.0f} ms per answer: wall {c['wall_s']:.2f} s vs "
           f"critical path {c['critical_path_s']:.2f} s ({c['seq_requests']} sequential requests) = "
           f"{c['wall_over_ideal']:.2f}x (target ≤1.5x); CPU {c['cpu_per_turn_s'] * 1e3:.2f} ms per assistant turn "
-          f"(target <2 ms; {c['turns']} turns, {c['success']:.0f}/{c['episodes']} successes)")
+          f"(target <2 ms; {c['turns']} turns, {c['requests']} requests, {c['success']:.0f}/{c['episodes']} successes); "
+          f"httpx alone costs {c['http_floor_s'] * 1e3:.2f} ms CPU per request here")
 
 
 if __name__ == "__main__":
