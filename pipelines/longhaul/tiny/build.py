@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -30,14 +31,12 @@ from longhaul.tiny.models import POLICY_ARCH, USER_ARCH, build_model
 from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END, build_hf_tokenizer, load_chat_template
 
 #: Bump when the recipe changes in a way the key below cannot see (e.g. the training loop).
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 DEFAULT_OUT_DIR = Path(".cache/longhaul/models")
 POLICY_DIRNAME = "tiny-policy"
 USER_DIRNAME = "tiny-user"
 MARKER = ".longhaul-tiny.json"
 
-#: Held-out first turns generated after the warm start to count well-formed tool calls.
-CHECK_PROMPTS = 10
 #: Tool results are cut to this many characters in warm-start conversations (they carry no labels).
 WARMSTART_TOOL_RESULT_CHARS = 1200
 
@@ -49,6 +48,7 @@ class TinyBuildConfig:
     vocab_size: int = 4096
     max_length: int = 8192
     learning_rate: float = 3e-3
+    check_prompts: int = 10  # held-out first turns generated after the warm start (0 = skip the check)
     date_line: str | None = None  # None = the spec's default date line
 
 
@@ -106,7 +106,7 @@ def _inputs(date_line: str) -> dict[str, Any]:
         initial = build_initial_messages(policy, date_line, first_user_message(raw))
         conversations.append(build_gold_conversation(initial, actions, results, closing_message(raw)))
     held_prompts = [build_initial_messages(policy, date_line, first_user_message(tasks[tid].raw))
-                    for tid in sorted(held_out & set(tasks), key=int)][:CHECK_PROMPTS]
+                    for tid in sorted(held_out & set(tasks), key=int)]
     corpus = [policy, *(json.dumps(t, ensure_ascii=False) for t in tools)]
     corpus += [json.dumps(t.user_scenario, ensure_ascii=False) for t in tasks.values()]
     corpus += [m["content"] for c in conversations for m in c if m.get("content")]
@@ -119,7 +119,7 @@ def compute_build_key(config: TinyBuildConfig, inputs: dict[str, Any]) -> str:
     """Content key: recipe version, config, chat template, architectures and every input text."""
     payload = {
         "recipe": RECIPE_VERSION,
-        "config": asdict(config),
+        "config": {k: v for k, v in asdict(config).items() if k != "check_prompts"},  # the check changes no weight
         "template": load_chat_template(),
         "archs": [asdict(POLICY_ARCH), asdict(USER_ARCH)],
         "corpus": inputs["corpus"],
@@ -167,12 +167,28 @@ def ensure_tiny_models(
 ) -> TinyBuildReport:
     """Build the tiny models into `out_dir` unless a build with the same key is already there.
 
-    The new build is written to a temporary directory and moved into place at the end, so an interrupted build
-    never leaves half-written models behind.
+    Concurrent callers (parallel tests, two terminals) serialise on a lock file in `out_dir`; the second one then
+    finds the first one's build and reuses it. The new build is written to a private temporary directory and
+    moved into place at the end, so an interrupted build never leaves half-written models behind.
     """
-    import torch
+    import fcntl
 
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_locked(out_dir, config, force=force, log=log)
+
+
+def _ensure_locked(
+    out_dir: Path,
+    config: TinyBuildConfig,
+    *,
+    force: bool,
+    log: Callable[[str], None],
+) -> TinyBuildReport:
+    import torch
+
     date_line = config.date_line or _default_date_line()
     t0 = time.perf_counter()
     inputs = _inputs(date_line)
@@ -224,17 +240,16 @@ def ensure_tiny_models(
                         "label_tokens": stats.label_tokens, "train_task_ids": inputs["train_task_ids"]}
 
     t = time.perf_counter()
-    report.tool_calls = {
-        "greedy": _count_tool_calls(policy, tokenizer, inputs["held_prompts"], inputs["tools"], sample=False,
-                                    seed=config.seed),
-        "sampled_t1": _count_tool_calls(policy, tokenizer, inputs["held_prompts"], inputs["tools"], sample=True,
-                                        seed=config.seed),
-    }
-    report.timings_s["check"] = round(time.perf_counter() - t, 2)
-    log(f"held-out first turns with a well-formed tool call: {report.tool_calls}")
+    prompts = inputs["held_prompts"][: config.check_prompts]
+    if prompts:
+        report.tool_calls = {
+            "greedy": _count_tool_calls(policy, tokenizer, prompts, inputs["tools"], sample=False, seed=config.seed),
+            "sampled_t1": _count_tool_calls(policy, tokenizer, prompts, inputs["tools"], sample=True, seed=config.seed),
+        }
+        report.timings_s["check"] = round(time.perf_counter() - t, 2)
+        log(f"held-out first turns with a well-formed tool call: {report.tool_calls}")
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / f".build-{key}"
+    tmp = out_dir / f".build-{key}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     for name, model in ((POLICY_DIRNAME, policy), (USER_DIRNAME, user)):
         target = tmp / name

@@ -1,0 +1,50 @@
+"""`longhaul tiny build` end to end through the CLI at a few warm-start steps: loadable models, the cache key
+(reuse without rewriting), `--force`, and a seeded, deterministic build."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from longhaul.cli import app
+
+pytestmark = pytest.mark.slow
+
+
+def _digest(path) -> str:
+    return hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_build_reuse_force_and_determinism(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    runner = CliRunner()
+    out = tmp_path / "models"
+    res = runner.invoke(app, ["tiny", "build", "--out", str(out), "--steps", "3", "--check-prompts", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["cached"] is False and report["warmstart"]["steps"] == 3
+    assert report["warmstart"]["examples"] > 0
+    policy, user = out / "tiny-policy", out / "tiny-user"
+    tok = AutoTokenizer.from_pretrained(policy)
+    model = AutoModelForCausalLM.from_pretrained(policy)
+    assert model.config.model_type == "qwen2" and model.config.head_dim >= 32
+    assert model.config.vocab_size >= len(tok) and tok.chat_template and tok.eos_token == "<|im_end|>"
+    assert AutoModelForCausalLM.from_pretrained(user).config.head_dim >= 32
+    first = _digest(policy)
+    mtime = (policy / "model.safetensors").stat().st_mtime_ns
+
+    res = runner.invoke(app, ["tiny", "build", "--out", str(out), "--steps", "3", "--check-prompts", "0", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["cached"] is True
+    assert (policy / "model.safetensors").stat().st_mtime_ns == mtime
+
+    res = runner.invoke(app, ["tiny", "build", "--out", str(out), "--steps", "3", "--check-prompts", "0", "--force", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["cached"] is False
+    assert _digest(policy) == first  # seeded: the same inputs give the same weights
+
+    res = runner.invoke(app, ["tiny", "build", "--out", str(out), "--steps", "4", "--check-prompts", "0", "--json"])
+    assert json.loads(res.stdout)["key"] != report["key"] and _digest(policy) != first
+
