@@ -197,3 +197,15 @@ def test_unknown_names_rejected():
         compute_advantages(r, m, None, advantage="lata2")
     with pytest.raises(ValueError, match="valid: token, turn"):
         compute_advantages(r, m, None, advantage="turn_discount", discount_unit="step")
+
+
+@pytest.mark.parametrize("alpha", [2.0, 0.5, 1.0, 1.3])
+@pytest.mark.parametrize("adv,credit", [("turn_discount", "trajectory"), ("lata_turn_discount", "turn")])
+def test_token_unit_across_weight_blocks(alpha, adv, credit):
+    """Long rows with large |log α| span several float32 weight blocks; values still match the reference."""
+    gen = torch.Generator().manual_seed(int(alpha * 10))
+    r, m, index = random_batch(gen, bs=6, T=400, groups=2)
+    got, _ = compute_advantages(r, m, index, advantage=adv, alpha=alpha, discount_unit="token", credit=credit)
+    want = torch.tensor(ref_advantages(r.tolist(), m.tolist(), index, adv, alpha, "token", 0.5, False, credit, True))
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want.float(), rtol=2e-5, atol=1e-6)
