@@ -134,7 +134,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             with log.open("w") as out:
                 proc = subprocess.Popen(
                     [sys.executable, str(EMULATOR), "--port", str(port), "--kubeconfig", str(kubeconfig),
-                     "--access-log", "--delay", "POST:jobs=2"],
+                     "--access-log", "--delay", "POST:jobs=3"],
                     stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
                 )
             _wait_http(f"http://127.0.0.1:{port}/version", proc, 60, log)

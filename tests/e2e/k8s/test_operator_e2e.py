@@ -199,7 +199,7 @@ def test_operator_killed_mid_reconcile_restarts_without_duplicates(cluster: Clus
                                                                    operator: Operator) -> None:
     ns = namespace
     apply(cluster, ns)
-    # Kill as soon as the Job exists. On the test API server the Job POST is answered 2 s after the write, so
+    # Kill as soon as the Job exists. On the test API server the Job POST is answered 3 s after the write, so
     # the operator dies before it learns the Job was created and before it writes any status.
     wait_until("the grpo Job to be written", lambda: cluster.get_json("jobs", "-n", ns)["items"], interval=0.1)
     operator.kill()
