@@ -65,6 +65,20 @@ def render_agent_loop_yaml(exp: Any) -> str:
     return yaml.safe_dump([entry], sort_keys=False, allow_unicode=True)
 
 
+#: Importable BaseTool class that declares each airline tool to veRL's registry.
+TOOL_CLASS = "longhaul.agentloop.tools.AirlineTool"
+
+
+def render_tool_config_yaml(exp: Any) -> str:
+    """File content for `actor_rollout_ref.rollout.multi_turn.tool_config_path`: the 14 airline tools with their
+    OpenAI schemas (the same list the episode runner gives the policy). `exp` is accepted for symmetry; the tool
+    set does not depend on the spec."""
+    from longhaul.envs.airline.tools import tool_schemas
+
+    tools = [{"class_name": TOOL_CLASS, "config": {"type": "native"}, "tool_schema": schema} for schema in tool_schemas()]
+    return yaml.safe_dump({"tools": tools}, sort_keys=False, allow_unicode=True)
+
+
 def agent_loop_overrides(agent_loop_yaml_path: str, exp: Any) -> list[str]:
     """The veRL Hydra overrides that select the loop and keep veRL's own multi-turn limits consistent with the
     spec (the loop applies the spec's limits itself through the episode runner; these keep veRL's tensors and

@@ -239,3 +239,21 @@ def test_rendered_yaml_matches_spec(verl_config):
     assert entry["limits"]["max_turns"] == 12 and entry["reward"]["credit"] == "turn"
     assert cfg.actor_rollout_ref.rollout.response_length == 100000
     assert cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path == str(path)
+
+
+def test_tool_config_loads_in_verl(tmp_path):
+    """The rendered tool config loads through veRL's own registry; executing a tool outside the loop fails loudly."""
+    import asyncio
+
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    from longhaul.agentloop.config import render_tool_config_yaml
+    from longhaul.envs.runner import tool_schemas
+    from longhaul.spec.load import parse_spec_text
+
+    path = tmp_path / "tools.yaml"
+    path.write_text(render_tool_config_yaml(parse_spec_text(SPEC_YAML)))
+    tools = initialize_tools_from_config(str(path))
+    assert sorted(t.name for t in tools) == sorted(s["function"]["name"] for s in tool_schemas())
+    with pytest.raises(RuntimeError, match="longhaul_airline"):
+        asyncio.run(tools[0].execute("x", {}))
