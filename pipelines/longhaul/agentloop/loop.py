@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
-from longhaul.envs.runner import EpisodeLimits, ParsedCall, PolicyTurn, run_episode
+from longhaul.envs.runner import ContextOverflowError, EpisodeLimits, ParsedCall, PolicyTurn, run_episode
 from longhaul.rewards.combine import build_token_rewards, combine_reward
 from longhaul.rewards.prm_lite import build_rule_params, score_trajectory
 
@@ -124,8 +124,13 @@ class VerlTokenPolicy:
         loop = self.loop
         msgs = _template_messages(messages)
         if self.token_ids is None:
-            self.token_ids = await loop.ct_build_initial_tokens(msgs, tools=tools)
+            # Rendered without veRL's prompt cap: veRL would silently left-truncate a long prompt (cutting the
+            # policy text); longhaul ends the episode as context_overflow instead (a premature end, scored 0).
+            full = await render_prompt_tokens(loop, msgs, tools)
+            self.token_ids = full[-loop.prompt_length:]
             self.prompt_len = len(self.token_ids)
+            if len(full) > loop.prompt_length:
+                raise ContextOverflowError(f"prompt has {len(full)} tokens; rollout.prompt_length is {loop.prompt_length}")
         else:
             previous = msgs[: self._synced + 1]  # up to and including the assistant turn generated last
             if len(msgs) > len(previous):
@@ -182,6 +187,12 @@ class VerlTokenPolicy:
             content=content, tool_calls=calls, completion_tokens=len(out.token_ids),
             finish_reason=out.stop_reason, prompt_tokens=prompt_tokens,
         )
+
+
+async def render_prompt_tokens(loop: ToolAgentLoop, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+    """System prompt + tools + first user message as veRL's continuous-token builder renders them (uncapped)."""
+    builder = loop.continuous_token_builder
+    return list(await loop.loop.run_in_executor(None, lambda: builder.build_initial_tokens(messages, tools=tools)))
 
 
 def task_id_from_row(row: Mapping[str, Any]) -> str:
@@ -249,10 +260,19 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
             self.make_env(), task, policy, user, self.limits,
             trial=int(extra.get("trial", 0) or 0), seed=extra.get("seed"),
         )
+        if policy.token_ids is None:
+            # The episode ended before the first generation (e.g. the user's opening message said ###STOP###):
+            # veRL still needs a prompt; the response is one masked pad token.
+            from longhaul.envs.runner import tool_schemas
+
+            full = await render_prompt_tokens(self, _template_messages(traj.messages[:2]), tool_schemas())
+            policy.token_ids = full[-self.prompt_length:]
+            policy.prompt_len = len(policy.token_ids)
         return self.build_output(traj, policy)
 
     def build_output(self, traj: Any, policy: VerlTokenPolicy) -> LonghaulAgentLoopOutput:
-        """Reward the graded trajectory and package veRL's output."""
+        """Reward the graded trajectory and package veRL's output (a response has at least one token: an empty
+        one becomes a single masked pad token, so veRL's tensors stay well formed)."""
         rs = self.reward_settings
         prm = None
         if rs["process"] == "prm_lite":
@@ -263,8 +283,12 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
         response_ids = ids[policy.prompt_len:][:n]
         mask = policy.response_mask[:n]
         logprobs = policy.response_logprobs[:n] if policy.response_logprobs else None
+        if not response_ids:
+            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+            response_ids, mask = [pad], [0]
+            logprobs = [0.0] if logprobs is not None else None
         token_rewards = None
-        if rs["credit"] == "turn" and mask:
+        if rs["credit"] == "turn" and any(mask):
             token_rewards = build_token_rewards(reward, mask, "turn")
         info = {
             "outcome": reward.outcome,

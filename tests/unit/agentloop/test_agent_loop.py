@@ -257,3 +257,26 @@ def test_tool_config_loads_in_verl(tmp_path):
     assert sorted(t.name for t in tools) == sorted(s["function"]["name"] for s in tool_schemas())
     with pytest.raises(RuntimeError, match="longhaul_airline"):
         asyncio.run(tools[0].execute("x", {}))
+
+
+async def test_long_prompt_ends_as_context_overflow_not_truncated(verl_config, monkeypatch):
+    """veRL would left-truncate a long prompt (dropping the policy text); the loop ends the episode instead."""
+    tok = make_tokenizer()
+    server = ScriptedServer(tok, gold_completions("11")[1])
+    loop, _ = build_loop(verl_config, server, monkeypatch)
+    loop.prompt_length = 1000
+    out = await loop.run({"temperature": 1.0}, **ROW)
+    assert out.extra_fields["termination"] == "context_overflow" and server.calls == []
+    assert out.extra_fields["reward_extra_info"]["outcome"] == 0.0 and out.extra_fields["reward_extra_info"]["aborted"] == 1.0
+    d = out.as_dict()
+    assert d["prompts"].shape[0] == 1000 and d["response_mask"].tolist() == [0]
+
+
+async def test_user_stops_before_first_turn(verl_config, monkeypatch):
+    tok = make_tokenizer()
+    server = ScriptedServer(tok, [])
+    loop, _ = build_loop(verl_config, server, monkeypatch, user=ScriptedUser(opening="Never mind. ###STOP###"))
+    out = await loop.run({"temperature": 1.0}, **ROW)
+    assert server.calls == [] and out.extra_fields["termination"] == "user_stop"
+    assert len(out.prompt_ids) > 0 and out.response_mask == [0]
+    assert out.as_dict()["rm_scores"].shape == (1,)
