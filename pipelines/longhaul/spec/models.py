@@ -35,6 +35,9 @@ SafePath = Annotated[str, Field(pattern=SAFE_PATH, max_length=1024)]
 ModelName = Annotated[str, Field(pattern=MODEL_NAME, max_length=256)]
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
+#: Kubernetes qualified name (label keys, toleration keys): optional DNS prefix + '/' + name.
+QUALIFIED_NAME = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+QualifiedName = Annotated[str, Field(pattern=QUALIFIED_NAME, max_length=316)]
 K8sLabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)]
 
 
@@ -176,7 +179,9 @@ class Metadata(_Model):
         "(the run name appends '-' and 8 hex characters)."
     )
     namespace: str | None = Field(default=None, pattern=DNS1123_LABEL, max_length=63, description="Namespace.")
-    labels: dict[str, K8sLabelValue] = Field(default_factory=dict, description="Labels (not part of the run hash).")
+    labels: dict[QualifiedName, K8sLabelValue] = Field(
+        default_factory=dict, description="Labels (not part of the run hash)."
+    )
     annotations: dict[str, str] = Field(
         default_factory=dict,
         description="Annotations (not part of the run hash); `longhaul.dev/git-commit` records the specs "
@@ -591,7 +596,7 @@ class ResourcesSpec(_Model):
 
 
 class Toleration(_Model):
-    key: SafeToken | None = None
+    key: QualifiedName | None = None
     operator: Literal["Exists", "Equal"] = "Equal"
     value: K8sLabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
@@ -614,7 +619,7 @@ class KubernetesSpec(_Model):
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(default="IfNotPresent")
     service_account: str | None = Field(default=None, pattern=DNS1123_LABEL, description="Pod service account.")
-    node_selector: dict[str, K8sLabelValue] = Field(default_factory=dict, description="Pod node selector.")
+    node_selector: dict[QualifiedName, K8sLabelValue] = Field(default_factory=dict, description="Pod node selector.")
     tolerations: list[Toleration] = Field(default_factory=list, description="Pod tolerations.")
     priority_class: str | None = Field(default=None, pattern=DNS1123_LABEL, description="PriorityClass name.")
     checkpoint_volume: CheckpointVolume | None = Field(

@@ -40,6 +40,13 @@ def test_run_name_is_deterministic_and_ignores_annotations() -> None:
     assert run_name(a).startswith("lata-") and len(run_name(a)) == len("lata-") + 8
 
 
+def test_kubernetes_qualified_names_accepted() -> None:
+    doc = _set(BASE, "spec.backends.kubernetes.tolerations", [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    doc = _set(doc, "spec.backends.kubernetes.node_selector", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    exp = parse_spec_text(yaml.safe_dump(doc))
+    assert exp.spec.backends.kubernetes.tolerations[0].key == "nvidia.com/gpu"
+
+
 def test_defaults_live_in_schema() -> None:
     exp = parse_spec_text("apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: x}\n")
     s = exp.spec
@@ -121,6 +128,8 @@ BAD_CASES: list[tuple[str, Any, str, str]] = [
     ("spec.backends.kubernetes.image", "Evil Image:latest", "spec.backends.kubernetes.image", "not allowed"),
     ("spec.backends.kubernetes.namespace", "Prod_NS", "spec.backends.kubernetes.namespace", "not allowed"),
     ("spec.backends.kubernetes.node_selector", {"gpu": "a b"}, "spec.backends.kubernetes.node_selector.gpu", "not allowed"),
+    ("spec.backends.kubernetes.node_selector", {"bad key;": "x"}, "spec.backends.kubernetes.node_selector.bad key;", "not allowed"),
+    ("spec.backends.kubernetes.tolerations", [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "Evil"}], "spec.backends.kubernetes.tolerations[0].effect", "valid"),
 ]
 
 
