@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,19 @@ def smoke_env(slurm_cluster, tmp_path_factory) -> dict[str, str]:
             "LONGHAUL_VENV": sys.prefix}
 
 
+def _free_ports() -> dict[str, int]:
+    """Server ports for one job: the machine may run other smoke pipelines on the default 8000/8001."""
+    socks = [socket.socket() for _ in range(2)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        sim, pol = (s.getsockname()[1] for s in socks)
+    finally:
+        for s in socks:
+            s.close()
+    return {"spec__user_simulator__port": sim, "spec__backends__local__policy_port": pol}
+
+
 def _submit(spec: Path, env: dict[str, str]) -> tuple[str, Path]:
     proc = longhaul("submit", "--backend", "slurm", str(spec), cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -77,7 +91,7 @@ def _latest_step(run_dir: Path) -> int:
 
 
 def test_make_sbatch_smoke_completes_with_outputs_and_phases(smoke_env, tmp_path):
-    spec = write_spec("smoke", tmp_path / "smoke.yaml", name="smoke",
+    spec = write_spec("smoke", tmp_path / "smoke.yaml", name="smoke", **_free_ports(),
                       spec__backends__slurm__output_dir=str(tmp_path / "runs"))
     job_id, run_dir = _submit(spec, smoke_env)
     phases: list[str] = []
@@ -106,7 +120,7 @@ def test_make_sbatch_smoke_completes_with_outputs_and_phases(smoke_env, tmp_path
 
 
 def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
-    spec = write_spec("smoke", tmp_path / "smoke-rq.yaml", name="smoke-rq",
+    spec = write_spec("smoke", tmp_path / "smoke-rq.yaml", name="smoke-rq", **_free_ports(),
                       spec__backends__slurm__output_dir=str(tmp_path / "runs"),
                       spec__algorithm__total_steps=4, spec__evaluation__checkpoints="last")
     job_id, run_dir = _submit(spec, smoke_env)
@@ -140,7 +154,7 @@ def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
 
 
 def test_time_limit_signal_saves_a_checkpoint_before_the_job_ends(smoke_env, tmp_path):
-    spec = write_spec("smoke", tmp_path / "smoke-tl.yaml", name="smoke-tl",
+    spec = write_spec("smoke", tmp_path / "smoke-tl.yaml", name="smoke-tl", **_free_ports(),
                       spec__backends__slurm__output_dir=str(tmp_path / "runs"),
                       spec__algorithm__total_steps=6, spec__backends__slurm__signal_lead_s=60)
     job_id, run_dir = _submit(spec, smoke_env)
