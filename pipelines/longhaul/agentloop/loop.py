@@ -19,8 +19,9 @@ Per trajectory veRL builds one loop instance and calls `run(sampling_params, **r
    rebuilds `rm_scores` from the scalar `reward_score`; there turn credit falls back to trajectory credit, with
    the same total.)
 
-`extra_fields` carry `turn_scores` (weight·q_k per turn), `reward_extra_info` (outcome, process, tool-call
-counts, unknown/unparsable calls, abort flag — logged by veRL; validation should read `outcome`) and the task id.
+`extra_fields` carry `turn_scores` (weight·q_k per turn), `reward_extra_info` (`acc` = `outcome`, which veRL
+makes its core validation metric instead of the shaped reward; process, tool-call counts, unknown/unparsable
+calls, abort flag) and the task id.
 """
 
 from __future__ import annotations
@@ -291,6 +292,9 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
         if rs["credit"] == "turn" and any(mask):
             token_rewards = build_token_rewards(reward, mask, "turn")
         info = {
+            # veRL reports `acc` (when present) as the core validation metric instead of the reward: the
+            # binary outcome, never the process-shaped score (method.md h.12).
+            "acc": reward.outcome,
             "outcome": reward.outcome,
             "process": reward.process,
             "num_tool_calls": traj.num_tool_calls,

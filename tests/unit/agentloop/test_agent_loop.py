@@ -161,7 +161,7 @@ async def test_gold_replay_scores_one(verl_config, monkeypatch):
     assert task.writes and task.communicate_info
     out, server, tok = await run_loop(verl_config, monkeypatch, completions)
     info = out.extra_fields["reward_extra_info"]
-    assert info["outcome"] == 1.0, out.extra_fields
+    assert info["outcome"] == 1.0 and info["acc"] == 1.0, out.extra_fields
     assert out.reward_score == pytest.approx(1.0 + 0.3 * info["process"])
     assert info["num_tool_calls"] == len(task.actions) and info["aborted"] == 0.0
     # The prompt holds the policy text and the first user message; the response holds neither.
