@@ -422,6 +422,13 @@ def score_prm_lite(
             j -= 1
         return False
 
+    # Hits with a fixed weight and detail are built once and shared (this loop runs for every rollout).
+    H_TH, H_RED = RuleHit("think_bonus", w_th), RuleHit("redundancy", w_red)
+    H_PH_W, H_PH_R = RuleHit("placeholder", w_ph_w), RuleHit("placeholder", w_ph_r)
+    H_REP, H_REC = RuleHit("error_repetition", w_rep), RuleHit("recovery", w_rec)
+    H_ESC_L, H_ESC_P = RuleHit("escalation", w_esc_l, "late"), RuleHit("escalation", w_esc_p, "premature")
+    H_FR, H_CHEAP = RuleHit("first_read", w_fr), RuleHit("cheap_reasoning", w_cheap)
+    new_step = tuple.__new__
     steps: list[StepResult] = []
     seen_entities: set[str] = set()
     seen_reads: set[str] = set()
@@ -430,46 +437,45 @@ def score_prm_lite(
     for i in range(n):
         e = history[i]
         tool = e.tool
-        think = is_think[i]
-        write = tool in WRITE_TOOLS
         hits: list[RuleHit] = []
-        if think:
+        if is_think[i]:
             any_think = True
             if on_th and (seed_compat or tool != IMPLICIT_THINK) and i != n - 1 and not (i >= 1 and is_think[i - 1]):
                 if not (ph_any[i + 1] or redundant(i + 1, cur_sigs[i + 1])):
-                    hits.append(RuleHit("think_bonus", w_th))
+                    hits.append(H_TH)
         else:
+            write = tool in WRITE_TOOLS
             if on_ph and ph_any[i]:
-                hits.append(RuleHit("placeholder", w_ph_w if write else w_ph_r))
+                hits.append(H_PH_W if write else H_PH_R)
             if on_red and redundant(i, cur_sigs[i]):
-                hits.append(RuleHit("redundancy", w_red))
+                hits.append(H_RED)
             if i >= 1 and history[i - 1].is_error:
                 if sigs[i] == sigs[i - 1]:
                     if on_rep:
-                        hits.append(RuleHit("error_repetition", w_rep))
+                        hits.append(H_REP)
                 elif on_rec:
-                    hits.append(RuleHit("recovery", w_rec))
-            if tool in ESCALATION_TOOLS and on_esc:
-                late = bool(seen_reads)
-                hits.append(RuleHit("escalation", w_esc_l if late else w_esc_p, "late" if late else "premature"))
-            if i >= 1 and on_dc and e.params and seen_entities:
+                    hits.append(H_REC)
+            if on_esc and tool in ESCALATION_TOOLS:
+                hits.append(H_ESC_L if seen_reads else H_ESC_P)
+            if on_dc and seen_entities and i >= 1 and e.params:
                 for v in e.params.values():
                     if type(v) is str and v in seen_entities:
                         hits.append(RuleHit("data_chain", w_dc_w if write else w_dc_r, v))
                         break
-            if tool in read_tools and tool not in seen_reads and on_fr:
-                hits.append(RuleHit("first_read", w_fr))
+            if on_fr and tool in read_tools and tool not in seen_reads:
+                hits.append(H_FR)
             if on_cheap and 0 < len(e.content) < cheap_min:
-                hits.append(RuleHit("cheap_reasoning", w_cheap))
+                hits.append(H_CHEAP)
         score = 0.0
         for h in hits:
-            score += h.weight
+            score += h[1]
         total += score
-        steps.append(StepResult(i, tool, e.turn, tuple(hits), score))
+        steps.append(new_step(StepResult, (i, tool, e.turn, tuple(hits), score)))
         if tool in read_tools:
             seen_reads.add(tool)
-        for ents in e.entities.values():
-            seen_entities.update(ents)
+        if e.entities:
+            for ents in e.entities.values():
+                seen_entities.update(ents)
 
     mean = total / n if n else 0.0
     traj_hits: list[RuleHit] = []
