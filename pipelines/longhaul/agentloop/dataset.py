@@ -1,0 +1,65 @@
+"""Inputs of veRL's GRPO stage: the task parquet files and the agent-loop / tool YAML the overrides point at.
+
+veRL reads one dataset row per task; our agent loop builds the real prompt itself (policy text, tool schemas,
+the user simulator's first message) through the shared episode runner, so a row only has to carry the task
+id. `build_verl_rows` is pure; `write_verl_inputs` writes the files the rendered overrides reference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from longhaul.render.plan import Paths
+from longhaul.render.verl import AGENT_LOOP_FILE, AGENT_LOOP_NAME, TOOL_CONFIG_FILE
+from longhaul.spec.models import Experiment
+
+DATA_SOURCE = "tau2_airline"
+
+
+def _row(task_id: str, index: int, split: str, labels: list[str], seed: int) -> dict[str, Any]:
+    return {
+        "data_source": DATA_SOURCE,
+        # veRL's dataset needs a chat prompt; the agent loop replaces it with the runner's own prompt.
+        "prompt": [{"role": "user", "content": f"tau2 airline task {task_id}"}],
+        "agent_name": AGENT_LOOP_NAME,
+        "reward_model": {"style": "rule", "ground_truth": ""},
+        "extra_info": {"task_id": task_id, "index": index, "split": split, "subsets": labels, "seed": seed},
+    }
+
+
+def build_verl_rows(exp: Experiment) -> dict[str, list[dict[str, Any]]]:
+    """Rows of `train.parquet` (training tasks) and `val.parquet` (every task, labelled by subset)."""
+    from longhaul.envs.airline.splits import build_split
+
+    split = build_split(exp.spec.environment.split)
+    seed = exp.spec.algorithm.seed
+    train = [_row(t, i, "train", split.labels(t), seed) for i, t in enumerate(split.train)]
+    everything = [*split.train, *split.test]
+    val = [_row(t, i, "train" if t in split.train else "test", split.labels(t), seed) for i, t in enumerate(everything)]
+    return {"train": train, "val": val}
+
+
+def write_verl_inputs(exp: Experiment, paths: Paths) -> list[Path]:
+    """Write the parquet files and the agent-loop/tool YAML under the run directory; returns what was written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from longhaul.agentloop.config import render_agent_loop_yaml, render_tool_config_yaml
+
+    written: list[Path] = []
+    for name, rows in build_verl_rows(exp).items():
+        target = Path(paths.data_dir) / f"{name}.parquet"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        tmp.replace(target)
+        written.append(target)
+    for name, text in ((AGENT_LOOP_FILE, render_agent_loop_yaml(exp)), (TOOL_CONFIG_FILE, render_tool_config_yaml(exp))):
+        target = Path(paths.config_dir) / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(target)
+        written.append(target)
+    return written
