@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
     def build(
         out_dir: Annotated[Path, typer.Option("--out", help="Output directory (holds tiny-policy/ and tiny-user/).")]
         = Path(".cache/longhaul/models"),
-        steps: Annotated[int, typer.Option("--steps", min=0, help="Warm-start steps of the policy.")] = 200,
+        steps: Annotated[int, typer.Option("--steps", min=0, help="Warm-start steps of the policy.")] = 400,
         seed: Annotated[int, typer.Option("--seed", help="Seed of initialisation and data order.")] = 7,
         check_prompts: Annotated[int, typer.Option("--check-prompts", min=0, help="Held-out first turns generated "
                                                    "to count well-formed tool calls (0 = skip).")] = 10,

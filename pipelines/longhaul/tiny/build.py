@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 import time
 from collections.abc import Callable
@@ -21,17 +22,19 @@ from typing import Any
 
 from longhaul.sft.masking import build_supervised_dataset
 from longhaul.tiny.gold import (
+    build_first_turn,
     build_gold_conversation,
     closing_message,
     first_user_message,
     gold_actions,
+    opening_variants,
     parse_tool_calls,
 )
 from longhaul.tiny.models import POLICY_ARCH, USER_ARCH, build_model
 from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END, build_hf_tokenizer, load_chat_template
 
 #: Bump when the recipe changes in a way the key below cannot see (e.g. the training loop).
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 DEFAULT_OUT_DIR = Path(".cache/longhaul/models")
 POLICY_DIRNAME = "tiny-policy"
 USER_DIRNAME = "tiny-user"
@@ -43,7 +46,7 @@ WARMSTART_TOOL_RESULT_CHARS = 1200
 
 @dataclass(frozen=True)
 class TinyBuildConfig:
-    steps: int = 200
+    steps: int = 400
     seed: int = 7
     vocab_size: int = 4096
     max_length: int = 8192
@@ -98,6 +101,8 @@ def _inputs(date_line: str) -> dict[str, Any]:
     train_ids = [tid for tid in tasks if tid not in held_out]
     tools = tool_schemas()
     policy = policy_text()
+    rng = random.Random(0)
+    noise_words = sorted({w for w in policy.split() if w.isalpha()})
     conversations = []
     for tid in train_ids:
         raw = tasks[tid].raw
@@ -105,6 +110,11 @@ def _inputs(date_line: str) -> dict[str, Any]:
         actions = gold_actions(raw)[: len(results)]
         initial = build_initial_messages(policy, date_line, first_user_message(raw))
         conversations.append(build_gold_conversation(initial, actions, results, closing_message(raw)))
+        if actions:
+            # Extra first turns (cheap: a short suffix after the shared system prompt) so the policy opens with
+            # a tool call whatever the first user message looks like.
+            for text in opening_variants(raw, noise_words, rng):
+                conversations.append(build_first_turn(build_initial_messages(policy, date_line, text), actions[0]))
     held_prompts = [build_initial_messages(policy, date_line, first_user_message(tasks[tid].raw))
                     for tid in sorted(held_out & set(tasks), key=int)]
     corpus = [policy, *(json.dumps(t, ensure_ascii=False) for t in tools)]

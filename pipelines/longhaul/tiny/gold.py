@@ -55,6 +55,30 @@ def build_gold_conversation(
     return messages
 
 
+def opening_variants(task: dict[str, Any], noise_words: Sequence[str], rng: Any, n_noise: int = 2) -> list[str]:
+    """Other first user messages for the same task: each part of the instructions alone, a greeting, and
+    `n_noise` word salads (the tiny user simulator talks nonsense; the policy must still act with a tool call)."""
+    instr = (task.get("user_scenario") or {}).get("instructions") or {}
+    parts = [instr.get(k) for k in ("reason_for_call", "known_info", "task_instructions")]
+    out = [p.strip() for p in parts if isinstance(p, str) and p.strip()]
+    if out:
+        out.append("Hi! " + out[0].splitlines()[0])
+    for _ in range(n_noise):
+        out.append(" ".join(rng.choice(noise_words) for _ in range(rng.randint(3, 24))))
+    return out
+
+
+def build_first_turn(initial_messages: Sequence[dict[str, Any]], action: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """A one-turn conversation: the runner's initial messages and the first reference tool call."""
+    name, args = action
+    return [dict(m) for m in initial_messages] + [{
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "call_0_0", "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}],
+    }]
+
+
 def closing_message(task: dict[str, Any]) -> str:
     """The final message to the user: the strings the task requires to be communicated, if any."""
     info = [str(s) for s in ((task.get("evaluation_criteria") or {}).get("communicate_info") or [])]

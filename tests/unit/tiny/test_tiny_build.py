@@ -45,6 +45,13 @@ def test_build_reuse_force_and_determinism(tmp_path):
     assert res.exit_code == 0 and json.loads(res.stdout)["cached"] is False
     assert _digest(policy) == first  # seeded: the same inputs give the same weights
 
-    res = runner.invoke(app, ["tiny", "build", "--out", str(out), "--steps", "4", "--check-prompts", "0", "--json"])
-    assert json.loads(res.stdout)["key"] != report["key"] and _digest(policy) != first
+
+def test_build_key_sees_config_and_inputs_but_not_the_check():
+    from longhaul.tiny.build import TinyBuildConfig, compute_build_key
+
+    inputs = {"corpus": ["a"], "conversations": [[{"role": "user", "content": "x"}]], "tools": []}
+    key = compute_build_key(TinyBuildConfig(), inputs)
+    assert compute_build_key(TinyBuildConfig(check_prompts=0), inputs) == key
+    assert compute_build_key(TinyBuildConfig(steps=7), inputs) != key
+    assert compute_build_key(TinyBuildConfig(), {**inputs, "corpus": ["b"]}) != key
 

@@ -42,3 +42,23 @@ def test_parse_tool_calls_counts_only_well_formed_known_calls():
             '<tool_call>{"name": "get_user_details", "arguments": {</tool_call>')
     assert parse_tool_calls(text, names) == (1, 4)
     assert parse_tool_calls("no call here", names) == (0, 0)
+
+
+def test_first_turn_variants_keep_the_runner_prompt_and_first_gold_call():
+    import random
+
+    from longhaul.envs.airline.tasks import get_task, policy_text
+    from longhaul.envs.runner import build_initial_messages
+    from longhaul.tiny.gold import build_first_turn, opening_variants
+
+    task = get_task("1").raw
+    variants = opening_variants(task, ["alpha", "beta", "gamma"], random.Random(0), n_noise=2)
+    assert variants == opening_variants(task, ["alpha", "beta", "gamma"], random.Random(0), n_noise=2)  # seeded
+    noise = variants[-2:]
+    assert all(set(v.split()) <= {"alpha", "beta", "gamma"} for v in noise)
+    assert any("raj_sanchez_7340" in v for v in variants[:-2])
+    initial = build_initial_messages(policy_text(), "date", variants[0])
+    conv = build_first_turn(initial, gold_actions(task)[0])
+    assert conv[:2] == initial and len(conv) == 3
+    call = conv[2]["tool_calls"][0]["function"]
+    assert call["name"] == "get_user_details" and json.loads(call["arguments"]) == {"user_id": "raj_sanchez_7340"}
