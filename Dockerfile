@@ -89,11 +89,13 @@ ARG POLICY_MODEL=Qwen/Qwen2.5-7B-Instruct
 ARG POLICY_REVISION=a09a35458c702b33eeacc393d103063234e8bc28
 ARG SIMULATOR_MODEL=Qwen/Qwen2.5-72B-Instruct-AWQ
 ARG SIMULATOR_REVISION=698703eae6604af048a3d2f509995dc302088217
+# A Hub mirror (e.g. a site's internal one); empty = the public Hub.
+ARG HF_ENDPOINT=
 COPY images/bake-models.sh /usr/local/bin/bake-models.sh
 # The token is a build secret (`--secret id=hf_token,src=FILE`): mounted for this step only, read by
 # huggingface_hub through HF_TOKEN_PATH, never written to a layer. Public models need no secret.
 RUN --mount=type=secret,id=hf_token \
-    PATH=/opt/venv/bin:$PATH bash /usr/local/bin/bake-models.sh /models/hf \
+    PATH=/opt/venv/bin:$PATH HF_ENDPOINT="${HF_ENDPOINT}" bash /usr/local/bin/bake-models.sh /models/hf \
         "${POLICY_MODEL}" "${POLICY_REVISION}" "${SIMULATOR_MODEL}" "${SIMULATOR_REVISION}"
 
 # ---------------------------------------------------------------------------------------------------------

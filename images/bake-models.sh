@@ -14,6 +14,9 @@ fi
 export HF_HOME=$1
 shift
 export HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=0
+if [ -z "${HF_ENDPOINT:-}" ]; then
+  unset HF_ENDPOINT # empty = the public Hub (an empty value would break huggingface_hub's URLs)
+fi
 if [ -r /run/secrets/hf_token ]; then
   export HF_TOKEN_PATH=/run/secrets/hf_token
 fi
@@ -32,5 +35,6 @@ while (($#)); do
   printf '%s' "$rev" >"$refs/main"
   echo "baked $repo@$rev"
 done
+rm -rf "$HF_HOME/hub/.locks" "$HF_HOME"/.check_for_*
 # Apptainer and Charliecloud ignore USER and run as the calling user: everything must be world-readable.
 chmod -R a+rX "$HF_HOME"

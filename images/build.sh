@@ -10,6 +10,7 @@
 #   MODEL_SRC      hub (default) or local; LOCAL_MODELS (context directory, default build/models)
 #   POLICY_MODEL, POLICY_REVISION, SIMULATOR_MODEL, SIMULATOR_REVISION   models to bake (MODEL_SRC=hub)
 #   HF_TOKEN_FILE  file holding a Hugging Face token, passed as the build secret `hf_token`
+#   HF_ENDPOINT    a Hub mirror for MODEL_SRC=hub; BUILD_NETWORK=host lets RUN steps reach one on 127.0.0.1
 #   ENGINE         podman | buildah | docker (default: podman if installed, else docker)
 #   PYTHON         interpreter for images/wheelhouse.sh; SKIP_WHEELHOUSE=1 uses build/wheelhouse as it is
 set -euo pipefail
@@ -63,11 +64,13 @@ fi
 args=(--build-arg "BUILDER_IMAGE=$BUILDER_IMAGE" --build-arg "BASE_IMAGE=$BASE_IMAGE")
 if [ "$what" = trainer ]; then
   args+=(--build-arg "STACK=$STACK" --build-arg "MODEL_SRC=${MODEL_SRC:-hub}")
-  for v in LOCAL_MODELS POLICY_MODEL POLICY_REVISION SIMULATOR_MODEL SIMULATOR_REVISION; do
+  for v in LOCAL_MODELS POLICY_MODEL POLICY_REVISION SIMULATOR_MODEL SIMULATOR_REVISION HF_ENDPOINT; do
     if [ -n "${!v:-}" ]; then args+=(--build-arg "$v=${!v}"); fi
   done
   if [ -n "${HF_TOKEN_FILE:-}" ]; then args+=(--secret "id=hf_token,src=$HF_TOKEN_FILE"); fi
 fi
+
+if [ -n "${BUILD_NETWORK:-}" ]; then args+=(--network "$BUILD_NETWORK"); fi
 
 engine=${ENGINE:-$(command -v podman >/dev/null 2>&1 && echo podman || echo docker)}
 start=$(date +%s)
