@@ -156,6 +156,7 @@ def run_training_stage(ctx: Any) -> None:
                 control.check()
                 requeue(step - 1)
             t_roll = time.monotonic() - t_step
+            _save_rollouts(Path(ctx.plan.paths.data_dir) / "rollouts" / f"step_{step}.jsonl", trajs)
 
             # Rewards (outcome + PRM-Lite) and tokens of every episode.
             kept_jobs, episodes, token_rows, scores, outcomes, processes, turns = [], [], [], [], [], [], []
@@ -190,7 +191,8 @@ def run_training_stage(ctx: Any) -> None:
             control.check()
             t_upd = time.monotonic()
             old_lp = batch_log_probs(model, batch, micro)
-            ref_lp = batch_log_probs(ref_model, batch, micro) if ref_model is not None else None
+            # Until the first update the policy is the reference model: same log-probs, one forward pass saved.
+            ref_lp = None if ref_model is None else (old_lp if step == 1 else batch_log_probs(ref_model, batch, micro))
             upd = update_policy(model, optimizer, batch, old_lp, ref_lp, adv.float(), actor_cfg)
             new_lp = batch_log_probs(model, batch, micro)
             t_upd = time.monotonic() - t_upd
@@ -240,6 +242,15 @@ def run_training_stage(ctx: Any) -> None:
             control.check()
             if control.checkpoint.is_set():
                 requeue(step)
+
+
+def _save_rollouts(path: Path, trajs: list[Any]) -> None:
+    """The step's episodes (transcripts, turns, grades) as JSONL, written atomically."""
+    import json
+
+    from longhaul.launcher.files import atomic_write_text
+
+    atomic_write_text(path, "".join(json.dumps(t.to_dict(), default=str) + "\n" for t in trajs))
 
 
 def _export(model: Any, tokenizer: Any, ckpt_dir: Path) -> Path:
