@@ -30,6 +30,9 @@ from .conftest import REPO, TERMINAL, cancel_quietly, job_info, longhaul, wait_j
 pytestmark = [pytest.mark.slurm, pytest.mark.demo, pytest.mark.slow]
 
 RUN_TIMEOUT_S = float(os.environ.get("LONGHAUL_SLURM_SMOKE_TIMEOUT_S", "1500"))
+#: Signal lead of the time-limit test: longer than one CPU training step (the launcher allows the trainer
+#: CHECKPOINT_GRACE_S = 600 s to save after SIGUSR1).
+LEAD_S = 600
 
 
 @pytest.fixture(scope="module")
@@ -159,18 +162,19 @@ def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
 def test_time_limit_signal_saves_a_checkpoint_before_the_job_ends(smoke_env, tmp_path):
     spec = write_spec("smoke", tmp_path / "smoke-tl.yaml", name="smoke-tl", **_free_ports(),
                       spec__backends__slurm__output_dir=str(tmp_path / "runs"),
-                      spec__algorithm__total_steps=6, spec__backends__slurm__signal_lead_s=60)
+                      spec__algorithm__total_steps=6, spec__backends__slurm__signal_lead_s=LEAD_S)
     job_id, run_dir = _submit(spec, smoke_env)
     try:
         wait_job(job_id, lambda i: _latest_step(run_dir) >= 1, RUN_TIMEOUT_S, "a first checkpoint")
         before = _latest_step(run_dir)
-        # Bring the time limit to within the 60 s lead: Slurm sends the pre-limit USR1 at its next check.
+        # Bring the time limit to within the lead: Slurm sends the pre-limit USR1 at its next check (≈ 30 s),
+        # and the trainer has the rest of the lead to finish the step in flight and save it.
         runtime = wait_job(job_id, lambda i: "RunTime" in i, 300, "an scontrol answer")["RunTime"]
         h, m, s = (int(x) for x in runtime.split("-")[-1].split(":"))
-        minutes = math.ceil((h * 3600 + m * 60 + s) / 60) + 1
+        minutes = math.ceil((h * 3600 + m * 60 + s) / 60) + LEAD_S // 60 - 1
         subprocess.run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"], check=True, timeout=30)
         info = wait_job(job_id, lambda i: int(i.get("Restarts", "0")) >= 1 or i.get("JobState") in TERMINAL,
-                        900, "the requeue after the pre-limit signal")
+                        LEAD_S + 300, "the requeue after the pre-limit signal")
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=30"], capture_output=True, timeout=30)
     finally:
         cancel_quietly(job_id)
