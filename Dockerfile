@@ -55,9 +55,10 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # README.m[d]: the glob lets the build go on while the readme is absent (setuptools only warns).
 COPY pyproject.toml README.m[d] /src/
 COPY pipelines/ /src/pipelines/
-# setuptools and wheel for the isolated build come from the wheelhouse too.
-RUN --mount=type=bind,from=wheelhouse,source=/wheelhouse,target=/wheelhouse \
-    /opt/venv/bin/pip wheel --no-cache-dir --no-index --find-links /wheelhouse --no-deps \
+# setuptools and wheel for the isolated build come from the wheelhouse too. COPY --from, not
+# `RUN --mount=type=bind,from=<stage>`: buildah 1.28 intermittently lost such mounts of cached stages.
+COPY --from=wheelhouse /wheelhouse /wheelhouse
+RUN /opt/venv/bin/pip wheel --no-cache-dir --no-index --find-links /wheelhouse --no-deps \
         --wheel-dir /dist /src
 
 # ---------------------------------------------------------------------------------------------------------
@@ -74,8 +75,9 @@ COPY pyproject.toml images/project-requirements.py /stack/
 #   cpu-min the project + huggingface_hub only                            (CI default)
 # No autoawq in any stack: vLLM loads AWQ checkpoints (the simulator's Qwen2.5-72B-Instruct-AWQ) with its own
 # awq / awq_marlin kernels; autoawq is deprecated, source-only and pinned to torch 2.6, so it would only conflict.
-RUN --mount=type=bind,from=wheelhouse,source=/wheelhouse,target=/wheelhouse \
-    . /stack/stack.env \
+# (This stage is not shipped; only /opt/venv is copied out of it.)
+COPY --from=wheelhouse /wheelhouse /wheelhouse
+RUN . /stack/stack.env \
     && python3 /stack/project-requirements.py /stack/pyproject.toml --extras "${PROJECT_EXTRAS:-}" \
         > /stack/project.txt \
     && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheelhouse \
@@ -158,8 +160,11 @@ ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 # Layer order: OS -> dependencies (large, rarely changes) -> models (large, changes with a revision) -> project.
 COPY --from=deps /opt/venv /opt/venv
 COPY --from=models /models /models
-RUN --mount=type=bind,from=project,source=/dist,target=/dist \
-    pip install --no-cache-dir --no-index --no-deps /dist/longhaul-*.whl
+# The wheel (about 150 kB) stays in the COPY layer; a bind mount from the stage would avoid that but is not
+# reliable in buildah 1.28.
+COPY --from=project /dist/ /tmp/longhaul-dist/
+RUN pip install --no-cache-dir --no-index --no-deps /tmp/longhaul-dist/longhaul-*.whl \
+    && rm -rf /tmp/longhaul-dist
 
 LABEL org.opencontainers.image.title="longhaul-trainer" \
       org.opencontainers.image.description="longhaul GRPO trainer (veRL, vLLM) with baked models; runs offline" \

@@ -59,8 +59,10 @@ ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 COPY --from=builder /opt/venv /opt/venv
 COPY operator/longhaul_operator.py /opt/longhaul/operator/
 # Bytecode is compiled here (pip does it for the wheel) because the root filesystem is read-only at run time.
-RUN --mount=type=bind,from=project,source=/dist,target=/dist \
-    pip install --no-cache-dir --no-index --no-deps /dist/longhaul-*.whl \
+# COPY --from, not a bind mount from the stage (unreliable in buildah 1.28); the wheel is about 150 kB.
+COPY --from=project /dist/ /tmp/longhaul-dist/
+RUN pip install --no-cache-dir --no-index --no-deps /tmp/longhaul-dist/longhaul-*.whl \
+    && rm -rf /tmp/longhaul-dist \
     && python3 -m compileall -q /opt/longhaul/operator
 
 LABEL org.opencontainers.image.title="longhaul-operator" \
