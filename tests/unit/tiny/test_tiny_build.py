@@ -31,9 +31,11 @@ def test_build_reuse_force_and_determinism(tmp_path):
     policy, user = out / "tiny-policy", out / "tiny-user"
     tok = AutoTokenizer.from_pretrained(policy)
     model = AutoModelForCausalLM.from_pretrained(policy)
-    assert model.config.model_type == "qwen2" and model.config.head_dim >= 32
+    cfg = model.config
+    assert cfg.model_type == "qwen2" and cfg.hidden_size // cfg.num_attention_heads >= 32
     assert model.config.vocab_size >= len(tok) and tok.chat_template and tok.eos_token == "<|im_end|>"
-    assert AutoModelForCausalLM.from_pretrained(user).config.head_dim >= 32
+    ucfg = AutoModelForCausalLM.from_pretrained(user).config
+    assert ucfg.hidden_size // ucfg.num_attention_heads >= 32
     first = _digest(policy)
     mtime = (policy / "model.safetensors").stat().st_mtime_ns
 
