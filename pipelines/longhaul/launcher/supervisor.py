@@ -125,6 +125,16 @@ def _run_subprocess_stage(stage: StagePlan, env: dict[str, str], run_dir: Path, 
                           f"--- last lines of {run_dir / 'logs' / (stage.name + '.log')} ---\n{proc.tail()}")
 
 
+def _prepare_verl_stage(exp: Experiment, plan: LaunchPlan, env: Mapping[str, str], say: Any) -> None:
+    """Before veRL starts: refuse a missing tracking target, write the task parquet and agent-loop/tool YAML."""
+    from longhaul.agentloop.dataset import write_verl_inputs
+    from longhaul.tracking.config import require_trainer_env
+
+    require_trainer_env(env)
+    written = write_verl_inputs(exp, plan.paths)
+    say(f"veRL inputs written: {', '.join(p.name for p in written)}")
+
+
 def launch(
     spec_path: str | Path,
     backend: str,
@@ -230,6 +240,8 @@ def launch(
                 if target is not None:
                     _load_target(target)(ctx)
                 else:
+                    if s.name == "grpo" and exp.spec.algorithm.trainer == TrainerEngine.VERL:
+                        _prepare_verl_stage(exp, plan, env, say)
                     forwards = s.name == "grpo" and exp.spec.algorithm.trainer == TrainerEngine.SINGLE_PROCESS
                     _run_subprocess_stage(s, env, run_dir, control, forwards, echo)
                 atomic_write_text(_done_marker(run_dir, s.name), f"{time.time():.0f}\n")
