@@ -67,6 +67,7 @@ lint: install ## ruff, import-linter (pure core has no I/O), hadolint, helm lint
 .PHONY: generate
 generate: install ## Regenerate the JSON schema, the CRD, golden files and the README field reference
 	$(VPY) scripts/generate.py
+	LONGHAUL_UPDATE_GOLDEN=1 $(PYTEST) -q tests/unit/slurm/test_golden_slurm.py tests/unit/k8s
 
 .PHONY: golden
 golden: generate ## Alias of generate (review the diff of tests/golden/)

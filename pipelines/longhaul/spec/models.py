@@ -23,6 +23,7 @@ MAX_NAME_LEN = 54
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 SAFE_TOKEN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 SAFE_PATH = r"^[A-Za-z0-9_./~+-][A-Za-z0-9_./+@=,-]*$"
+BIND = r"^[A-Za-z0-9_./~+-][A-Za-z0-9_./+@=,-]*(:[A-Za-z0-9_./+@=,-]+){0,2}$"
 MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
 IMAGE_REF = r"^[a-z0-9]([a-z0-9._:/-]*[a-z0-9])?(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$"
 REVISION = r"^([0-9a-f]{40}|v?[0-9][A-Za-z0-9._-]*)$"
@@ -636,7 +637,9 @@ class ContainerSpec(_Model):
     image: SafePath | None = Field(
         default=None, description="apptainer: path of the .sif; pyxis: image reference/squashfs; none: unused."
     )
-    binds: list[SafePath] = Field(default_factory=list, description="Extra bind mounts (SRC[:DST]).")
+    binds: list[Annotated[str, Field(pattern=BIND, max_length=2048)]] = Field(
+        default_factory=list, description="Extra bind mounts (SRC[:DST[:OPTS]])."
+    )
 
 
 SetupLine = Annotated[str, Field(max_length=1000)]
