@@ -14,12 +14,28 @@ from __future__ import annotations
 
 import importlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 BACKENDS = ("slurm", "kubernetes", "local")
 REQUIRED = ("submit_run", "fetch_status", "fetch_logs")
 RECORD = "submit.json"
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What a backend's `submit_run` did (or, with `dry_run`, would do)."""
+
+    backend: str
+    run_name: str
+    run_dir: str
+    job_id: str | None
+    script: str
+    dry_run: bool
+    message: str = ""
+    script_path: str | None = None
+    exit_code: int | None = None
 
 
 class BackendUnavailable(RuntimeError):

@@ -16,13 +16,13 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from longhaul import constants as C
 from longhaul.spec.models import Experiment
 from longhaul.spec.naming import resolved_yaml, run_name
+from longhaul.submit import SubmitResult
 
 RECORD = "submit.json"
 RUNS_DIR = "runs"
@@ -34,15 +34,6 @@ class KubectlError(RuntimeError):
     pass
 
 
-@dataclass
-class SubmitResult:
-    backend: str
-    run_name: str
-    run_dir: str
-    job_id: str | None
-    script: str
-    dry_run: bool
-    message: str = ""
 
 
 def kubectl_bin() -> str:

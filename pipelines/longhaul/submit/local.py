@@ -14,7 +14,6 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -23,6 +22,7 @@ from longhaul.launcher.protocol import EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_
 from longhaul.launcher.supervisor import ENV_VLLM_PYTHON, launch
 from longhaul.spec.models import Experiment
 from longhaul.spec.naming import resolved_yaml, run_name
+from longhaul.submit import SubmitResult
 
 RECORD = "submit.json"
 EXIT_RECORD = ".longhaul/exit.json"
@@ -30,17 +30,6 @@ LOG = "logs/launcher.log"
 VLLM_VENV_DIR = ".venv-vllm"
 
 
-@dataclass
-class SubmitResult:
-    backend: str
-    run_name: str
-    run_dir: str
-    job_id: str | None
-    script_path: str | None
-    script: str
-    dry_run: bool
-    exit_code: int | None = None
-    message: str = ""
 
 
 def local_run_dir(exp: Experiment, base: str | Path | None = None) -> Path:
@@ -106,11 +95,11 @@ def submit_run(exp: Experiment, *, dry_run: bool = False) -> SubmitResult:
         from longhaul.render.plan import render_plan
 
         plan = render_plan(exp, "local", str(run_dir.absolute()))
-        return SubmitResult("local", run_name(exp), str(run_dir), None, None,
-                            json.dumps(plan.to_dict(), indent=2), True, None, "dry run: nothing started")
+        return SubmitResult("local", run_name(exp), str(run_dir), None, json.dumps(plan.to_dict(), indent=2), True,
+                            "dry run: nothing started")
     run_dir, rc = run_local(exp)
-    return SubmitResult("local", run_name(exp), str(run_dir), str(os.getpid()), None, "", False, rc,
-                        f"local run finished with exit code {rc}")
+    return SubmitResult("local", run_name(exp), str(run_dir), str(os.getpid()), "", False,
+                        f"local run finished with exit code {rc}", exit_code=rc)
 
 
 _PHASES = {EXIT_OK: "Succeeded", EXIT_REQUEUE: "Pending", EXIT_KILLED: "Failed", EXIT_SIGINT: "Failed"}

@@ -27,6 +27,7 @@ from longhaul import constants as C
 from longhaul.render.slurm import ENV_VENV, render_slurm, slurm_run_dir
 from longhaul.spec.models import ContainerRuntime, Experiment
 from longhaul.spec.naming import resolved_yaml, run_name
+from longhaul.submit import SubmitResult
 
 RECORD = "submit.json"
 CMD_TIMEOUT_S = 60
@@ -64,16 +65,6 @@ class SlurmError(RuntimeError):
     """A Slurm command failed or Slurm is not usable; the message says which command and why."""
 
 
-@dataclass
-class SubmitResult:
-    backend: str
-    run_name: str
-    run_dir: str
-    job_id: str | None
-    script_path: str | None
-    script: str
-    dry_run: bool
-    message: str = ""
 
 
 @dataclass
@@ -162,7 +153,7 @@ def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path
     submit_dir = Path(submit_dir or Path.cwd()).resolve()
     run_dir = submit_dir / slurm_run_dir(exp)
     if dry_run:
-        return SubmitResult("slurm", name, str(run_dir), None, None, script, True,
+        return SubmitResult("slurm", name, str(run_dir), None, script, True,
                             f"dry run: would write {run_dir}/{name}.sbatch and run `sbatch --parsable` there")
     env = _job_environment(exp, os.environ if environ is None else environ, submit_dir)
     record = load_record(run_dir) or {}
@@ -197,9 +188,9 @@ def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path
     tmp = run_dir / f".{RECORD}.tmp"
     tmp.write_text(json.dumps(new_record, indent=2) + "\n", encoding="utf-8")
     tmp.replace(run_dir / RECORD)
-    return SubmitResult("slurm", name, str(run_dir), job_id, str(script_path), script, False,
+    return SubmitResult("slurm", name, str(run_dir), job_id, script, False,
                         f"submitted job {job_id} for run {name}; follow: longhaul status {run_dir} / "
-                        f"longhaul logs {run_dir} --follow")
+                        f"longhaul logs {run_dir} --follow", script_path=str(script_path))
 
 
 # ------------------------------------------------------------------------------------------------- status
