@@ -29,5 +29,8 @@ export LONGHAUL_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 log "tiny local models"
 longhaul tiny build
 
+log "lint: ruff"
+ruff check pipelines tests scripts benchmarks operator
+
 log "pytest"
 python -m pytest -m "not gpu" -ra "$@"
