@@ -6,11 +6,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from longhaul.render.slurm import render_slurm
 from longhaul.spec import load_spec
-from longhaul.spec.models import Experiment
+from support.specs import spec_variant
 
 REPO = Path(__file__).resolve().parents[3]
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
@@ -33,15 +32,6 @@ def test_every_spec_passes_sbatch_test_only(slurm_cluster, spec: Path, tmp_path:
     assert proc.returncode == 0 and "to start at" in proc.stderr, proc.stderr
 
 
-def _variant(base: str, **spec_changes: object) -> Experiment:
-    doc = yaml.safe_load((REPO / "specs" / f"{base}.yaml").read_text(encoding="utf-8"))
-    for key, value in spec_changes.items():
-        node = doc["spec"]
-        parts = key.split("__")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return Experiment.model_validate(doc)
 
 
 VARIANTS = {
@@ -56,12 +46,12 @@ VARIANTS = {
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variants_pass_sbatch_test_only(slurm_cluster, name: str, tmp_path: Path) -> None:
-    proc = _test_only(render_slurm(_variant("lata", **VARIANTS[name])), tmp_path)
+    proc = _test_only(render_slurm(spec_variant("lata", **VARIANTS[name])), tmp_path)
     assert proc.returncode == 0 and "to start at" in proc.stderr, proc.stderr
 
 
 def test_multi_node_script_is_accepted_with_the_node_count_narrowed(slurm_cluster, tmp_path: Path) -> None:
-    exp = _variant("lata", resources__nodes=2)
+    exp = spec_variant("lata", resources__nodes=2)
     script = render_slurm(exp)
     assert _test_only(script, tmp_path).returncode != 0  # the CI cluster has one node: 2 cannot be satisfied
     proc = _test_only(script, tmp_path, "--nodes=1")
@@ -82,5 +72,5 @@ def test_stage_with_dependency_on_a_real_job(slurm_cluster, tmp_path: Path) -> N
 def test_impossible_requests_are_rejected(slurm_cluster, tmp_path: Path) -> None:
     """The check can fail: a GPU type or partition the cluster lacks is refused by sbatch."""
     for changes in (dict(resources__gpu_type="h100"), dict(backends__slurm__partition="nosuchpart")):
-        proc = _test_only(render_slurm(_variant("lata", **changes)), tmp_path)
+        proc = _test_only(render_slurm(spec_variant("lata", **changes)), tmp_path)
         assert proc.returncode != 0, (changes, proc.stderr)

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
-import yaml
-
 from longhaul.render.plan import default_run_dir, render_plan, render_policy_server
-from longhaul.spec import load_spec, parse_spec_text, run_name
+from longhaul.spec import load_spec, run_name
+from support.specs import spec_variant
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _spec(name: str, **changes):
-    doc = yaml.safe_load((ROOT / "specs" / f"{name}.yaml").read_text())
-    for path, value in changes.items():
-        node = doc
-        keys = path.split("__")
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-        node[keys[-1]] = copy.deepcopy(value)
-    return parse_spec_text(yaml.safe_dump(doc))
 
 
 def _flag(argv: tuple[str, ...], name: str) -> str:
@@ -47,14 +36,14 @@ def test_gpu_plan_colocates_simulator_on_shared_gpus() -> None:
 
 
 def test_dedicated_simulator_takes_the_last_gpus() -> None:
-    exp = _spec("lata", spec__resources__gpus_per_node=4, spec__user_simulator__gpu_share="dedicated")
+    exp = spec_variant("lata", resources__gpus_per_node=4, user_simulator__gpu_share="dedicated")
     plan = render_plan(exp, "slurm", "runs/x")
     assert plan.simulator.env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert "trainer.n_gpus_per_node=2" in plan.stages[0].argv
 
 
 def test_external_simulator_starts_no_server() -> None:
-    exp = _spec("lata", spec__user_simulator__placement="external", spec__user_simulator__url="http://sim.example:8001/v1")
+    exp = spec_variant("lata", user_simulator__placement="external", user_simulator__url="http://sim.example:8001/v1")
     plan = render_plan(exp, "kubernetes", "/runs/x")
     assert plan.simulator is None and plan.servers == ()
     assert plan.simulator_base_url == "http://sim.example:8001/v1"
@@ -84,7 +73,7 @@ def test_policy_server_can_serve_a_checkpoint() -> None:
 
 
 def test_sft_stage_makes_grpo_start_from_the_sft_model() -> None:
-    exp = _spec("lata", spec__stages=["sft", "grpo", "eval"], spec__sft={})
+    exp = spec_variant("lata", stages=["sft", "grpo", "eval"], sft={})
     plan = render_plan(exp, "slurm", "/scratch/run")
     assert [s.name for s in plan.stages] == ["sft", "grpo", "eval"]
     assert "actor_rollout_ref.model.path='/scratch/run/sft/model'" in plan.stages[1].argv

@@ -10,38 +10,28 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 
 from longhaul.render.slurm import render_slurm
-from longhaul.spec.models import Experiment
+from support.specs import spec_variant
 
 ROOT = Path(__file__).resolve().parents[3]
 GOLDEN = ROOT / "tests/golden/slurm"
 UPDATE = os.environ.get("LONGHAUL_UPDATE_GOLDEN") == "1"
 
 
-def _with(base: str, **changes: object) -> Experiment:
-    doc = yaml.safe_load((ROOT / "specs" / f"{base}.yaml").read_text(encoding="utf-8"))
-    for dotted, value in changes.items():
-        node = doc["spec"]
-        keys = dotted.split("__")
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-        node[keys[-1]] = value
-    return Experiment.model_validate(doc)
 
 
 CASES = {
-    "lata-nodes2-apptainer": lambda: render_slurm(_with(
+    "lata-nodes2-apptainer": lambda: render_slurm(spec_variant(
         "lata", resources__nodes=2,
         backends__slurm={"partition": "gpu", "account": "proj", "setup": ["module load cuda/12.4"],
                          "container": {"runtime": "apptainer", "image": "/shared/images/longhaul-0.1.0.sif",
                                        "binds": ["/shared/hf"]}})),
-    "lata-nodes2-pyxis": lambda: render_slurm(_with(
+    "lata-nodes2-pyxis": lambda: render_slurm(spec_variant(
         "lata", resources__nodes=2, backends__slurm={"container": {"runtime": "pyxis", "image": "ghcr.io/longhaul-dev/trainer+0.1.0"}})),
-    "lata-nodes2-venv": lambda: render_slurm(_with(
+    "lata-nodes2-venv": lambda: render_slurm(spec_variant(
         "lata", resources__nodes=2, backends__slurm={"container": {"runtime": "none"}, "venv": "/shared/venvs/longhaul"})),
-    "smoke-eval-after": lambda: render_slurm(_with("smoke"), stage="eval", dependency="afterok:1234"),
+    "smoke-eval-after": lambda: render_slurm(spec_variant("smoke"), stage="eval", dependency="afterok:1234"),
 }
 
 
