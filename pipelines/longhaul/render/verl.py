@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from longhaul.algos import render_algorithm_overrides
 from longhaul.spec.models import Experiment, Stage
 from longhaul.spec.naming import experiment_family, run_name
+from longhaul.verlcpu import ROLLOUT_NAME as CPU_ROLLOUT_NAME
 
 if TYPE_CHECKING:
     from longhaul.render.plan import Paths
@@ -22,6 +23,11 @@ AGENT_LOOP_NAME = "longhaul_airline"
 AGENT_LOOP_FILE = "agent_loops.yaml"
 TOOL_CONFIG_FILE = "tools.yaml"
 SFT_MODEL_SUBDIR = "sft/model"
+#: Logical Ray CPU slots on the CPU platform: scheduling slots for veRL's actors (TaskRunner, trainer rank,
+#: agent-loop worker, reward loop, TransferQueue controller and storage), not cores.
+CPU_RAY_SLOTS = 8
+#: veRL's own per-step generation dump (decoded text and score per sample), under the run's rollouts directory.
+VERL_ROLLOUT_DUMP_SUBDIR = "verl"
 
 
 def _b(v: bool) -> str:
@@ -41,15 +47,12 @@ def policy_model_path(exp: Experiment, paths: Paths) -> str:
 
 
 def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
-    """The complete override list for veRL's `ppo_trainer` config."""
+    """The complete override list for veRL's `ppo_trainer` config (GPU, or veRL's CPU platform when
+    `resources.gpus_per_node` is 0: same trainer, agent loop and estimators; see `render_cpu_overrides`)."""
     from longhaul.render.plan import trainer_gpu_ids
 
     s = exp.spec
-    if s.resources.gpus_per_node == 0:
-        raise ValueError(
-            "veRL's trainer needs GPUs and resources.gpus_per_node is 0; this spec runs with "
-            "algorithm.trainer: single_process (see `longhaul render --backend local`)"
-        )
+    cpu = s.resources.gpus_per_node == 0
     env, alg, pol, roll = s.environment, s.algorithm, s.policy, s.policy.rollout
     tool_chars = env.tool_output_limit or UNLIMITED_TOOL_CHARS
     a = "actor_rollout_ref"
@@ -86,7 +89,7 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"{a}.actor.fsdp_config.optimizer_offload={_b(pol.optimizer_offload)}",
         f"{a}.ref.log_prob_micro_batch_size_per_gpu={alg.ppo_micro_batch_size_per_gpu}",
         # rollout (vLLM server mode, multi-turn through our agent loop)
-        f"{a}.rollout.name={roll.engine}",
+        f"{a}.rollout.name={CPU_ROLLOUT_NAME if cpu else roll.engine}",
         f"{a}.rollout.mode=async",
         f"{a}.rollout.dtype={pol.dtype}",
         f"{a}.rollout.tensor_model_parallel_size={roll.tensor_parallel_size}",
@@ -119,14 +122,42 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"trainer.project_name={_q(experiment_family(exp))}",
         f"trainer.experiment_name={_q(run_name(exp))}",
         f"trainer.nnodes={s.resources.nodes}",
-        f"trainer.n_gpus_per_node={len(trainer_gpu_ids(exp))}",
+        f"trainer.n_gpus_per_node={1 if cpu else len(trainer_gpu_ids(exp))}",
+        # The v1 sync trainer is the one whose estimator receives the per-token rewards (rm_scores) that
+        # `credit: turn` needs, and the one tested on CPU: pinned rather than left to veRL's default.
+        "trainer.use_v1=true",
+        "trainer.v1.trainer_mode=sync",
         f"trainer.total_training_steps={alg.total_steps}",
+        # veRL stops at whichever comes first, epochs or steps; every epoch has at least one step, so this
+        # many epochs never end the run before total_steps.
+        f"trainer.total_epochs={alg.total_steps}",
         f"trainer.save_freq={alg.save_freq}",
         f"trainer.test_freq={alg.test_freq}",
         f"trainer.val_before_train={_b(alg.test_freq > 0)}",
         f"trainer.default_local_dir={_q(paths.checkpoint_dir)}",
         "trainer.resume_mode=auto",
-        "trainer.device=cuda",
+        f"trainer.rollout_data_dir={_q(paths.rollouts_dir + '/' + VERL_ROLLOUT_DUMP_SUBDIR)}",
+        f"trainer.device={'cpu' if cpu else 'cuda'}",
     ]
+    if cpu:
+        out += render_cpu_overrides(exp)
     # The estimator name and its `algorithm.longhaul.*` settings come from the algos package (one definition).
     return [*out, "algorithm.use_kl_in_reward=false", *render_algorithm_overrides(exp)]
+
+
+def render_cpu_overrides(exp: Experiment) -> list[str]:
+    """What veRL's CPU platform (`longhaul.verlcpu`, selected by VERL_PLATFORM=cpu in the stage environment)
+    needs beyond the common list: FSDP2 without compilation or flash-attention padding removal, one agent-loop
+    worker, one TransferQueue storage unit, and Ray started with one logical "GPU" (the trainer rank's slot,
+    which veRL's resource check counts)."""
+    a = "actor_rollout_ref"
+    dtype = str(exp.spec.policy.dtype)
+    out = [f"{a}.model.use_remove_padding=false", f"{a}.rollout.agent.num_workers=1", "reward.num_workers=1",
+           "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+           f"+ray_kwargs.ray_init.num_cpus={CPU_RAY_SLOTS}", "+ray_kwargs.ray_init.num_gpus=1",
+           "+ray_kwargs.ray_init.include_dashboard=false"]
+    for role in ("actor", "ref"):
+        out += [f"{a}.{role}.strategy=fsdp2", f"{a}.{role}.fsdp_config.strategy=fsdp2",
+                f"{a}.{role}.fsdp_config.dtype={dtype}", f"{a}.{role}.fsdp_config.use_torch_compile=false",
+                f"{a}.{role}.use_torch_compile=false"]
+    return out

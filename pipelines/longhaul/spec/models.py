@@ -138,11 +138,6 @@ class KLType(StrEnum):
     FULL = "full"
 
 
-class TrainerEngine(StrEnum):
-    VERL = "verl"
-    SINGLE_PROCESS = "single_process"
-
-
 class SubsetName(StrEnum):
     TRAIN = "train"
     TEST = "test"
@@ -461,10 +456,6 @@ class AlgorithmSpec(_Model):
         description="Reproduce the original implementation exactly (token-position discount, A/√L with "
         "token-mean, PRM-Lite quirks). For reproduction only.",
     )
-    trainer: TrainerEngine = Field(
-        default=TrainerEngine.VERL,
-        description="verl: veRL's distributed trainer (GPU); single_process: the CPU reference update.",
-    )
 
     @model_validator(mode="after")
     def _consistency(self) -> AlgorithmSpec:
@@ -716,16 +707,31 @@ class ExperimentSpec(_Model):
             raise FieldError("stages", f"stages must be distinct and in the order sft, grpo, eval (got {[str(s) for s in self.stages]})")
         if Stage.SFT in self.stages and self.sft is None:
             raise FieldError("sft", "stages include 'sft' but the `sft` section is missing")
+        if self.algorithm.seed_compat and self.reward.credit == Credit.TURN:
+            raise FieldError(
+                "reward.credit", "seed_compat reproduces the original, which had no per-turn credit (its PRM-Lite score "
+                "was one scalar per trajectory): set credit: trajectory, or seed_compat: false"
+            )
         self._check_gpus()
         return self
+
+    def _check_cpu_platform(self) -> None:
+        """gpus_per_node: 0 runs veRL on its CPU platform (longhaul.verlcpu): one trainer rank on one node, the
+        CPU rollout replica (full weights, no tensor parallelism, no LoRA adapter sync)."""
+        if self.resources.nodes != 1:
+            raise FieldError("resources.nodes", f"a CPU run (resources.gpus_per_node: 0) uses one node; got nodes: {self.resources.nodes}")
+        if self.policy.rollout.tensor_parallel_size != 1:
+            raise FieldError("policy.rollout.tensor_parallel_size", "a CPU run (resources.gpus_per_node: 0) needs "
+                             f"policy.rollout.tensor_parallel_size: 1 (got {self.policy.rollout.tensor_parallel_size})")
+        if self.policy.lora.rank:
+            raise FieldError("policy.lora.rank", "a CPU run (resources.gpus_per_node: 0) trains full weights: the CPU rollout "
+                             f"does not take LoRA adapters; set policy.lora.rank: 0 (got {self.policy.lora.rank})")
 
     def _check_gpus(self) -> None:
         res, sim, roll = self.resources, self.user_simulator, self.policy.rollout
         gpus = res.gpus_per_node
         if gpus == 0:
-            if self.algorithm.trainer == TrainerEngine.VERL:
-                raise FieldError("algorithm.trainer", "resources.gpus_per_node is 0 but algorithm.trainer is 'verl' (veRL needs GPUs); "
-                                 "use trainer: single_process for a CPU run")
+            self._check_cpu_platform()
             return
         trainer_gpus = gpus
         if sim.placement == Placement.COLOCATED:
