@@ -1,7 +1,9 @@
 """Advantage estimators at batch 256 × 12,288 tokens against veRL's own `grpo`, side by side in one run.
 
-Multi-turn masks (assistant runs separated by tool/user gaps, right padding), 32 groups of 8, binary outcome on
-the last token (plus per-turn process rewards for the turn-credit rows). Prints the median time of each and its
+Multi-turn masks (assistant runs separated by tool/user gaps, right padding), 32 groups of 8, in the agent loop's
+turn-credit layout (`longhaul.rewards.combine`): a per-turn process share on the first token of every assistant
+turn and the binary outcome on the last response position. The trajectory-credit rows read the same batch (only
+its row sums matter to them); the turn-credit rows decode the shares and compute per-turn baselines. Prints the median time of each and its
 ratio to veRL's `compute_grpo_outcome_advantage`. Target: every longhaul estimator within 2×.
 
     python benchmarks/bench_estimators.py [--bs 256] [--T 12288] [--repeat 5] [--threads 1]
@@ -24,15 +26,17 @@ def make_batch(bs: int, T: int, seed: int = 0):
     for i in range(bs):
         L = int(torch.randint(T // 4, T + 1, (1,), generator=g))
         t = 0
-        ends = []
+        starts = []
+        last = 0
         while t < L:
             run = int(torch.randint(20, 400, (1,), generator=g))
             mask[i, t:min(t + run, L)] = 1
-            ends.append(min(t + run, L) - 1)
+            starts.append(t)
+            last = min(t + run, L) - 1
             t += run + int(torch.randint(50, 600, (1,), generator=g))
-        for e in ends:
-            rewards[i, e] = float(torch.randn(1, generator=g)) * 0.01
-        rewards[i, ends[-1]] += float(torch.randint(0, 2, (1,), generator=g))
+        for s in starts:
+            rewards[i, s] = float(torch.randn(1, generator=g)) * 0.01
+        rewards[i, last] += float(torch.randint(0, 2, (1,), generator=g))
     index = np.array([f"task{i // 8}" for i in range(bs)], dtype=object)
     return rewards, mask, index
 

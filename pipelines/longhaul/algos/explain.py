@@ -2,11 +2,17 @@
 
 Pure: takes trajectory dicts (the episode runner's JSON records) and an Experiment; returns a plain dict.
 
+With ``credit: turn`` every turn also carries the estimator's per-turn credit (`longhaul.algos.estimators`,
+module docstring): the share read back from the reward row, the baseline b_{g,k} (mean share of turn k over the
+group's trajectories that have a turn k, and how many do) and the turn's advantage a_i + d_{i,k} before the
+estimators' multipliers; every trajectory carries its trajectory-level reward o_i and term a_i.
+
 Token layout. A trajectory record keeps token *counts* for assistant turns (`Turn.completion_tokens`) but not
 for tool results or user replies; those are estimated at 4 characters per token (at least 1) to place the
 mask-0 gaps between turns, which only matters for the token-unit discount. Trajectories given together form
-one GRPO group (pass the rollouts of one task); a single trajectory is a group of one, for which veRL's
-normalisation keeps the raw score (mean 0, std 1).
+one GRPO group (pass the rollouts of one task) unless `groups` gives each a group key (rollout traces carry
+veRL's `uid`; a None key joins the shared default group); a group of one keeps its raw score (veRL's
+normalisation: mean 0, std 1).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 
 import torch
 
-from longhaul.algos.estimators import ADVANTAGES, compute_advantages
+from longhaul.algos.estimators import ADVANTAGES, compute_advantages, compute_turn_credit
 from longhaul.algos.settings import estimator_name, settings_from_spec
 from longhaul.rewards.combine import build_token_rewards, combine_reward
 from longhaul.rewards.prm_lite import build_rule_params, score_trajectory
@@ -42,8 +48,14 @@ def build_token_layout(traj: Mapping[str, Any]) -> tuple[list[int], list[tuple[i
     return mask, spans
 
 
-def build_explanation(trajectories: Sequence[Mapping[str, Any]], exp: Any) -> dict[str, Any]:
-    """Rule hits, per-turn scores, rewards and per-turn advantage summaries for a group of trajectories."""
+def build_explanation(
+    trajectories: Sequence[Mapping[str, Any]], exp: Any, groups: Sequence[Any] | None = None
+) -> dict[str, Any]:
+    """Rule hits, per-turn scores, rewards and per-turn advantage summaries for a group of trajectories (or for
+    several groups: `groups` holds one hashable key per trajectory)."""
+    if groups is not None and len(groups) != len(trajectories):
+        raise ValueError(f"groups has {len(groups)} keys for {len(trajectories)} trajectories")
+    index = ["group" if groups is None or g is None else f"uid:{g}" for g in (groups or [None] * len(trajectories))]
     spec = exp.spec
     rew, alg = spec.reward, spec.algorithm
     seed_compat = bool(alg.seed_compat)
@@ -86,6 +98,7 @@ def build_explanation(trajectories: Sequence[Mapping[str, Any]], exp: Any) -> di
             )
         items.append(
             {
+                "group": index[len(items)],
                 "task_id": traj.get("task_id"),
                 "trial": traj.get("trial"),
                 "termination": traj.get("termination"),
@@ -110,7 +123,18 @@ def build_explanation(trajectories: Sequence[Mapping[str, Any]], exp: Any) -> di
         for i, (row, mk) in enumerate(zip(rows, masks, strict=True)):
             r[i, : len(row)] = torch.tensor(row)
             m[i, : len(mk)] = torch.tensor(mk)
-        index = ["group"] * len(items)
+        if credit == "turn":
+            tc = compute_turn_credit(r, m, index, norm_by_std=bool(alg.norm_adv_by_std))
+            for i, item in enumerate(items):
+                item["credit"] = {"trajectory_reward": float(tc.outcome[i]), "trajectory_advantage": float(tc.trajectory_adv[i])}
+            for j in range(tc.row.shape[0]):
+                i, k = int(tc.row[j]), int(tc.k[j])
+                if k < len(items[i]["turns"]):
+                    items[i]["turns"][k]["credit"] = {
+                        "share": float(tc.share[j]), "baseline": float(tc.baseline[j]), "siblings": int(tc.siblings[j]),
+                        "process_advantage": float(tc.process_adv[j]),
+                        "advantage": float(tc.trajectory_adv[i] + tc.process_adv[j]),
+                    }
         for adv in ADVANTAGES:
             a, _ = compute_advantages(
                 r, m, index, advantage=adv, alpha=settings["alpha"], discount_unit=settings["discount_unit"],
@@ -129,5 +153,6 @@ def build_explanation(trajectories: Sequence[Mapping[str, Any]], exp: Any) -> di
                      "loss_agg_mode": _v(alg.loss_agg_mode), "weight": float(rew.weight),
                      "process": _v(rew.process)},
         "group_size": len(items),
+        "num_groups": len(set(index)),
         "trajectories": items,
     }

@@ -1,8 +1,11 @@
-"""`longhaul explain`: per-turn PRM-Lite rule hits, process and reward, and each estimator's token advantages."""
+"""`longhaul explain`: per-turn PRM-Lite rule hits, process and reward, per-turn credit (baseline and advantage
+of each turn with `credit: turn`) and each estimator's token advantages. Reads trajectory files or directories
+of `*.jsonl` traces (bounded: files over 64 MiB are refused)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,10 +17,44 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def _load_trajectories(path: Path) -> list[dict[str, Any]]:
-    """A trajectory JSON object, a JSON list of them, or JSONL (one per line); records wrapping the trajectory
-    under a `trajectory` key are unwrapped."""
-    text = path.read_text(encoding="utf-8")
+#: Largest trace file `explain` reads (bytes); rollout JSONL files are far smaller.
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+def _trace_files(path: Path) -> list[Path]:
+    """The files behind one argument: a file itself, or every `*.jsonl` file under a directory (recursively,
+    sorted by path: a run's `rollouts/` directory)."""
+    if path.is_dir():
+        files = sorted((p for p in path.rglob("*.jsonl") if p.is_file()), key=_natural_key)
+        if not files:
+            raise ValueError(f"{path}: directory has no *.jsonl files")
+        return files
+    return [path]
+
+
+def _natural_key(path: Path) -> list[Any]:
+    """Sort key that orders step_2 before step_10."""
+    return [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", path.as_posix())]
+
+
+def _read_bounded(path: Path) -> str:
+    """The file's text, refusing files larger than MAX_FILE_BYTES without reading them whole."""
+    with path.open("rb") as fh:
+        data = fh.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(f"{path}: larger than the {MAX_FILE_BYTES / 2**20:g} MiB limit of explain; split it or pass fewer records")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+def _load_trajectories(path: Path) -> tuple[list[dict[str, Any]], list[Any], int]:
+    """(trajectories, group keys, skipped) from a trajectory JSON object, a JSON list of them, or JSONL (one per
+    line). Records wrapping the trajectory under a `trajectory` key (rollout traces, `longhaul.agentloop.traces`)
+    are unwrapped; their `uid` (veRL's group id) is the group key (None otherwise); a trace without a
+    trajectory (a failed rollout) is skipped and counted."""
+    text = _read_bounded(path)
     try:
         data = json.loads(text)
         items = data if isinstance(data, list) else [data]
@@ -29,14 +66,20 @@ def _load_trajectories(path: Path) -> list[dict[str, Any]]:
                     items.append(json.loads(line))
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from exc
-    out_items = []
+    out_items, keys, skipped = [], [], 0
     for i, it in enumerate(items):
-        if isinstance(it, dict) and "trajectory" in it and isinstance(it["trajectory"], dict):
+        key = None
+        if isinstance(it, dict) and "trajectory" in it:
+            if it["trajectory"] is None:
+                skipped += 1
+                continue
+            key = it.get("uid")
             it = it["trajectory"]
         if not isinstance(it, dict) or "turns" not in it:
             raise ValueError(f"{path}: item {i} is not a trajectory record (no 'turns'); expected the episode runner's JSON")
         out_items.append(it)
-    return out_items
+        keys.append(key)
+    return out_items, keys, skipped
 
 
 def _short(s: str, n: int = 100) -> str:
@@ -49,18 +92,28 @@ def _print(report: dict[str, Any]) -> None:
     out.print(
         f"estimator {report['estimator']}  credit={st['credit']}  process={st['process']} (weight {st['weight']})  "
         f"alpha={st['alpha']} unit={st['discount_unit']} p={st['length_exponent']} seed_compat={st['seed_compat']}  "
-        f"group of {report['group_size']}"
+        + (f"group of {report['group_size']}" if report["num_groups"] <= 1
+           else f"{report['group_size']} trajectories in {report['num_groups']} groups (by rollout uid)")
     )
     for tr in report["trajectories"]:
         out.print(
-            f"\n[bold]task {tr['task_id']} trial {tr['trial']}[/bold]  termination={tr['termination']}  "
+            f"\n[bold]task {tr['task_id']} trial {tr['trial']}[/bold]"
+            + (f"  group {tr['group']}" if report["num_groups"] > 1 else "")
+            + f"  termination={tr['termination']}  "
             f"outcome={tr['outcome']:.0f}  process={tr['process']:+.4f} (raw {tr['process_raw']:+.4f}, "
             f"mean step {tr['mean_step_score']:+.4f})  reward={tr['reward']:+.4f}"
             + ("" if tr["process_in_reward"] else "  \\[process not in reward]"),
             markup=True,
         )
+        credit = tr.get("credit")
+        if credit is not None:
+            out.print(f"credit: turn  trajectory-level reward {credit['trajectory_reward']:+.4f} -> term "
+                      f"{credit['trajectory_advantage']:+.4f} on every turn; A turn = that + (w·share − baseline)"
+                      + (" / max(group std of trajectory-level rewards, 1)" if st["norm_adv_by_std"] else "")
+                      + ", before the estimators' multipliers")
         table = Table(show_lines=False, pad_edge=False)
-        for col in ("turn", "action", "rules fired", "share", *report_advantage_columns(tr)):
+        credit_cols = ("w·share", "baseline (n)", "A turn") if credit is not None else ()
+        for col in ("turn", "action", "rules fired", "share", *credit_cols, *report_advantage_columns(tr)):
             table.add_column(col)
         for t in tr["turns"]:
             if t["tool_calls"]:
@@ -80,7 +133,12 @@ def _print(report: dict[str, Any]) -> None:
             for name in tr["advantages"]:
                 a = tr["advantages"][name][t["index"]]
                 advs.append("-" if a is None else f"{a['first']:+.3f}…{a['last']:+.3f}")
-            table.add_row(str(t["index"]), action, rules or "", f"{t['process_share']:+.4f}", *advs)
+            cells = []
+            if credit is not None:
+                c = t.get("credit")
+                cells = ["-"] * 3 if c is None else [
+                    f"{c['share']:+.4f}", f"{c['baseline']:+.4f} ({c['siblings']})", f"{c['advantage']:+.4f}"]
+            table.add_row(str(t["index"]), action, rules or "", f"{t['process_share']:+.4f}", *cells, *advs)
         out.print(table)
         if tr["trajectory_hits"]:
             out.print("trajectory rules: " + ", ".join(f"{h['rule']} {h['weight']:+.3f}" for h in tr["trajectory_hits"]))
@@ -95,7 +153,9 @@ def report_advantage_columns(tr: dict[str, Any]) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command()
     def explain(
-        files: Annotated[list[Path], typer.Argument(help="Trajectory JSON/JSONL files; together they form one group.")],
+        files: Annotated[list[Path], typer.Argument(
+            help="Trajectory JSON/JSONL files, or directories (every *.jsonl under them, sorted, e.g. a run's "
+            "rollouts/). Trajectories form one group, except rollout traces, which are grouped by their uid.")],
         spec: Annotated[Path | None, typer.Option("--spec", help="Experiment YAML (reward and algorithm settings).")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     ) -> None:
@@ -114,13 +174,24 @@ def register(app: typer.Typer) -> None:
         else:
             exp = Experiment(apiVersion="longhaul.dev/v1alpha1", kind="Experiment", metadata={"name": "explain"})
         trajs: list[dict[str, Any]] = []
-        for f in files:
+        keys: list[Any] = []
+        skipped = 0
+        for arg in files:
             try:
-                trajs.extend(_load_trajectories(f))
+                for f in _trace_files(arg):
+                    t, k, n = _load_trajectories(f)
+                    trajs.extend(t)
+                    keys.extend(k)
+                    skipped += n
             except (OSError, ValueError) as exc:
                 err.print(f"error {exc}")
                 raise typer.Exit(2) from None
-        report = build_explanation(trajs, exp)
+        if skipped:
+            err.print(f"note: skipped {skipped} trace record(s) without a trajectory (failed rollouts)")
+        if not trajs:
+            err.print("error no trajectories to explain")
+            raise typer.Exit(2)
+        report = build_explanation(trajs, exp, groups=keys)
         if as_json:
             out.print_json(json.dumps(report))
         else:

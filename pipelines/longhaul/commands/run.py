@@ -1,14 +1,11 @@
-"""`longhaul run` (local backend), `longhaul launch` (the in-job launcher) and `longhaul train`."""
+"""`longhaul run` (local backend) and `longhaul launch` (the in-job launcher)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from longhaul import constants as C
 
 
 def register(app: typer.Typer) -> None:
@@ -45,13 +42,3 @@ def register(app: typer.Typer) -> None:
         from longhaul.launcher.supervisor import launch
 
         raise typer.Exit(launch(spec, backend, run_dir, stage=stage))
-
-    @app.command("train", hidden=True)
-    def train(
-        spec: Annotated[Path, typer.Option("--spec", help="The resolved spec.")],
-        run_dir: Annotated[Path, typer.Option("--run-dir", help="The run directory.")],
-    ) -> None:
-        """The grpo stage alone with the single-process trainer (= `longhaul launch --stage grpo`)."""
-        from longhaul.launcher.supervisor import launch
-
-        raise typer.Exit(launch(spec, os.environ.get(C.ENV_BACKEND, "local"), run_dir, stage="grpo"))

@@ -1,10 +1,12 @@
 """The `eval` stage inside the launcher: evaluate the selected checkpoints with the shared episode runner.
 
-For every selected checkpoint (step 0 = the initial policy): the policy server serves its weights, every task of
-the split runs `samples_per_task` trials per evaluation seed (validation sampling), the records go to
-`<eval_dir>/step_<N>/results.jsonl` (renamed into place when complete), and the summary (pass^k, pass@k,
-subsets, bootstrap CIs) is logged as an MLflow child run of the training run (`longhaul.tracking`). A checkpoint
-whose summary exists is skipped, so a requeued job continues where it stopped.
+For every selected checkpoint (step 0 = the initial policy): veRL's FSDP shards of the step are merged into a
+Hugging Face directory (`longhaul.checkpoints`: `<run_dir>/merged/global_step_N/`, reused when present), the
+policy server serves those weights, every task of the split runs `samples_per_task` trials per evaluation seed
+(validation sampling), the records go to `<eval_dir>/step_<N>/results.jsonl` (renamed into place when
+complete), and the summary (pass^k, pass@k, subsets, bootstrap CIs) is logged as an MLflow child run of the
+training run (`longhaul.tracking`). A checkpoint whose summary exists is skipped and a finished merge is reused,
+so a requeued job continues where it stopped.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from longhaul.checkpoints import MergeAborted, merge_checkpoint, merged_model_dir, saved_steps
 from longhaul.launcher.control import RequeueRequested
 from longhaul.launcher.files import atomic_write_json
-from longhaul.trainer.checkpoint import MODEL_SUBDIR, saved_steps, step_dir
 
 
 class EvalStopped(Exception):  # noqa: N818 - control flow
@@ -36,6 +38,23 @@ def select_checkpoints(which: Any, saved: list[int]) -> list[int]:
         raise ValueError(f"spec.evaluation.checkpoints: steps {missing} have no checkpoint (saved: {saved or 'none'}); "
                          "use 'all', 'last' or saved steps (0 = the initial policy)")
     return list(which)
+
+
+def fetch_checkpoint_model(ctx: Any, step: int) -> Path:
+    """The Hugging Face directory to serve for `step`: the spec's model for 0, else the step's merge (made now
+    if missing; a stop request interrupts it and requeues)."""
+    from longhaul.render.verl import policy_model_path
+
+    spec = ctx.exp.spec
+    if step == 0:
+        return Path(spec.policy.model.path or spec.policy.model.name)
+    try:
+        return merge_checkpoint(ctx.checkpoint_dir, step, merged_model_dir(ctx.run_dir, step),
+                                base_model=policy_model_path(ctx.exp, ctx.plan.paths),
+                                abort=lambda: ctx.control.requested)
+    except MergeAborted:
+        ctx.control.check()
+        raise RequeueRequested(f"eval step {step} (merging)") from None
 
 
 def run_eval_stage(ctx: Any) -> None:
@@ -81,11 +100,13 @@ def run_eval_stage(ctx: Any) -> None:
                 if control.checkpoint.is_set():
                     raise RequeueRequested(f"eval step {step}")
                 control.check()
-                src = Path(spec.policy.model.path or spec.policy.model.name) if step == 0 else \
-                    step_dir(ctx.checkpoint_dir, step) / MODEL_SUBDIR
                 label = "base" if step == 0 else f"step {step}"
                 t0 = time.monotonic()
                 if policy.serving != label:
+                    t_merge = time.monotonic()
+                    src = fetch_checkpoint_model(ctx, step)
+                    if step != 0:
+                        say(f"step {step}: model {src} ({time.monotonic() - t_merge:.1f} s to merge or find)")
                     took = policy.serve_weights(src, label, abort=lambda: control.requested)
                     say(f"step {step}: policy server serves {label} ({took:.1f} s)")
                 out.mkdir(parents=True, exist_ok=True)

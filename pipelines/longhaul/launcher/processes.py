@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -33,6 +33,7 @@ class ManagedProcess:
         cwd: str | Path | None = None,
         echo: TextIO | None = None,
         tail_lines: int = 40,
+        console: Callable[[str], str | None] | None = None,
     ) -> None:
         if not argv:
             raise ValueError(f"{name}: empty command")
@@ -42,6 +43,8 @@ class ManagedProcess:
         self.log_path = Path(log_path) if log_path else None
         self.cwd = str(cwd) if cwd else None
         self.echo = echo if echo is not None else sys.stdout
+        # What reaches the console: every line (None), or what `console(line)` returns (None = only logged).
+        self.console = console
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._proc: subprocess.Popen[bytes] | None = None
         self._pump: threading.Thread | None = None
@@ -130,8 +133,11 @@ class ManagedProcess:
                     log.flush()
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 self._tail.append(line)
+                shown = line if self.console is None else self.console(line)
+                if shown is None:
+                    continue
                 try:
-                    self.echo.write(prefix + line + "\n")
+                    self.echo.write(prefix + shown + "\n")
                     self.echo.flush()
                 except (ValueError, OSError):  # echo closed (interpreter shutting down)
                     pass

@@ -10,6 +10,7 @@ from typing import TextIO
 
 import httpx
 
+from longhaul.launcher.console import quiet
 from longhaul.launcher.processes import ManagedProcess, wait_until
 from longhaul.render.plan import ServerPlan
 
@@ -59,7 +60,7 @@ class ManagedServer:
             )
         self.process = ManagedProcess(
             self.role, self.plan.argv, {**self._env, **self.plan.env}, log_path=self._logs_dir / f"{self.role}.log",
-            echo=self._echo,
+            echo=self._echo, console=quiet,
         ).start()
         self.starts += 1
         self._started_at = time.monotonic()

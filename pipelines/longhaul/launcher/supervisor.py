@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from longhaul import constants as C
+from longhaul.launcher.console import STEP_COLUMNS, grpo_console
 from longhaul.launcher.control import RequeueRequested, StopControl, StopRequested, handle_signals
 from longhaul.launcher.files import atomic_write_json, atomic_write_text
 from longhaul.launcher.processes import ManagedProcess
@@ -106,9 +107,9 @@ def stage_command(argv: tuple[str, ...]) -> list[str]:
 
 
 def _run_subprocess_stage(stage: StagePlan, env: dict[str, str], run_dir: Path, control: StopControl,
-                          echo: TextIO) -> None:
-    proc = ManagedProcess(stage.name, stage_command(stage.argv), {**env, **stage.env}, log_path=run_dir / "logs" / f"{stage.name}.log",
-                          echo=echo).start()
+                          echo: TextIO, console: Any = None) -> None:
+    proc = ManagedProcess(stage.name, stage_command(stage.argv), {**env, **stage.env},
+                          log_path=run_dir / "logs" / f"{stage.name}.log", echo=echo, console=console).start()
     forwarded_ckpt = forwarded_stop = False
     try:
         while proc.poll() is None:
@@ -221,7 +222,7 @@ def launch(
                 for sp in plan.servers:
                     server = ManagedServer(sp, env, logs_dir, echo=echo)
                     servers.append(server)
-                    say(f"starting {sp.role} server on {sp.base_url}")
+                    say(f"starting {sp.role} server on {sp.base_url} (log: {logs_dir / (sp.role + '.log')})")
                     server.start()
                 for server in servers:
                     took = server.wait_healthy(abort=lambda: control.requested)
@@ -238,9 +239,12 @@ def launch(
                 if target is not None:
                     _load_target(target)(ctx)
                 else:
+                    console = None
                     if s.name == "grpo":
                         _prepare_verl_stage(exp, plan, env, say)
-                    _run_subprocess_stage(s, env, run_dir, control, echo)
+                        console = grpo_console(exp.spec.algorithm.total_steps)
+                    say(f"stage {s.name}: log in {logs_dir / (s.name + '.log')}")
+                    _run_subprocess_stage(s, env, run_dir, control, echo, console)
                 atomic_write_text(_done_marker(run_dir, s.name), f"{time.time():.0f}\n")
                 say(f"stage {s.name}: done in {time.monotonic() - t0:.0f} s")
             status, rc = "FINISHED", EXIT_OK
@@ -276,23 +280,27 @@ def launch(
 
 
 def _print_summary(ctx: StageContext, echo: TextIO) -> None:
-    """The end-of-run table: per training step (reward, saturation, loss, log-prob of the sampled actions
-    before → after the update) and per evaluated checkpoint (pass^k), then how to open MLflow."""
+    """The end-of-run table: veRL's own per-step metrics (score, advantages, policy loss, gradient norm, the
+    KL between the policy before and after each optimizer step) and pass^k per evaluated checkpoint, then how
+    to open MLflow."""
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=echo, width=120, force_terminal=False)
-    train = ctx.results.get("train_rows") or []
+    from longhaul.tracking.runs import fetch_step_metrics
+
+    console = Console(file=echo, width=140, force_terminal=False)
+    try:
+        train = fetch_step_metrics(ctx.tracking_uri, ctx.run_id, [key for key, _, _ in STEP_COLUMNS])
+    except Exception as exc:  # noqa: BLE001 - the summary must not hide the run's status
+        train = {}
+        console.print(f"(training metrics unavailable: {exc})")
     if train:
-        t = Table(title=f"training ({ctx.plan.run_name})")
-        for col in ("step", "reward", "outcome", "saturated", "resp len", "loss", "logp before", "logp after",
-                    "serve s", "step s"):
-            t.add_column(col, justify="right")
-        for r in train:
-            serve = "-" if r.get("serve_s") is None else f"{r['serve_s']:.1f}"
-            t.add_row(str(r["step"]), f"{r['reward']:.3f}", f"{r['outcome']:.2f}", f"{r['saturated']:.2f}",
-                      f"{r['resp_len']:.0f}", f"{r['loss']:.4f}", f"{r['logprob_before']:.4f}",
-                      f"{r['logprob_after']:.4f}", serve, f"{r['step_s']:.0f}")
+        t = Table(title=f"training ({ctx.plan.run_name}; veRL metrics)")
+        t.add_column("step", justify="right")
+        for _, label, _ in STEP_COLUMNS:
+            t.add_column(label, justify="right")
+        for step, row in train.items():
+            t.add_row(str(step), *[fmt.format(row[key]) if key in row else "-" for key, _, fmt in STEP_COLUMNS])
         console.print(t)
     evals = ctx.results.get("eval_rows") or []
     if evals:

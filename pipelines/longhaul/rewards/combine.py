@@ -3,19 +3,31 @@
 ``score = outcome + weight · process`` (the original `prm_lite` reward mode; `process = 0` when
 `spec.reward.process` is `none`).
 
-Credit (`spec.reward.credit`) decides where the reward sits in veRL's `token_level_rewards` (bs, T):
+Credit (`spec.reward.credit`) decides where the reward sits in veRL's `token_level_rewards` (bs, T). Every
+layout sums to `score`, so anything that only sums (veRL's own `grpo`, validation metrics, the v0 trainer
+which only forwards the scalar) sees exactly the trajectory-credit reward.
 
-* ``trajectory`` (the original): the whole score on the last response token; estimators sum the row, so every
-  token of the trajectory sees one scalar.
-* ``turn``: turn k's process share ``weight · q_k`` (`PrmLiteResult.turn_scores`, which sum to `process`) sits on
-  the **last token of assistant turn k** (the k-th run of 1s in `response_mask`), and the outcome on the last
-  response token. The row still sums to `score`, so anything that only sums (veRL's own `grpo`, validation
-  metrics, the v0 trainer which only forwards the scalar) sees exactly the trajectory-credit reward. The
-  `longhaul_*` estimators with ``credit=turn`` read the layout back as per-turn returns-to-go (see
-  `longhaul.algos.estimators.compute_turn_returns`): the tokens of turn k are credited with the rewards of turn
-  k and of every later turn (including the outcome), never with those of earlier turns, which they cannot
-  have caused. So a turn's own process score reaches that turn's tokens, and a penalised turn no longer drags
-  down the turns that came after it.
+* ``trajectory`` (the original): the whole score on the last response position; estimators sum the row, so
+  every token of the trajectory sees one scalar.
+* ``turn``: turn k's process share ``weight · q_k`` (`PrmLiteResult.turn_scores`, which sum to `process`) sits
+  on the **first token of assistant turn k** (the k-th run of 1s in `response_mask`), and the trajectory-level
+  reward (the outcome) on the last response position. The estimator (which sees only the right-padded row,
+  not the response length) decodes it exactly: ``q_k = r[start_k]``, ``outcome = Σ r − Σ_k q_k``
+  (`longhaul.algos.estimators.compute_turn_credit`). Why the first token: it is the one position of a turn
+  that no other reward can share — the last response position is the end of the final turn whenever the
+  response ends with an assistant turn, so "last token of the turn" could not tell the outcome from the last
+  turn's share.
+
+  Special cases, all keeping the sum: more scored turns than runs (the response was cut by the token budget):
+  the shares of the missing turns are added to the last run's share. The last run is one token long at the
+  last response position (its first token IS the last position): the outcome moves one position back, onto
+  the masked tool/user token before it, which is no run start. A one-token response (mask ``[1]``) has a
+  single position: share and outcome share it and decode as that turn's share (outcome read as 0) — a
+  degenerate response, documented rather than special-cased. A response without a policy token holds the
+  whole score on its last position, as veRL does with a scalar (decoded as the outcome). If the row reaches
+  the estimator in the trajectory layout instead (the v0 trainer), it decodes as all shares 0, i.e. turn
+  credit falls back to trajectory credit, except for a final one-token run at the last position, whose start
+  then holds the score.
 
 Pure: no I/O.
 """
@@ -47,41 +59,32 @@ def combine_reward(outcome: float, prm: PrmLiteResult | None, weight: float) -> 
     return RewardBreakdown(float(outcome) + weight * prm.process, float(outcome), prm.process, weight, turn)
 
 
-def turn_end_positions(response_mask: Sequence[int]) -> list[int]:
-    """Index of the last token of every run of 1s (one run per assistant turn), in order."""
-    ends = []
+def turn_start_positions(response_mask: Sequence[int]) -> list[int]:
+    """Index of the first token of every run of 1s (one run per assistant turn), in order."""
+    starts = []
     prev = 0
     for i, m in enumerate(response_mask):
-        if prev and not m:
-            ends.append(i - 1)
+        if m and not prev:
+            starts.append(i)
         prev = m
-    if prev:
-        ends.append(len(response_mask) - 1)
-    return ends
+    return starts
 
 
 def build_token_rewards(reward: RewardBreakdown, response_mask: Sequence[int], credit: str) -> list[float]:
-    """The per-token reward row for one response (same length as `response_mask`).
-
-    ``trajectory``: `score` on the last token. ``turn``: `turn_rewards[k]` on the last token of run k and the
-    outcome on the last token. If the response has fewer runs than scored turns (the response was cut by the
-    token budget), the shares of the missing turns go to the last run; with no run at all (empty response) the
-    whole score sits on the last position, as veRL does with a scalar. The row always sums to `score`.
-    """
+    """The per-token reward row for one response (same length as `response_mask`); layouts in the module
+    docstring. The row always sums to `score`."""
     n = len(response_mask)
     row = [0.0] * n
     if n == 0:
         return row
-    if credit == "trajectory" or not reward.turn_rewards:
-        row[n - 1] = reward.score
-        return row
-    if credit != "turn":
+    if credit not in ("trajectory", "turn"):
         raise ValueError(f"unknown credit '{credit}'; valid: trajectory, turn")
-    ends = turn_end_positions(response_mask)
-    if not ends:
+    starts = turn_start_positions(response_mask) if credit == "turn" and reward.turn_rewards else []
+    if not starts:
         row[n - 1] = reward.score
         return row
     for k, r in enumerate(reward.turn_rewards):
-        row[ends[min(k, len(ends) - 1)]] += r
-    row[n - 1] += reward.outcome
+        row[starts[min(k, len(starts) - 1)]] += r
+    outcome_at = n - 2 if starts[-1] == n - 1 and n >= 2 else n - 1
+    row[outcome_at] += reward.outcome
     return row

@@ -249,6 +249,17 @@ def fetch_checkpoints(tracking_uri: str | MlflowClient, run_id: str) -> dict[int
     }
 
 
+def fetch_step_metrics(tracking_uri: str | MlflowClient, run_id: str, keys: list[str]) -> dict[int, dict[str, float]]:
+    """`{step: {key: value}}` of a run's metric histories for `keys` (the newest value per step wins, so a
+    resumed run that repeated a step shows the repetition's value)."""
+    client = client_for(tracking_uri)
+    out: dict[int, dict[str, float]] = {}
+    for key in keys:
+        for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp):
+            out.setdefault(int(m.step), {})[key] = float(m.value)
+    return dict(sorted(out.items()))
+
+
 # --------------------------------------------------------------------------------------------------------
 # Evaluation runs (children of the training run)
 

@@ -111,7 +111,7 @@ def test_backend_settings_reach_the_pod() -> None:
                 backends__kubernetes__node_selector={"gpu": "a800"},
                 backends__kubernetes__tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
                 backends__kubernetes__checkpoint_volume={"claim_name": "ckpt", "mount_path": "/ckpt"},
-                backends__kubernetes__backoff_limit=2, resources__gpus_per_node=0, algorithm__trainer="single_process",
+                backends__kubernetes__backoff_limit=2, resources__gpus_per_node=0, policy__lora__rank=0,
                 tracking__uri="http://mlflow:5000", tracking__uri_secret=None, resources__time_limit="01:30:00")
     job = R.render_job(exp, "eval", namespace="team-a")
     pod = job["spec"]["template"]["spec"]

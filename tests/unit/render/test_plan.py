@@ -49,7 +49,7 @@ def test_external_simulator_starts_no_server() -> None:
     assert plan.simulator_base_url == "http://sim.example:8001/v1"
 
 
-def test_cpu_smoke_plan_uses_cpu_servers_and_single_process_trainer() -> None:
+def test_cpu_smoke_plan_runs_verl_on_its_cpu_platform() -> None:
     exp = load_spec(ROOT / "specs" / "smoke.yaml")
     plan = render_plan(exp, "local", default_run_dir(exp, "local"), server_python="/opt/vllm/bin/python")
     sim, pol = plan.simulator, plan.policy_server
@@ -62,7 +62,10 @@ def test_cpu_smoke_plan_uses_cpu_servers_and_single_process_trainer() -> None:
     assert _flag(pol.argv, "--tool-call-parser") == "hermes"
     assert _flag(sim.argv, "--model") == ".cache/longhaul/models/tiny-user"
     assert plan.paths.run_dir == f"runs/{run_name(exp)}"
-    assert plan.stages[0].argv[:2] == ("longhaul", "train")
+    grpo = plan.stages[0]
+    assert grpo.argv[:3] == ("python", "-m", "verl.trainer.main_ppo")  # the same trainer as on GPUs
+    assert grpo.env["VERL_PLATFORM"] == "cpu"
+    assert "trainer.device=cpu" in grpo.argv and "actor_rollout_ref.rollout.name=longhaul_cpu" in grpo.argv
 
 
 def test_policy_server_can_serve_a_checkpoint() -> None:

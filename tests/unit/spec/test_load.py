@@ -117,7 +117,7 @@ BAD_CASES: list[tuple[str, Any, str, str]] = [
     ("spec.resources.gpus_per_node", 1, "spec.user_simulator.tensor_parallel_size", "exceeds"),
     ("spec.resources.time_limit", "3 days", "spec.resources.time_limit", "not allowed"),
     ("spec.resources.memory", "512GB", "spec.resources.memory", "not allowed"),
-    ("spec.resources.gpus_per_node", 0, "spec.algorithm.trainer", "veRL needs GPUs"),
+    ("spec.resources.gpus_per_node", 0, "spec.policy.lora.rank", "does not take LoRA adapters"),
     ("spec.backends.slurm.partition", "gpu; rm -rf /", "spec.backends.slurm.partition", "not allowed"),
     ("spec.backends.slurm.account", "$(whoami)", "spec.backends.slurm.account", "not allowed"),
     ("spec.backends.slurm.output_dir", "runs/`id`", "spec.backends.slurm.output_dir", "not allowed"),
@@ -201,3 +201,16 @@ def test_cli_validate_and_render_write_nothing_on_error(tmp_path: Path) -> None:
     res = runner.invoke(app, ["render", str(good), "--backend", "local", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert len(list(out.iterdir())) == 1
+
+
+def test_seed_compat_refuses_turn_credit(tmp_path: Path) -> None:
+    doc = _set(BASE, "spec.algorithm.seed_compat", True)
+    doc = _set(doc, "spec.algorithm.loss_agg_mode", "token-mean")
+    doc = _set(doc, "spec.algorithm.discount_unit", "token")
+    parse_spec_text(yaml.safe_dump(doc))  # seed_compat with trajectory credit is valid
+    f = tmp_path / "seed_turn.yaml"
+    f.write_text(yaml.safe_dump(_set(doc, "spec.reward.credit", "turn"), sort_keys=False))
+    with pytest.raises(SpecError) as info:
+        load_spec(f)
+    match = [p for p in info.value.problems if p.path == "spec.reward.credit"]
+    assert match and "no per-turn credit" in match[0].render() and match[0].line is not None

@@ -16,7 +16,7 @@ from longhaul.tracking.config import (
     tracking_env,
 )
 
-CPU = {"resources": {"gpus_per_node": 0}, "algorithm": {"trainer": "single_process"}}
+CPU = {"resources": {"gpus_per_node": 0}, "policy": {"lora": {"rank": 0}}}
 
 
 def exp(tracking: dict | None = None, **spec):

@@ -20,7 +20,7 @@ def exp(annotations=None, tags=None):
     return build_experiment({
         "apiVersion": "longhaul.dev/v1alpha1", "kind": "Experiment",
         "metadata": {"name": "prov", "annotations": annotations or {}},
-        "spec": {"resources": {"gpus_per_node": 0}, "algorithm": {"trainer": "single_process", "advantage": "lata"},
+        "spec": {"resources": {"gpus_per_node": 0}, "policy": {"lora": {"rank": 0}}, "algorithm": {"advantage": "lata"},
                  "reward": {"process": "prm_lite"}, "tracking": {"tags": tags or {}}},
     })  # fmt: skip
 
