@@ -30,6 +30,8 @@ ENV_JOB_ID = "LONGHAUL_JOB_ID"
 ENV_IMAGE = "LONGHAUL_IMAGE"
 ENV_GIT_COMMIT = "LONGHAUL_GIT_COMMIT"
 ENV_STAGE = "LONGHAUL_STAGE"
+#: Where the agent loop writes one trace record per trajectory (`longhaul explain` reads them).
+ENV_ROLLOUT_DIR = "LONGHAUL_ROLLOUT_DIR"
 
 #: Third-party variables that every job sets (the only place they are defined).
 OFFLINE_ENV = {

@@ -16,6 +16,12 @@ AGENT_LOOP_NAME = "longhaul_airline"
 AGENT_LOOP_TARGET = "longhaul.agentloop.loop.LonghaulAirlineAgentLoop"
 #: Environment variable that carries the user simulator's API key (from spec.user_simulator.api_key_secret).
 USER_SIM_API_KEY_ENV = "LONGHAUL_USER_SIM_API_KEY"
+#: veRL's v1 replay buffer replacement that drops failed groups whole (`longhaul.agentloop.sampler`).
+SAMPLER_PATH = "pkg://longhaul.agentloop.sampler"
+SAMPLER_NAME = "LonghaulReplayBuffer"
+#: A step whose failed groups outnumber the groups it trains on stops the run: the user simulator (or the prompt
+#: budget) is broken, and refilling would only consume the dataset.
+MAX_FAILED_FRACTION = 0.5
 
 
 def _v(x: Any) -> Any:
@@ -79,22 +85,15 @@ def render_tool_config_yaml(exp: Any) -> str:
     return yaml.safe_dump({"tools": tools}, sort_keys=False, allow_unicode=True)
 
 
-def agent_loop_overrides(agent_loop_yaml_path: str, exp: Any) -> list[str]:
-    """The veRL Hydra overrides that select the loop and keep veRL's own multi-turn limits consistent with the
-    spec (the loop applies the spec's limits itself through the episode runner; these keep veRL's tensors and
-    its stock tool path aligned with them)."""
+def sampler_overrides(exp: Any) -> list[str]:
+    """The veRL Hydra overrides that make a failed trajectory drop its whole group and refill it with a fresh
+    prompt (`longhaul.agentloop.sampler`): the sampler itself, veRL's one-prompt-at-a-time dataloader that exact
+    refills need, and the sampler's settings (group size, the failed fraction that stops the run)."""
     spec = exp.spec if hasattr(exp, "spec") else exp
-    env = spec.environment
-    limit = env.tool_output_limit if env.tool_output_limit is not None else 1_000_000
     return [
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loop_yaml_path}",
-        f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
-        "actor_rollout_ref.rollout.multi_turn.enable=true",
-        "actor_rollout_ref.rollout.multi_turn.format=hermes",
-        f"actor_rollout_ref.rollout.multi_turn.max_tool_response_length={limit}",
-        f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={env.max_turns}",
-        f"actor_rollout_ref.rollout.prompt_length={env.max_prompt_tokens}",
-        f"actor_rollout_ref.rollout.response_length={env.max_response_tokens}",
-        f"data.max_prompt_length={env.max_prompt_tokens}",
-        f"data.max_response_length={env.max_response_tokens}",
+        f"trainer.v1.sampler.custom_sampler.path={SAMPLER_PATH}",
+        f"trainer.v1.sampler.custom_sampler.name={SAMPLER_NAME}",
+        "trainer.v1.sampler.sync_refill_failed_groups=true",
+        f"+trainer.v1.sampler.sampler_kwargs.rollout_n={spec.algorithm.group_size}",
+        f"+trainer.v1.sampler.sampler_kwargs.max_failed_fraction={MAX_FAILED_FRACTION}",
     ]

@@ -17,14 +17,17 @@ from longhaul.spec.models import Experiment
 DATA_SOURCE = "tau2_airline"
 
 
-def _row(task_id: str, index: int, split: str, labels: list[str], seed: int) -> dict[str, Any]:
+def _row(task_id: str, index: int, split: str, labels: list[str], seed: int, validate: bool) -> dict[str, Any]:
     return {
         "data_source": DATA_SOURCE,
         # veRL's dataset needs a chat prompt; the agent loop replaces it with the runner's own prompt.
         "prompt": [{"role": "user", "content": f"tau2 airline task {task_id}"}],
         "agent_name": AGENT_LOOP_NAME,
         "reward_model": {"style": "rule", "ground_truth": ""},
-        "extra_info": {"task_id": task_id, "index": index, "split": split, "subsets": labels, "seed": seed},
+        "extra_info": {"task_id": task_id, "index": index, "split": split, "subsets": labels, "seed": seed,
+                       # veRL does not tell an agent loop whether it runs a validation rollout; the row does
+                       # (validation traces and user-simulator seeds differ from training ones).
+                       "validate": validate},
     }
 
 
@@ -34,9 +37,10 @@ def build_verl_rows(exp: Experiment) -> dict[str, list[dict[str, Any]]]:
 
     split = build_split(exp.spec.environment.split)
     seed = exp.spec.algorithm.seed
-    train = [_row(t, i, "train", split.labels(t), seed) for i, t in enumerate(split.train)]
+    train = [_row(t, i, "train", split.labels(t), seed, False) for i, t in enumerate(split.train)]
     everything = [*split.train, *split.test]
-    val = [_row(t, i, "train" if t in split.train else "test", split.labels(t), seed) for i, t in enumerate(everything)]
+    val = [_row(t, i, "train" if t in split.train else "test", split.labels(t), seed, True)
+           for i, t in enumerate(everything)]
     return {"train": train, "val": val}
 
 

@@ -2,14 +2,17 @@
 
 Per trajectory veRL builds one loop instance and calls `run(sampling_params, **row)`. The loop:
 
-1. reads the task id from the row (`extra_info.task_id`; see `task_id_from_row`),
+1. reads the task id from the row (`extra_info.task_id`; see `task_id_from_row`) and where the trajectory sits
+   (`RolloutContext`: step, prompt group, session, validation), from which it derives the user simulator's seed,
 2. runs `longhaul.envs.runner.run_episode` — the SAME runner evaluation uses — with
    * `VerlTokenPolicy`: a token-in/token-out `Policy` over veRL's `server_manager`. It keeps veRL's runtime
      token list: the first call renders system prompt + tools + first user message with veRL's continuous-token
      builder (prompt, not response); every later call appends the messages the runner added since (tool results,
      user replies) as mask-0 tokens, generates, appends the generated tokens as mask-1 tokens and parses Hermes
-     `<tool_call>` blocks (an unparsable block becomes a call with `parse_error`, counted, never dropped);
-   * the airline environment (a private copy-on-access DB per episode) and the LLM user simulator;
+     `<tool_call>` blocks (an unparsable block becomes a call with `parse_error`, counted, never dropped). It
+     times every generation (`generate_sequences`) and carries the servers' `extra_fields` (weights version);
+   * the airline environment (a private copy-on-access DB per episode; tool execution timed as `tool_calls`) and
+     the LLM user simulator (one shared HTTP client per worker process and event loop);
    * the spec's limits (turns, tokens per turn, response tokens, tool output characters, repeated calls);
 3. grades once (inside the runner), scores PRM-Lite if configured and sets `reward_score = outcome +
    weight·process`, so veRL skips its reward workers;
@@ -18,16 +21,27 @@ Per trajectory veRL builds one loop instance and calls `run(sampling_params, **r
    reward field veRL's v1 trainer forwards to the advantage estimator. (The v0 trainer, `trainer.use_v1=false`,
    rebuilds `rm_scores` from the scalar `reward_score`; there turn credit falls back to trajectory credit, with
    the same total.)
+5. appends one trace line per trajectory under `$LONGHAUL_ROLLOUT_DIR` (`longhaul.agentloop.traces`).
+
+Failures. A trajectory that cannot be graded on its merits raises `TrajectoryFailed` out of `run`: the user
+simulator failed after its client's retries (or refused its prompt), or the first prompt is over
+`rollout.prompt_length` (policy text + tools + the simulator's opening message). veRL's v1 worker then marks the
+prompt's group `failure`, and `longhaul.agentloop.sampler.LonghaulReplayBuffer` drops the whole group and refills
+it with a fresh prompt: the group baseline is never computed from survivors. Every other ending is graded and
+trains — including a user who says ###STOP### before the policy spoke (response: one masked token; reward: the
+grade), the limits (turns, response tokens, repeated calls) and format errors (score 0 as in τ²).
 
 `extra_fields` carry `turn_scores` (weight·q_k per turn), `reward_extra_info` (`acc` = `outcome`, which veRL
 makes its core validation metric instead of the shaped reward; process, tool-call counts, unknown/unparsable
-calls, abort flag) and the task id.
+calls, abort flag), the task id, the termination, `rollout_seed` and veRL's weights-version tags
+(`global_steps`, `min_global_steps`, `max_global_steps`, always integers).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,13 +49,33 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
+from verl.utils.profiler import simple_timer
 
-from longhaul.envs.runner import ContextOverflowError, EpisodeLimits, ParsedCall, PolicyTurn, run_episode
-from longhaul.rewards.combine import build_token_rewards, combine_reward
+from longhaul.agentloop.context import RolloutContext
+from longhaul.agentloop.traces import build_trace_record, log_trace, rollout_dir_from_env
+from longhaul.envs.runner import (
+    ContextOverflowError,
+    EpisodeLimits,
+    ParsedCall,
+    PolicyEndpointError,
+    PolicyTurn,
+    run_episode,
+)
+from longhaul.envs.trajectory import Termination
+from longhaul.rewards.combine import RewardBreakdown, build_token_rewards, combine_reward
 from longhaul.rewards.prm_lite import build_rule_params, score_trajectory
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
+
+
+class TrajectoryFailed(RuntimeError):
+    """A trajectory that cannot be graded on its merits (module docstring). Raised out of the agent loop's `run`
+    so veRL marks the prompt's group failed; `reason` is `user_simulator_error` or `prompt_over_budget`."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"trajectory failed ({reason}): {detail}")
+        self.reason = reason
 
 
 class LonghaulAgentLoopOutput(AgentLoopOutput):
@@ -107,42 +141,75 @@ def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+#: Keys of the servers' `extra_fields` that count something per generation (0 for a trajectory without one).
+_COUNT_KEYS = ("num_cached_tokens", "spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
+_SPEC_KEYS = _COUNT_KEYS[1:]
+#: The weights-version tags veRL's v1 trainer reads as integers from every trajectory (`_compute_metrics`).
+VERSION_KEYS = ("global_steps", "min_global_steps", "max_global_steps")
+#: Server `extra_fields` keys seen in this process: a trajectory without a generation carries them too, so every
+#: output of a batch has the same keys.
+_SERVER_KEYS_SEEN: set[str] = set()
+
+
 class VerlTokenPolicy:
-    """A `Policy` over veRL's LLM server manager that keeps veRL's token-level state (ids, mask, log-probs)."""
+    """A `Policy` over veRL's LLM server manager that keeps veRL's token-level state (ids, mask, log-probs) and
+    what veRL's servers report per generation (`extra_fields`: weights version, cache and spec-decode counts)."""
 
     def __init__(self, loop: ToolAgentLoop, sampling_params: dict[str, Any], request_id: str) -> None:
         self.loop = loop
         self.sampling_params = dict(sampling_params)
         self.request_id = request_id
+        self.calculate_log_probs = bool(loop.rollout_config.calculate_log_probs)
         self.token_ids: list[int] | None = None
         self.prompt_len = 0
+        self.prompt_overflow: str | None = None  # why the first prompt was refused, if it was
         self.response_mask: list[int] = []
         self.response_logprobs: list[float] = []
+        self.generations = 0
+        self.extra_fields: dict[str, Any] = {}
         self._synced = 0  # messages already represented in token_ids (plus the assistant turn just generated)
-        self.metrics: dict[str, Any] = {"generate_sequences": 0.0, "num_preempted": -1}
+        self.metrics: dict[str, Any] = {"generate_sequences": 0.0, "tool_calls": 0.0, "num_preempted": -1}
+
+    def _logprobs_arg(self, incoming: list[float] | None) -> list[float] | None:
+        if self.calculate_log_probs:
+            return self.response_logprobs  # always carried (0.0 on context tokens), even before the first generation
+        return self.response_logprobs if (self.response_logprobs or incoming) else None
+
+    def _record_extra_fields(self, extra: dict[str, Any]) -> None:
+        """veRL's ToolAgentLoop semantics: the first generation's fields as they are, later ones only move
+        `max_global_steps` forward and add up the spec-decode counts."""
+        _SERVER_KEYS_SEEN.update(extra)
+        if self.generations == 0:
+            self.extra_fields.update(extra)
+            return
+        if extra.get("max_global_steps") is not None:
+            self.extra_fields["max_global_steps"] = extra["max_global_steps"]
+        for key in _SPEC_KEYS:
+            if key in extra and key in self.extra_fields:
+                self.extra_fields[key] = int(self.extra_fields[key] or 0) + int(extra[key] or 0)
 
     async def next_turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> PolicyTurn:
         loop = self.loop
         msgs = _template_messages(messages)
         if self.token_ids is None:
             # Rendered without veRL's prompt cap: veRL would silently left-truncate a long prompt (cutting the
-            # policy text); longhaul ends the episode as context_overflow instead (a premature end, scored 0).
+            # policy text); the runner ends the episode as context_overflow and the loop fails the trajectory.
             full = await render_prompt_tokens(loop, msgs, tools)
             self.token_ids = full[-loop.prompt_length:]
             self.prompt_len = len(self.token_ids)
             if len(full) > loop.prompt_length:
-                raise ContextOverflowError(f"prompt has {len(full)} tokens; rollout.prompt_length is {loop.prompt_length}")
+                self.prompt_overflow = f"prompt has {len(full)} tokens; rollout.prompt_length is {loop.prompt_length}"
+                raise ContextOverflowError(self.prompt_overflow)
         else:
             previous = msgs[: self._synced + 1]  # up to and including the assistant turn generated last
             if len(msgs) > len(previous):
                 merge, mask, lps = await loop.ct_merge_context_msg(
-                    previous, msgs, self.token_ids, self.response_mask,
-                    self.response_logprobs if self.response_logprobs else None, tools=tools,
+                    previous, msgs, self.token_ids, self.response_mask, self._logprobs_arg(None), tools=tools,
                 )
                 self.token_ids = list(merge.token_ids)
                 self.response_mask = list(mask)
-                if self.response_logprobs:
-                    self.response_logprobs = list(lps or [])
+                if lps is not None:
+                    self.response_logprobs = list(lps)
         self._synced = len(msgs)
         prompt_tokens = len(self.token_ids)
 
@@ -152,15 +219,17 @@ class VerlTokenPolicy:
         stop = loop.tool_parser.stop_token_ids
         if stop:
             params["stop_token_ids"] = list(set((params.get("stop_token_ids") or []) + list(stop)))
-        out = await loop.server_manager.generate(
-            request_id=self.request_id, prompt_ids=self.token_ids, sampling_params=params,
-            image_data=None, video_data=None,
-        )
+        with simple_timer("generate_sequences", self.metrics):
+            out = await loop.server_manager.generate(
+                request_id=self.request_id, prompt_ids=self.token_ids, sampling_params=params,
+                image_data=None, video_data=None,
+            )
         if out.num_preempted is not None:
             self.metrics["num_preempted"] = max(self.metrics["num_preempted"], 0) + out.num_preempted
+        self._record_extra_fields(dict(out.extra_fields or {}))
+        self.generations += 1
         merge, mask, lps = await loop.ct_merge_assistant_token(
-            self.token_ids, out.token_ids, self.response_mask,
-            self.response_logprobs if (self.response_logprobs or out.log_probs) else None,
+            self.token_ids, out.token_ids, self.response_mask, self._logprobs_arg(out.log_probs),
             assistant_logprobs=out.log_probs or None,
         )
         self.token_ids = list(merge.token_ids)
@@ -188,6 +257,56 @@ class VerlTokenPolicy:
             content=content, tool_calls=calls, completion_tokens=len(out.token_ids),
             finish_reason=out.stop_reason, prompt_tokens=prompt_tokens,
         )
+
+    def output_extra_fields(self, ctx: RolloutContext) -> dict[str, Any]:
+        """The server fields for the output, with integer version tags. A trajectory without a generation (or a
+        server that reports no version) gets the version its step runs with (`RolloutContext.weights_version_floor`)
+        and the count keys this process's server reports, set to 0."""
+        fields = dict(self.extra_fields)
+        if self.generations == 0:
+            for key in _SERVER_KEYS_SEEN - set(VERSION_KEYS):
+                fields.setdefault(key, 0 if key in _COUNT_KEYS else None)
+        floor = ctx.weights_version_floor()
+        lo = fields.get("min_global_steps", fields.get("global_steps"))
+        hi = fields.get("max_global_steps", fields.get("global_steps"))
+        lo = floor if lo is None else int(lo)
+        hi = lo if hi is None else int(hi)
+        fields.update(global_steps=hi if fields.get("global_steps") is None else int(fields["global_steps"]),
+                      min_global_steps=lo, max_global_steps=max(lo, hi))
+        return fields
+
+
+class _TimedTools:
+    """The episode's environment, with the time spent executing tool calls added to veRL's `tool_calls` metric
+    (the runner executes them; veRL's ToolAgentLoop times its own the same way)."""
+
+    def __init__(self, env: Any, metrics: dict[str, Any]) -> None:
+        from longhaul.envs.airline.env import ToolAction
+
+        self._env, self._metrics, self._tool_action = env, metrics, ToolAction
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def step(self, action: Any) -> Any:
+        if not isinstance(action, self._tool_action):
+            return self._env.step(action)
+        with simple_timer("tool_calls", self._metrics):
+            return self._env.step(action)
+
+
+class _FailingUser:
+    """The user simulator, timed, with its endpoint failures turned into `TrajectoryFailed`."""
+
+    def __init__(self, user: Any, timing: dict[str, float]) -> None:
+        self._user, self._timing = user, timing
+
+    async def reply(self, task: Any, conversation: list[dict[str, str]]) -> str:
+        try:
+            with simple_timer("user_simulator", self._timing):
+                return await self._user.reply(task, conversation)
+        except (PolicyEndpointError, ContextOverflowError) as exc:
+            raise TrajectoryFailed("user_simulator_error", f"{type(exc).__name__}: {exc}") from exc
 
 
 async def render_prompt_tokens(loop: ToolAgentLoop, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
@@ -219,6 +338,9 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
     """τ² airline episodes inside veRL rollouts (module docstring). Constructed by veRL from the
     `agent_loop_config_path` entry rendered by `longhaul.agentloop.config.render_agent_loop_yaml`."""
 
+    #: Retries of the user simulator's client (None: `RetryPolicy()`'s defaults).
+    user_retry: Any = None
+
     def __init__(self, *args: Any, limits: Any, reward: Any, user_simulator: Any, **kwargs: Any) -> None:
         kwargs.pop("name", None)
         super().__init__(*args, **kwargs)
@@ -238,42 +360,83 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
 
         return get_task(task_id)
 
-    def make_user_simulator(self, row: Mapping[str, Any]) -> Any:
+    def make_user_simulator(self, row: Mapping[str, Any], seed: int) -> Any:
+        """The LLM user simulator for one trajectory, sampling with `seed`, over the worker's shared HTTP client
+        (one per process and event loop: building pools per trajectory blocked the worker's loop)."""
         import os
 
-        from longhaul.clients.openai_compat import ChatClient
+        from longhaul.clients.openai_compat import shared_chat_client
         from longhaul.clients.policy import SamplingParams
         from longhaul.clients.user_simulator import OpenAIUserSimulator
 
         s = self.user_settings
         key = os.environ.get(s["api_key_env"]) if s.get("api_key_env") else None
-        client = ChatClient(s["base_url"], s["model"], api_key=key, role="user_simulator")
-        seed = (row.get("extra_info") or {}).get("seed")
+        client = shared_chat_client(s["base_url"], s["model"], api_key=key, role="user simulator", retry=self.user_retry)
         return OpenAIUserSimulator(client, SamplingParams(s["temperature"], s["top_p"], s["max_tokens"]), seed=seed)
 
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
+        started = time.perf_counter()
+        ctx = RolloutContext.from_row(kwargs)
         task = self.make_task(task_id_from_row(kwargs))
         request_id = self._make_request_id(priority, self.rollout_config.full_determinism)
         policy = VerlTokenPolicy(self, sampling_params, request_id)
-        user = self.make_user_simulator(kwargs)
-        extra = kwargs.get("extra_info") or {}
-        traj = await run_episode(
-            self.make_env(), task, policy, user, self.limits,
-            trial=int(extra.get("trial", 0) or 0), seed=extra.get("seed"),
-        )
+        timing: dict[str, float] = {}
+        user = _FailingUser(self.make_user_simulator(kwargs, ctx.seed), timing)
+        transcript: list[dict[str, Any]] = []
+        trace_root = rollout_dir_from_env()
+        try:
+            traj = await run_episode(
+                _TimedTools(self.make_env(), policy.metrics), task, policy, user, self.limits,
+                trial=ctx.session, seed=ctx.seed, on_message=transcript.append,
+            )
+        except TrajectoryFailed as exc:
+            if trace_root:
+                record = build_trace_record(ctx, None, task_id=str(task.id), failed=exc.reason, error=str(exc),
+                                            messages=transcript)
+                await log_trace(trace_root, ctx, record, failed=True)
+            raise
+        if policy.prompt_overflow is not None or traj.termination == Termination.CONTEXT_OVERFLOW:
+            exc = TrajectoryFailed("prompt_over_budget", policy.prompt_overflow or "the first prompt is over budget")
+            if trace_root:
+                # `trajectory` stays null for a failure (readers such as `longhaul explain` skip it: it never
+                # trained); the runner's record of what happened is kept beside it
+                record = build_trace_record(ctx, None, task_id=traj.task_id, failed=exc.reason, error=str(exc),
+                                            failed_trajectory=traj.to_dict())
+                await log_trace(trace_root, ctx, record, failed=True)
+            raise exc
         if policy.token_ids is None:
-            # The episode ended before the first generation (e.g. the user's opening message said ###STOP###):
-            # veRL still needs a prompt; the response is one masked pad token.
+            # The episode ended before the first generation (the user's opening message said ###STOP###): a
+            # legitimate, graded ending. veRL still needs a prompt; the response is one masked pad token.
             from longhaul.envs.runner import tool_schemas
 
             full = await render_prompt_tokens(self, _template_messages(traj.messages[:2]), tool_schemas())
             policy.token_ids = full[-self.prompt_length:]
             policy.prompt_len = len(policy.token_ids)
-        return self.build_output(traj, policy)
+        output, reward = self.build_output(traj, policy, ctx)
+        if trace_root:
+            timing.update(generate_sequences=policy.metrics["generate_sequences"],
+                          tool_calls=policy.metrics["tool_calls"], total=time.perf_counter() - started)
+            record = build_trace_record(
+                ctx, traj.to_dict(), task_id=traj.task_id, termination=str(traj.termination),
+                reward={"score": reward.score, "outcome": reward.outcome, "process": reward.process,
+                        "weight": reward.weight, "turn_rewards": list(reward.turn_rewards),
+                        "credit": self.reward_settings["credit"]},
+                reward_extra_info=output.extra_fields["reward_extra_info"],
+                tokens={"prompt": len(output.prompt_ids), "response": len(output.response_ids),
+                        "generated": int(sum(output.response_mask))},
+                weights_version={k: output.extra_fields[k] for k in VERSION_KEYS},
+                timing={k: round(v, 6) for k, v in timing.items()},
+            )
+            await log_trace(trace_root, ctx, record)
+        return output
 
-    def build_output(self, traj: Any, policy: VerlTokenPolicy) -> LonghaulAgentLoopOutput:
-        """Reward the graded trajectory and package veRL's output (a response has at least one token: an empty
-        one becomes a single masked pad token, so veRL's tensors stay well formed)."""
+    def build_output(
+        self, traj: Any, policy: VerlTokenPolicy, ctx: RolloutContext
+    ) -> tuple[LonghaulAgentLoopOutput, RewardBreakdown]:
+        """Reward the graded trajectory and package veRL's output. Every output of a batch has the same fields
+        (TransferQueue keeps only the fields all samples have): log-probs of the response's length whenever
+        veRL calculates them, integer weights-version tags, the same `extra_fields` keys. A response has at least
+        one token: an empty one becomes a single masked pad token, so veRL's tensors stay well formed."""
         rs = self.reward_settings
         prm = None
         if rs["process"] == "prm_lite":
@@ -283,7 +446,12 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
         n = self.response_length
         response_ids = ids[policy.prompt_len:][:n]
         mask = policy.response_mask[:n]
-        logprobs = policy.response_logprobs[:n] if policy.response_logprobs else None
+        logprobs = None
+        if policy.calculate_log_probs:
+            logprobs = list(policy.response_logprobs[:n])
+            logprobs += [0.0] * (len(mask) - len(logprobs))
+        elif policy.response_logprobs:
+            logprobs = policy.response_logprobs[:n]
         if not response_ids:
             pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
             response_ids, mask = [pad], [0]
@@ -305,7 +473,7 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
             "aborted": float(traj.aborted),
             "num_assistant_turns": len(traj.turns),
         }
-        return LonghaulAgentLoopOutput(
+        output = LonghaulAgentLoopOutput(
             prompt_ids=ids[: policy.prompt_len],
             response_ids=response_ids,
             response_mask=mask,
@@ -314,11 +482,14 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
             num_turns=len(traj.messages) - 1,
             metrics=policy.metrics,
             extra_fields={
+                **policy.output_extra_fields(ctx),
                 "turn_scores": list(reward.turn_rewards),
                 "tool_rewards": [],
                 "reward_extra_info": info,
                 "task_id": traj.task_id,
                 "termination": str(traj.termination),
+                "rollout_seed": ctx.seed,
             },
             token_rewards=token_rewards,
         )
+        return output, reward

@@ -4,11 +4,19 @@ Timeouts, connection failures, HTTP 429 and 5xx are retried with exponential bac
 the retries raises `EndpointError` naming the endpoint, the attempts and the last error. It is never turned
 into an empty answer (an evaluation or a training batch must stop, not record a zero reward). A prompt longer
 than the server's context window raises `ContextOverflowError` (the runner ends that episode).
+
+Building a client is cheap (its connection pools share one TLS context per process), but its pools are bound
+to the event loop that first uses them: code that runs many short episodes on one loop (the veRL agent-loop
+worker) takes `shared_chat_client(...)`, one client per (event loop, endpoint), instead of building its own.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+import ssl
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +59,13 @@ class RetryPolicy:
     timeout_s: float = 300.0
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One verifying TLS context per process. httpx builds (and loads the CA bundle into) a new one for every
+    `AsyncClient` otherwise: ~20 ms each, ~0.7 s for a client's 32 pools, all of it blocking the event loop."""
+    return httpx.create_ssl_context()
+
+
 class ChatClient:
     """POST `{base_url}/chat/completions` for one model. `base_url` is the OpenAI-style root, e.g.
     `http://127.0.0.1:8000/v1`."""
@@ -82,6 +97,7 @@ class ChatClient:
                 limits=httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard),
                 headers=headers,
                 transport=transport,
+                verify=_tls_context(),
             )
             for _ in range(shards)
         ]
@@ -168,3 +184,23 @@ class ChatClient:
                 "The run stops here instead of recording a zero reward; check that the server is up and healthy."
             ) from last
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+_SHARED: dict[tuple[Any, ...], tuple[weakref.ReferenceType[asyncio.AbstractEventLoop], ChatClient]] = {}
+
+
+def shared_chat_client(
+    base_url: str, model: str, *, api_key: str | None = None, role: str = "policy", retry: RetryPolicy | None = None
+) -> ChatClient:
+    """The process's client for this endpoint on the running event loop, built on first use and reused by every
+    later caller on that loop (its connections stay open between episodes). Must be called from a coroutine."""
+    loop = asyncio.get_running_loop()
+    key = (id(loop), base_url.rstrip("/"), model, api_key, role, retry)
+    entry = _SHARED.get(key)
+    if entry is not None and entry[0]() is loop:
+        return entry[1]
+    for k in [k for k, (ref, _) in _SHARED.items() if (lp := ref()) is None or lp.is_closed()]:
+        del _SHARED[k]  # clients of finished loops: their pools cannot be used (or closed) from another loop
+    client = ChatClient(base_url, model, api_key=api_key, retry=retry, role=role)
+    _SHARED[key] = (weakref.ref(loop), client)
+    return client

@@ -144,6 +144,17 @@ def _prepare_verl_stage(exp: Experiment, plan: LaunchPlan, env: Mapping[str, str
     say(f"veRL inputs written: {', '.join(p.name for p in written)}")
 
 
+def _record_checkpoints(ctx: StageContext, say: Any) -> None:
+    """Record veRL's saved checkpoints on the MLflow run (tag + artifact per step, by URI; idempotent)."""
+    from longhaul.checkpoints import saved_steps, step_dir
+    from longhaul.tracking.runs import log_checkpoint
+
+    steps = saved_steps(ctx.checkpoint_dir)
+    for step in steps:
+        log_checkpoint(ctx.tracking_uri, ctx.run_id, step, step_dir(ctx.checkpoint_dir, step).resolve().as_uri())
+    say(f"checkpoints saved by veRL: steps {steps or 'none'} in {ctx.checkpoint_dir}")
+
+
 def launch(
     spec_path: str | Path,
     backend: str,
@@ -245,6 +256,8 @@ def launch(
                         console = grpo_console(exp.spec.algorithm.total_steps)
                     say(f"stage {s.name}: log in {logs_dir / (s.name + '.log')}")
                     _run_subprocess_stage(s, env, run_dir, control, echo, console)
+                    if s.name == "grpo":
+                        _record_checkpoints(ctx, say)
                 atomic_write_text(_done_marker(run_dir, s.name), f"{time.time():.0f}\n")
                 say(f"stage {s.name}: done in {time.monotonic() - t0:.0f} s")
             status, rc = "FINISHED", EXIT_OK

@@ -220,6 +220,7 @@ def render_job_env(exp: Experiment, backend: str, paths: Paths) -> dict[str, str
         C.ENV_RUN_DIR: paths.run_dir,
         C.ENV_SPEC: paths.spec_file,
         C.ENV_BACKEND: backend,
+        C.ENV_ROLLOUT_DIR: paths.rollouts_dir,
         "MLFLOW_EXPERIMENT_NAME": experiment_family(exp),
     })
     if exp.spec.tracking.uri:
@@ -239,7 +240,9 @@ def render_stages(exp: Experiment, backend: str, paths: Paths) -> tuple[StagePla
         elif stage == Stage.GRPO:
             overrides = render_verl_overrides(exp, paths)
             env = cpu_job_env() if exp.spec.resources.gpus_per_node == 0 else {}
-            stages.append(StagePlan("grpo", ("python", "-m", VERL_TRAINER_MODULE, *overrides), env))
+            # Hydra's own output directory goes to the run's logs, not the working directory.
+            hydra_dir = f"hydra.run.dir={paths.logs_dir}/hydra"
+            stages.append(StagePlan("grpo", ("python", "-m", VERL_TRAINER_MODULE, *overrides, hydra_dir), env))
         else:
             stages.append(StagePlan("eval", ()))
     return tuple(stages)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from longhaul.agentloop.config import AGENT_LOOP_NAME, sampler_overrides
 from longhaul.algos import render_algorithm_overrides
 from longhaul.spec.models import Experiment, Stage
 from longhaul.spec.naming import experiment_family, run_name
@@ -19,15 +20,15 @@ if TYPE_CHECKING:
 
 #: veRL's tool-response limit has no "unlimited"; this many characters means "never truncate" in practice.
 UNLIMITED_TOOL_CHARS = 10_000_000
-AGENT_LOOP_NAME = "longhaul_airline"
 AGENT_LOOP_FILE = "agent_loops.yaml"
 TOOL_CONFIG_FILE = "tools.yaml"
 SFT_MODEL_SUBDIR = "sft/model"
 #: Logical Ray CPU slots on the CPU platform: scheduling slots for veRL's actors (TaskRunner, trainer rank,
 #: agent-loop worker, reward loop, TransferQueue controller and storage), not cores.
 CPU_RAY_SLOTS = 8
-#: veRL's own per-step generation dump (decoded text and score per sample), under the run's rollouts directory.
-VERL_ROLLOUT_DUMP_SUBDIR = "verl"
+#: veRL's own per-step generation dump (decoded text and score per sample), under the run's logs directory
+#: (the rollouts directory holds longhaul's trajectory traces, which `longhaul explain` reads).
+VERL_ROLLOUT_DUMP_SUBDIR = "verl_generations"
 
 
 def _b(v: bool) -> str:
@@ -136,12 +137,14 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"trainer.val_before_train={_b(alg.test_freq > 0)}",
         f"trainer.default_local_dir={_q(paths.checkpoint_dir)}",
         "trainer.resume_mode=auto",
-        f"trainer.rollout_data_dir={_q(paths.rollouts_dir + '/' + VERL_ROLLOUT_DUMP_SUBDIR)}",
+        f"trainer.rollout_data_dir={_q(paths.logs_dir + '/' + VERL_ROLLOUT_DUMP_SUBDIR)}",
         f"trainer.device={'cpu' if cpu else 'cuda'}",
     ]
     if cpu:
         out += render_cpu_overrides(exp)
     # The estimator name and its `algorithm.longhaul.*` settings come from the algos package (one definition).
+    # A failed trajectory drops its whole group, which is refilled (longhaul.agentloop.sampler).
+    out += sampler_overrides(exp)
     return [*out, "algorithm.use_kl_in_reward=false", *render_algorithm_overrides(exp)]
 
 

@@ -129,13 +129,14 @@ class CPUGenerationServer:
         self._aborted.clear()
 
     def load_weights(self, state: dict[str, torch.Tensor], global_steps: int | None) -> dict[str, Any]:
-        """Load the trainer's full state dict; every parameter except tied embeddings must be present."""
+        """Load the trainer's full state dict; every parameter must be present (with tied embeddings the output
+        embedding is the input embedding: a separate `lm_head.weight` is ignored, so it cannot overwrite it)."""
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            state = {k: v for k, v in state.items() if not k.endswith("lm_head.weight")}
         with self._lock:
             result = self.model.load_state_dict(state, strict=False)
-            tied = set(getattr(self.model, "_tied_weights_keys", None) or [])
-            if isinstance(getattr(self.model, "_tied_weights_keys", None), dict):
-                tied = set(self.model._tied_weights_keys)
-            missing = [k for k in result.missing_keys if k not in tied and not k.endswith("lm_head.weight")]
+            missing = [k for k in result.missing_keys if not k.endswith("lm_head.weight")
+                       or not getattr(self.model.config, "tie_word_embeddings", False)]
             if missing or result.unexpected_keys:
                 raise RuntimeError(
                     f"weight sync: {len(missing)} parameters missing (e.g. {missing[:3]}), "

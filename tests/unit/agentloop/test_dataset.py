@@ -25,6 +25,9 @@ def test_rows_follow_the_split() -> None:
     test_rows = [r for r in rows["val"] if r["extra_info"]["split"] == "test"]
     assert sorted(int(task_id_from_row(r)) for r in test_rows) == [3, 10, 16, 20, 23, 26, 30, 36, 43, 46]
     assert all(r["agent_name"] == AGENT_LOOP_NAME for r in rows["train"])
+    # veRL does not tell the agent loop that a rollout is a validation one; the row does
+    assert {r["extra_info"]["validate"] for r in rows["train"]} == {False}
+    assert {r["extra_info"]["validate"] for r in rows["val"]} == {True}
 
 
 def test_written_files_are_the_ones_the_overrides_reference(tmp_path: Path) -> None:

@@ -150,3 +150,28 @@ async def test_malformed_tool_json_over_http_is_an_observed_error(openai_stub):
     sent = openai_stub.requests[-1]["messages"]
     assert sent[2]["tool_calls"][0]["function"]["arguments"] == '{"user_id": '
     assert sent[3]["role"] == "tool" and sent[3]["content"].startswith("Error:")
+
+
+def test_shared_client_is_one_per_event_loop_and_endpoint(openai_stub):
+    """Code that runs many episodes on one event loop (veRL's agent-loop worker) shares one client per endpoint;
+    its pools are bound to that loop, so another loop gets its own."""
+    import asyncio
+
+    from longhaul.clients.openai_compat import shared_chat_client
+
+    openai_stub.set_script("m", hello)
+
+    async def episodes():
+        a = shared_chat_client(openai_stub.base_url, "m", retry=FAST, role="user simulator")
+        b = shared_chat_client(openai_stub.base_url + "/", "m", retry=FAST, role="user simulator")
+        other_model = shared_chat_client(openai_stub.base_url, "n", retry=FAST, role="user simulator")
+        await a.chat([{"role": "user", "content": "hi"}])
+        await b.chat([{"role": "user", "content": "hi"}])
+        return a, b, other_model
+
+    a, b, other_model = asyncio.run(episodes())
+    assert a is b and other_model is not a and a.requests_sent == 2
+    again, _, _ = asyncio.run(episodes())
+    assert again is not a and again.requests_sent == 2
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        shared_chat_client(openai_stub.base_url, "m")

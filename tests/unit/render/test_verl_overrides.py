@@ -51,9 +51,8 @@ def test_every_spec_reaches_total_steps(path: Path) -> None:
     """veRL stops at the first of total_epochs × steps-per-epoch and total_training_steps; steps per epoch is
     len(train tasks) // train_batch_size (veRL's dataloader drops the last partial batch). Without a rendered
     total_epochs, veRL's default (30) ended specs/vanilla.yaml at step 300 of 500."""
-    from support.verl_config import validate_verl
-
     from longhaul.envs.airline.splits import build_split
+    from support.verl_config import validate_verl
 
     exp = load_spec(path)
     cfg = validate_verl(render_verl_overrides(exp, Paths.under("/runs/test")))
