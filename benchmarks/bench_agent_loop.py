@@ -26,7 +26,6 @@ import io
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -239,13 +238,9 @@ def bench_stalls(h, cfg, entry, stock_entry, trajectories: int, turns: int, late
     tok = h.make_tokenizer()
     completions, observations = script_and_observations(turns)
     tools = stub_tools(observations)
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "support" / "openai_stub.py"), "--script", "airline-gold",
-         "--latency", str(latency)],
-        stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "tests")),
-    )
-    try:
-        url = proc.stdout.readline().strip()
+    from support.openai_stub import stub_process
+
+    with stub_process("airline-gold", latency) as url:
 
         async def batch(per_trajectory_client: bool, stock: bool = False) -> dict:
             server = StubServerManager(tok, completions, latency=latency)
@@ -306,9 +301,6 @@ def bench_stalls(h, cfg, entry, stock_entry, trajectories: int, turns: int, late
             return now, before, stock, base
 
         now, before, stock, base = asyncio.run(go())
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     return {"now": now, "before": before, "stock": stock, "idle_worst_s": base}
 
 

@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -148,13 +147,9 @@ def bench_concurrency(episodes: int, latency: float) -> dict:
     base_db()
     tool_schemas()
     tasks = list(load_tasks().values())
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "support" / "openai_stub.py"), "--script", "airline-gold",
-         "--latency", str(latency)],
-        stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "tests")),
-    )
-    try:
-        url = proc.stdout.readline().strip()
+    from support.openai_stub import stub_process
+
+    with stub_process("airline-gold", latency) as url:
 
         async def go():
             pc = ChatClient(url, "gold", max_connections=2 * episodes)
@@ -186,9 +181,6 @@ def bench_concurrency(episodes: int, latency: float) -> dict:
 
         trajs, wall, cpu = asyncio.run(go())
         http_floor = asyncio.run(floor())
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     turns = sum(len(t.turns) for t in trajs)
     requests = turns + sum(1 for t in trajs for m in t.messages if m["role"] == "user")
     # sequential requests of one episode: its assistant turns + the user's replies (incl. the first message)

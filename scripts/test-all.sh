@@ -33,4 +33,4 @@ log "lint: ruff"
 ruff check pipelines tests scripts benchmarks operator
 
 log "pytest"
-python -m pytest -m "not gpu" -ra "$@"
+python -m pytest -m "not gpu" -ra --durations=30 "$@"

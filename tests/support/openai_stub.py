@@ -10,17 +10,20 @@ than the client's timeout) to test retries. Every request body is recorded in `s
 
 pytest: `from support.openai_stub import openai_stub` (fixture yielding a started server; register scripts with
 `openai_stub.set_script(model, fn)`). As a process: `python tests/support/openai_stub.py --script airline-gold
---latency 0.05` prints the base URL on its first stdout line (used by benchmarks/bench_env.py).
+--latency 0.05` prints the base URL on its first stdout line; `stub_process(...)` runs it so (benchmarks).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -200,6 +203,23 @@ def openai_stub() -> Iterator[StubServer]:
     """A started `StubServer` with no scripts (add them with `set_script`)."""
     with StubServer() as srv:
         yield srv
+
+
+@contextlib.contextmanager
+def stub_process(script: str = "airline-gold", latency_s: float = 0.0) -> Iterator[str]:
+    """This module's server in a separate process (benchmarks: its CPU does not count against the client);
+    yields its base URL and stops it on exit."""
+    import subprocess
+    import sys
+
+    tests_dir = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen([sys.executable, __file__, "--script", script, "--latency", str(latency_s)],
+                            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=tests_dir))
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def _main() -> None:

