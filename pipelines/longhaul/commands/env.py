@@ -15,7 +15,18 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _ids(tasks: str | None) -> list[str] | None:
-    return [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
+    """The ids of `--tasks` (bounded: `longhaul.bounded.TASK_IDS`); exits with a one-line error when too many."""
+    from rich.markup import escape
+
+    from longhaul.bounded import InputError, split_ids
+
+    if not tasks:
+        return None
+    try:
+        return split_ids(tasks, "--tasks")
+    except InputError as exc:
+        err.print(f"[red]error[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
 
 
 def _split(preset: str | None, spec: Path | None):

@@ -168,10 +168,16 @@ def register(app: typer.Typer) -> None:
         null_floor: Annotated[bool, typer.Option(help="Add the do-nothing agent's floor (airline task ids).")] = True,
     ) -> None:
         """Recompute every metric from per-trial records (old runs can be re-scored)."""
+        from rich.markup import escape
+
         from longhaul.eval.evaluate import load_records
 
         try:
             records = load_records(results)
+        except ValueError as exc:  # bounded.InputError: names the file and line, the limit and a fix
+            err.print(f"[red]error[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from None
+        try:
             summary = summarize_records(records, _parse_ks(k), bootstrap=bootstrap, confidence=confidence, seed=seed,
                                         null_floor=null_floor)
         except (ValueError, KeyError) as exc:
@@ -187,6 +193,7 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
               concurrency, output, retries, timeout, as_json, progress) -> None:  # noqa: ANN001
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from longhaul.bounded import split_ids
     from longhaul.clients.openai_compat import ChatClient, EndpointError, RetryPolicy
     from longhaul.clients.policy import OpenAIPolicy, SamplingParams
     from longhaul.clients.user_simulator import OpenAIUserSimulator
@@ -200,10 +207,12 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
     known = list(load_tasks())
     try:
         split = build_split(exp_spec.environment.split, known_ids=known)
-        task_ids = select_tasks(split, subset, [t.strip() for t in tasks.split(",")] if tasks else None)
-        bad = [t for t in task_ids if t not in set(known)]
+        task_ids = select_tasks(split, subset, split_ids(tasks, "--tasks") if tasks else None)
+        known_set = set(known)
+        bad = [t for t in task_ids if t not in known_set]
         if bad:
-            raise ValueError(f"unknown task ids {bad}; valid ids 0 … {len(known) - 1}")
+            more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+            raise ValueError(f"unknown task ids {bad[:10]}{more}; valid ids 0 … {len(known) - 1}")
     except ValueError as exc:
         err.print(f"[red]error[/red] {exc}")
         raise typer.Exit(2) from None

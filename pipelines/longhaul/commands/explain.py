@@ -1,6 +1,6 @@
 """`longhaul explain`: per-turn PRM-Lite rule hits, process and reward, per-turn credit (baseline and advantage
 of each turn with `credit: turn`) and each estimator's token advantages. Reads trajectory files or directories
-of `*.jsonl` traces (bounded: files over 64 MiB are refused)."""
+of `*.jsonl` traces (bounded by `longhaul.bounded.TRAJECTORIES`: size, line length, records, nesting)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from longhaul import bounded
+
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-#: Largest trace file `explain` reads (bytes); rollout JSONL files are far smaller.
-MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
 def _trace_files(path: Path) -> list[Path]:
@@ -37,35 +35,12 @@ def _natural_key(path: Path) -> list[Any]:
     return [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", path.as_posix())]
 
 
-def _read_bounded(path: Path) -> str:
-    """The file's text, refusing files larger than MAX_FILE_BYTES without reading them whole."""
-    with path.open("rb") as fh:
-        data = fh.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise ValueError(f"{path}: larger than the {MAX_FILE_BYTES / 2**20:g} MiB limit of explain; split it or pass fewer records")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-
-
 def _load_trajectories(path: Path) -> tuple[list[dict[str, Any]], list[Any], int]:
     """(trajectories, group keys, skipped) from a trajectory JSON object, a JSON list of them, or JSONL (one per
     line). Records wrapping the trajectory under a `trajectory` key (rollout traces, `longhaul.agentloop.traces`)
     are unwrapped; their `uid` (veRL's group id) is the group key (None otherwise); a trace without a
     trajectory (a failed rollout) is skipped and counted."""
-    text = _read_bounded(path)
-    try:
-        data = json.loads(text)
-        items = data if isinstance(data, list) else [data]
-    except json.JSONDecodeError:
-        items = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    items.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from exc
+    items = bounded.read_json_records(path, bounded.TRAJECTORIES, expected="trajectory JSON, or one per line")
     out_items, keys, skipped = [], [], 0
     for i, it in enumerate(items):
         key = None
@@ -183,6 +158,9 @@ def register(app: typer.Typer) -> None:
                     trajs.extend(t)
                     keys.extend(k)
                     skipped += n
+                    if len(trajs) > bounded.TRAJECTORIES.max_records:  # the same bound over all files together
+                        raise ValueError(f"{f}: more than {bounded.TRAJECTORIES.max_records:,} trajectories in all "
+                                         f"files together; {bounded.TRAJECTORIES.hint}")
             except (OSError, ValueError) as exc:
                 err.print(f"error {exc}")
                 raise typer.Exit(2) from None

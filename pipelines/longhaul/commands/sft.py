@@ -164,7 +164,11 @@ def register(app: typer.Typer) -> None:
         from longhaul.sft.inspect import build_dataset_summary, build_segments
 
         rows = read_dataset(dataset)
-        stats = read_stats(dataset)
+        try:
+            stats = read_stats(dataset)
+        except ValueError as exc:  # bounded.InputError or bad JSON: one line naming the file
+            err.print(f"error: {exc}")
+            raise typer.Exit(2) from None
         console = Console(highlight=False, soft_wrap=True, no_color=plain, force_terminal=not plain and None)
         summary = build_dataset_summary(rows, stats)
         table = Table(title=f"{dataset}", show_header=False)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from longhaul import bounded
 from longhaul.envs.airline.env import AirlineEnv
 from longhaul.envs.airline.splits import Split
 from longhaul.envs.airline.tasks import get_task, source_info
@@ -140,16 +141,9 @@ async def evaluate(
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
-    """Read a results JSONL file; errors name the file and line."""
-    out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{lineno}: not a JSON object ({exc.msg}); expected one record per line") from exc
-    return out
+    """Read a results JSONL file, bounded by `longhaul.bounded.RESULTS`; errors (`InputError`, a ValueError)
+    name the file and line."""
+    return [rec for _, rec in bounded.read_jsonl(path, bounded.RESULTS, expected="one trial record (a JSON object) per line")]
 
 
 def select_tasks(split: Split, which: str | None, explicit: Sequence[str] | None) -> list[str]:

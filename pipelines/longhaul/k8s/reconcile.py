@@ -13,12 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import yaml
-
+from longhaul import bounded
 from longhaul import constants as C
 from longhaul.k8s import status as S
 from longhaul.render.kubernetes import render_configmap, render_stage, run_name, spec_hash, stage_job_name
-from longhaul.spec import SpecError, build_experiment
+from longhaul.spec import SpecError, build_experiment, parse_spec_text
 from longhaul.spec.models import Experiment
 
 #: Annotation prefixes written by tools, not by users: never part of the Experiment that is validated.
@@ -56,8 +55,10 @@ def validate_body(body: dict[str, Any]) -> Experiment | str:
     meta = body.get("metadata") or {}
     where = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
     try:
+        # Bounded before the deep copy in clean_document (depth and node limits of `longhaul.bounded.SPEC`).
+        bounded.check_data({"spec": body.get("spec")}, where, bounded.SPEC)
         exp = build_experiment(clean_document(body), file=where)
-    except SpecError as exc:
+    except (bounded.InputError, SpecError) as exc:
         return str(exc)
     ns = meta.get("namespace")
     target = exp.spec.backends.kubernetes.namespace
@@ -138,7 +139,8 @@ async def load_running(api: Api, body: dict[str, Any]) -> Experiment | None:
         text = (cm.get("data") or {}).get(C.SPEC_FILENAME)
         if text:
             try:
-                return build_experiment(yaml.safe_load(text), file=f"configmap {cm['metadata']['name']}")
+                # Bounded like every spec read (`longhaul.bounded.SPEC`): a ConfigMap is editable by namespace users.
+                return parse_spec_text(text, file=f"configmap {cm['metadata']['name']}")
             except SpecError:
                 return None
     return None

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from longhaul import bounded
 from longhaul.sft.masking import BuildStats, Dropped, build_supervised_example
 
 #: Columns of the parquet file (input_ids and loss_mask are what veRL reads; the rest is provenance).
@@ -63,15 +64,10 @@ def build_sft_rows(
 
 
 def load_trajectories(path: Path) -> list[dict[str, Any]]:
-    """Records of a trajectories JSONL file, with the line number in errors."""
+    """Records of a trajectories JSONL file (bounded by `longhaul.bounded.SFT_TRAJECTORIES`), with the line
+    number in errors."""
     out = []
-    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{i}: not JSON ({exc.msg}); expected one trajectory record per line") from exc
+    for i, rec in bounded.read_jsonl(path, bounded.SFT_TRAJECTORIES, expected="one trajectory record per line"):
         if not isinstance(rec, dict) or not isinstance(rec.get("messages"), list):
             raise ValueError(f"{path}:{i}: a record needs a `messages` list (OpenAI chat format)")
         out.append(rec)
@@ -102,7 +98,7 @@ def stats_path(dataset: Path) -> Path:
 def read_stats(dataset: Path) -> dict[str, Any]:
     """The build statistics next to a dataset ({} when absent)."""
     try:
-        return json.loads(stats_path(dataset).read_text(encoding="utf-8"))
+        return json.loads(bounded.read_text(stats_path(dataset), bounded.SMALL_JSON))
     except FileNotFoundError:
         return {}
 

@@ -1,7 +1,9 @@
 """Parse Experiment YAML safely and report every problem at once, with file, line, field path and a hint.
 
 `build_experiment` / `parse_spec_text` are pure (text in, model or `SpecError` out); `load_spec` adds the
-file read. YAML is composed with the safe loader (no arbitrary tags); duplicate keys are errors.
+file read. Input is bounded (`longhaul.bounded.SPEC`: file size, nodes, nesting; anchors and aliases refused)
+and checked while the YAML is composed, before any Python object is built; YAML is composed with the safe
+loader (no arbitrary tags); duplicate keys are errors.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from longhaul import bounded
+from longhaul.bounded import InputError, dotted_path
 from longhaul.spec.models import Experiment, FieldError
 
 
@@ -91,16 +95,31 @@ def _walk(node: yaml.Node, loc: tuple[Any, ...], located: _Located) -> Any:
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_walk(item, loc + (i,), located) for i, item in enumerate(node.value)]
-    return _LOADER.construct_object(node, deep=True)
+    try:
+        return _LOADER.construct_object(node, deep=True)
+    except ValueError as exc:  # e.g. an integer past Python's 4,300-digit conversion limit
+        raise _BadScalar(loc, node.start_mark.line + 1, node.tag.rsplit(":", 1)[-1], str(exc).split(":")[0]) from None
+
+
+class _BadScalar(Exception):
+    def __init__(self, loc: tuple[Any, ...], line: int, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.loc, self.line, self.kind, self.reason = loc, line, kind, reason
 
 
 _LOADER = yaml.SafeLoader("")
 
 
+def _problem(exc: InputError) -> Problem:
+    return Problem(exc.file, exc.line, exc.path, exc.message, exc.value, exc.hint)
+
+
 def _compose(text: str, file: str) -> tuple[Any, _Located]:
     located = _Located()
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = bounded.compose_yaml(text, file, bounded.SPEC)
+    except InputError as exc:
+        raise SpecError([_problem(exc)]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark else None
@@ -117,6 +136,9 @@ def _compose(text: str, file: str) -> tuple[Any, _Located]:
             [Problem(file, mark.line + 1 if mark else None, "", f"unsupported YAML: {exc.problem}",
                      hint="tags such as !!python/... are not allowed")]
         ) from None
+    except _BadScalar as exc:
+        raise SpecError([Problem(file, exc.line, _dotted(exc.loc), f"value cannot be read as {exc.kind} ({exc.reason})",
+                                 hint="quote it to make it a string, or shorten it")]) from None
     except yaml.YAMLError as exc:
         raise SpecError([Problem(file, None, "", f"invalid YAML: {exc}")]) from None
     return data, located
@@ -126,14 +148,7 @@ def _compose(text: str, file: str) -> tuple[Any, _Located]:
 # Pydantic errors -> problems
 
 
-def _dotted(loc: tuple[Any, ...]) -> str:
-    parts: list[str] = []
-    for p in loc:
-        if isinstance(p, int):
-            parts.append(f"[{p}]")
-        else:
-            parts.append(("." if parts else "") + str(p))
-    return "".join(parts)
+_dotted = dotted_path
 
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
@@ -229,6 +244,10 @@ def _strip_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 def build_experiment(data: Any, file: str = "<spec>", located: _Located | None = None) -> Experiment:
     """Validate a parsed document; raise `SpecError` with every problem found."""
     located = located or _Located()
+    try:
+        bounded.check_data(data, file, bounded.SPEC)
+    except InputError as exc:
+        raise SpecError([_problem(exc)]) from None
     problems = [
         Problem(file, line, _dotted(loc), "duplicate key", hint="each key may appear once")
         for loc, line in located.duplicates
@@ -257,26 +276,20 @@ def _dedupe(problems: list[Problem]) -> list[Problem]:
 
 
 def parse_spec_text(text: str, file: str = "<spec>") -> Experiment:
-    """Parse one YAML document into an `Experiment` (pure)."""
-    try:
-        docs = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-    except yaml.YAMLError:
-        docs = [None]  # _compose reports the syntax error with its line
-    if len(docs) > 1:
-        raise SpecError([Problem(file, None, "", f"expected one YAML document, found {len(docs)}",
-                                 hint="put each Experiment in its own file")])
+    """Parse one YAML document into an `Experiment` (pure); the input is bounded by `longhaul.bounded.SPEC`."""
     data, located = _compose(text, file)
     return build_experiment(data, file, located)
 
 
 def load_spec(path: str | Path) -> Experiment:
-    """Read and validate a spec file; raises `SpecError` naming the file."""
-    p = Path(path)
+    """Read and validate a spec file; raises `SpecError` naming the file. Reads at most `bounded.SPEC.max_bytes`."""
     try:
-        text = p.read_text(encoding="utf-8")
+        text = bounded.read_text(path, bounded.SPEC)
+    except InputError as exc:
+        raise SpecError([_problem(exc)]) from None
     except FileNotFoundError:
         raise SpecError([Problem(str(path), None, "", "file not found")]) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise SpecError([Problem(str(path), None, "", f"cannot read: {exc}")]) from None
     return parse_spec_text(text, str(path))
 

@@ -112,10 +112,13 @@ def test_explain_directory_of_jsonl_and_turn_credit_table(tmp_path):
 
 
 def test_explain_refuses_oversized_files(tmp_path, monkeypatch):
-    from longhaul.commands import explain as cmd
+    """explain reads through the shared bounded reader (`longhaul.bounded.TRAJECTORIES`)."""
+    import dataclasses
+
+    from longhaul import bounded
 
     f = tmp_path / "big.jsonl"
     f.write_text(json.dumps(trajectory(True, 0).to_dict()) + "\n")
-    monkeypatch.setattr(cmd, "MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(bounded, "TRAJECTORIES", dataclasses.replace(bounded.TRAJECTORIES, max_bytes=100))
     res = CliRunner().invoke(app, ["explain", str(tmp_path)])
-    assert res.exit_code == 2 and "big.jsonl" in res.output and "larger than" in res.output
+    assert res.exit_code == 2 and "big.jsonl:1" in res.output and "larger than" in res.output
