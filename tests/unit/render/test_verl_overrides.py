@@ -39,7 +39,10 @@ def test_overrides_compose_and_validate(path: Path) -> None:
     assert cfg.algorithm.longhaul.alpha == s.algorithm.alpha
     expected = "grpo" if (s.algorithm.advantage == "grpo" and s.reward.credit == "trajectory") else f"longhaul_{s.algorithm.advantage}"
     assert cfg.algorithm.adv_estimator == expected
-    # The trainer whose estimator receives per-token rewards (credit: turn) is pinned, not veRL's default.
+    # The trainer whose estimator receives per-token rewards (credit: turn) is pinned in the rendered list, not
+    # left to veRL's default (which may change; on the v0 trainer turn credit silently became trajectory credit).
+    overrides = render_verl_overrides(exp, paths)
+    assert "trainer.use_v1=true" in overrides and "trainer.v1.trainer_mode=sync" in overrides
     assert cfg.trainer.use_v1 is True and cfg.trainer.v1.trainer_mode == "sync"
     cpu = s.resources.gpus_per_node == 0
     assert cfg.trainer.device == ("cpu" if cpu else "cuda")
