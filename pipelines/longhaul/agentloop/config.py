@@ -46,6 +46,7 @@ def build_loop_settings(exp: Any) -> dict[str, Any]:
             "tool_output_limit": env.tool_output_limit,
             "abort_repeated_calls": env.abort_repeated_calls,
             "date_line": env.date_line,
+            "transfer_ends_episode": env.transfer_ends_episode,
         },
         "reward": {
             "process": _v(rew.process),

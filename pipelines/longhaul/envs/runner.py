@@ -3,7 +3,9 @@
 It builds the prompt (policy text + date line as the system message, the 14 tool schemas, the user simulator's
 first message), runs assistant turns one at a time, executes tool calls in the environment, asks the user
 simulator after every message to the user, applies the spec's limits, ends on the FIRST terminal event and grades
-exactly once. Token-level details stay in the `Policy` adapter; the runner only sees messages and token counts.
+exactly once. As in τ², the episode ends when the user simulator or the agent stops it (or at a limit, which
+scores 0); a transfer to a human agent ends it only under `EpisodeLimits.transfer_ends_episode` (τ-bench 1).
+Token-level details stay in the `Policy` adapter; the runner only sees messages and token counts.
 """
 
 from __future__ import annotations
@@ -99,6 +101,9 @@ class EpisodeLimits:
     tool_output_limit: int | None = None
     abort_repeated_calls: int | None = None
     date_line: str = ""
+    #: τ-bench 1's rule: a successful `transfer_to_human_agents` ends the episode. Default: τ²'s, where the
+    #: transfer is an ordinary tool and the user simulator (`###TRANSFER###`) or the agent ends the episode.
+    transfer_ends_episode: bool = False
 
     @classmethod
     def from_spec(cls, exp: Any) -> EpisodeLimits:
@@ -115,6 +120,7 @@ class EpisodeLimits:
             tool_output_limit=env.tool_output_limit,
             abort_repeated_calls=env.abort_repeated_calls,
             date_line=env.date_line,
+            transfer_ends_episode=env.transfer_ends_episode,
         )
 
 
@@ -213,7 +219,7 @@ async def run_episode(
 
     is_factory = isinstance(env_or_factory, type) or not hasattr(env_or_factory, "reset")
     env = env_or_factory() if is_factory else env_or_factory
-    env.reset(task)
+    env.reset(task, transfer_ends_episode=limits.transfer_ends_episode)
     tools = tool_schemas()
 
     conversation: list[dict[str, str]] = []

@@ -14,11 +14,12 @@ from typing import Any
 
 class Termination(StrEnum):
     """Why an episode ended. Only `user_stop`, `agent_stop` and `transfer` are normal ends that get graded on
-    their merits; every other reason is a premature termination and scores 0 (τ² semantics)."""
+    their merits; every other reason is a premature termination and scores 0 (τ² semantics). `transfer` occurs
+    only with `transfer_ends_episode` (τ-bench 1); in τ² a transfer is an ordinary tool call."""
 
     USER_STOP = "user_stop"  # the user simulator said ###STOP### (or ###TRANSFER### / ###OUT-OF-SCOPE###)
     AGENT_STOP = "agent_stop"  # the policy said ###STOP###
-    TRANSFER = "transfer"  # transfer_to_human_agents was called (a tool-triggered terminal event)
+    TRANSFER = "transfer"  # transfer_to_human_agents succeeded under transfer_ends_episode (τ-bench 1 only)
     MAX_TURNS = "max_turns"  # spec.environment.max_turns assistant turns without an end
     MAX_TOKENS = "max_tokens"  # spec.environment.max_response_tokens reached
     LOOP = "loop"  # the same call repeated spec.environment.abort_repeated_calls times

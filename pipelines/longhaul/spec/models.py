@@ -368,6 +368,12 @@ class EnvironmentSpec(_Model):
         default=None,
         description="End the episode (reason 'loop') when the same call repeats this many times; null = never.",
     )
+    transfer_ends_episode: bool = Field(
+        default=False,
+        description="τ-bench 1 semantics: a successful transfer_to_human_agents ends the episode (reason "
+        "'transfer'). Default false = τ²: the transfer is an ordinary tool, the user simulator or the agent ends "
+        "the episode, and later writes and messages count.",
+    )
     date_line: str = Field(
         default="The current date is 2024-05-15 (Wednesday).",
         max_length=200,
@@ -732,6 +738,7 @@ class ExperimentSpec(_Model):
         gpus = res.gpus_per_node
         if gpus == 0:
             self._check_cpu_platform()
+            self._check_micro_batches(world=1)
             return
         trainer_gpus = gpus
         if sim.placement == Placement.COLOCATED:
@@ -768,6 +775,21 @@ class ExperimentSpec(_Model):
             raise FieldError(
                 "algorithm.train_batch_size", f"train_batch_size × group_size = {rollouts} rollouts must be divisible by the trainer's "
                 f"{world} GPU(s)"
+            )
+        self._check_micro_batches(world)
+
+    def _check_micro_batches(self, world: int) -> None:
+        """veRL splits each rank's share of a mini-batch (ppo_mini_batch_size × group_size / ranks sequences) into
+        micro-batches of ppo_micro_batch_size_per_gpu and fails at the first update, after a whole rollout, when
+        that does not divide evenly: refuse it here instead."""
+        alg = self.algorithm
+        per_rank, rest = divmod(alg.ppo_mini_batch_size * alg.group_size, world)
+        if rest or per_rank % alg.ppo_micro_batch_size_per_gpu:
+            raise FieldError(
+                "algorithm.ppo_micro_batch_size_per_gpu",
+                f"each of the trainer's {world} rank(s) gets ppo_mini_batch_size × group_size / {world} = "
+                f"{alg.ppo_mini_batch_size * alg.group_size / world:g} sequences per mini-batch, which veRL cannot split "
+                f"into micro-batches of {alg.ppo_micro_batch_size_per_gpu}; use a ppo_micro_batch_size_per_gpu that divides it",
             )
 
 

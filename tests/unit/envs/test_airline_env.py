@@ -159,18 +159,90 @@ def test_tool_failures_are_error_observations_and_the_episode_continues(action, 
     assert not ok.is_error and json.loads(ok.observation)["user_id"] == "emma_kim_9957"
 
 
-def test_arguments_are_coerced_like_tau2():
+def test_calculate_returns_the_rounded_float_as_text():
     env = AirlineEnv()
     env.reset("0")
     res = env.step(ToolAction("calculate", {"expression": "2 + 3"}))
     assert res.observation == "5.0"
 
 
-def test_transfer_then_stop_does_not_leak_the_gold_database():
-    """Regression for the seed's leak (method.md c.3): a wrong write, then a transfer (terminal), then the user's
-    STOP (a second terminal event) must stay graded 0, graded once, without touching the live database."""
+def _baggage_update(**changes) -> ToolAction:
+    args = {"reservation_id": "YAX4DR", "total_baggages": 2, "nonfree_baggages": 0, "payment_id": "credit_card_4938634"}
+    args.update(changes)
+    return ToolAction("update_reservation_baggages", args)
+
+
+def _play_task_12(action: ToolAction):
+    """Task 12's gold with its baggage update replaced by `action`."""
     env = AirlineEnv()
-    env.reset("0")  # gold: nothing changes (the agent must refuse to cancel)
+    env.reset("12")
+    results = []
+    for a in get_task("12").actions:
+        results.append(env.step(action if a.name == "update_reservation_baggages" else ToolAction(a.name, dict(a.arguments))))
+    env.terminate(Termination.USER_STOP)
+    return env, results, env.grade()
+
+
+@pytest.mark.parametrize("value", ["2", 2.0])
+def test_arguments_reach_the_tool_as_sent_like_tau2(value):
+    """τ² calls the tool with the raw JSON values: a total of "2" or 2.0 is stored as sent, so the database
+    differs from the gold one (the official evaluator scores 0; tests/unit/envs/test_tau2_parity.py)."""
+    env, results, grade = _play_task_12(_baggage_update(total_baggages=value))
+    assert not any(r.is_error for r in results)
+    stored = json.loads(env.db.record_json("reservations", "YAX4DR"))["total_baggages"]
+    assert stored == value and type(stored) is type(value)
+    assert not grade.db_match and grade.reward == 0.0
+    assert _play_task_12(_baggage_update())[2].success
+
+
+def test_a_string_where_the_tool_computes_is_an_error_and_writes_nothing():
+    env, results, grade = _play_task_12(_baggage_update(nonfree_baggages="0"))
+    bad = next(r for r in results if r.is_error)
+    assert bad.observation.startswith("Error: ") and "str" in bad.observation
+    assert json.loads(env.db.record_json("reservations", "YAX4DR"))["total_baggages"] == 0  # unchanged
+    assert not grade.db_match
+
+
+def test_unknown_or_missing_arguments_are_refused_like_tau2():
+    env = AirlineEnv()
+    env.reset("1")
+    before = env.db.record_json("reservations", "EHGLP3")
+    res = env.step(ToolAction("cancel_reservation", {"reservation_id": "EHGLP3", "note": "customer asked"}))
+    assert res.is_error and "unexpected keyword argument 'note'" in res.observation
+    assert env.db.record_json("reservations", "EHGLP3") == before
+    res = env.step(ToolAction("cancel_reservation", {}))
+    assert res.is_error and "missing 1 required positional argument" in res.observation
+
+
+def test_arguments_are_not_shared_with_the_database():
+    """A value the tool stores as sent (here a list where a count belongs) is the episode's own copy."""
+    env = AirlineEnv()
+    env.reset("12")
+    total = [2]
+    assert not env.step(_baggage_update(total_baggages=total)).is_error
+    total.append(3)
+    assert json.loads(env.db.record_json("reservations", "YAX4DR"))["total_baggages"] == [2]
+
+
+def test_transfer_is_an_ordinary_tool_by_default_like_tau2():
+    """τ²: the transfer does not end the episode; a write after it counts, and the grade comes once, at the
+    user's stop (###TRANSFER###)."""
+    env = AirlineEnv()
+    env.reset("0")  # gold: nothing changes
+    res = env.step(ToolAction("transfer_to_human_agents", {"summary": "user wants a refund"}))
+    assert not res.done and not res.is_error and res.observation == "Transfer successful" and not env.done
+    assert not env.step(ToolAction("cancel_reservation", {"reservation_id": "EHGLP3"})).is_error
+    env.terminate(Termination.USER_STOP)
+    g = env.grade()
+    assert not g.db_match and not g.success and env.grade_computations == 1
+
+
+def test_transfer_then_stop_does_not_leak_the_gold_database():
+    """Regression for the seed's leak (method.md c.3), under τ-bench 1's rule (transfer ends the episode): a wrong
+    write, then a transfer (terminal), then the user's STOP (a second terminal event) must stay graded 0, graded
+    once, without touching the live database."""
+    env = AirlineEnv()
+    env.reset("0", transfer_ends_episode=True)  # gold: nothing changes (the agent must refuse to cancel)
     env.step(ToolAction("cancel_reservation", {"reservation_id": "EHGLP3"}))
     res = env.step(ToolAction("transfer_to_human_agents", {"summary": "user wants a refund"}))
     assert res.done and env.termination == Termination.TRANSFER
@@ -184,6 +256,15 @@ def test_transfer_then_stop_does_not_leak_the_gold_database():
     assert '"cancelled"' in live_before
     with pytest.raises(EpisodeOverError):
         env.step(MessageAction("###STOP###"))
+
+
+def test_a_failed_transfer_does_not_end_the_episode_under_the_tau1_rule():
+    env = AirlineEnv()
+    env.reset("0", transfer_ends_episode=True)
+    res = env.step(ToolAction("transfer_to_human_agents", {"summary": "x", "urgent": True}))
+    assert res.is_error and not res.done
+    env.reset("0")
+    assert env.transfer_ends_episode is False  # reset restores the τ² default
 
 
 def test_first_terminal_event_wins():

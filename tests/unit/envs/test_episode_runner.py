@@ -94,9 +94,12 @@ async def test_gold_episode_prompt_transcript_and_grade():
     assert again == traj and again.outcome == 1.0
 
 
+TAU1 = EpisodeLimits(max_turns=10, date_line=LIMITS.date_line, transfer_ends_episode=True)
+
+
 async def test_transfer_then_stop_regression_through_the_runner():
-    """The runner stops at the transfer: the user is never asked again, the policy is not called again,
-    and the wrong write before the transfer stays graded 0 (method.md c.3)."""
+    """τ-bench 1's rule (transfer_ends_episode): the runner stops at the transfer, the user is never asked again,
+    the policy is not called again, and the wrong write before the transfer stays graded 0 (method.md c.3)."""
     task = get_task("0")
     policy = ScriptPolicy([
         call("cancel_reservation", {"reservation_id": "EHGLP3"}),
@@ -104,16 +107,35 @@ async def test_transfer_then_stop_regression_through_the_runner():
         say("###STOP###"),
     ])
     user = ScriptUser(["Cancel EHGLP3 please.", "###STOP###"])
-    traj = await run_episode(AirlineEnv, task, policy, user, LIMITS)
+    traj = await run_episode(AirlineEnv, task, policy, user, TAU1)
     assert traj.termination == Termination.TRANSFER
     assert len(policy.calls) == 2 and len(user.seen) == 1
     assert traj.outcome == 0.0 and not traj.grade.db_match
 
 
-async def test_transfer_with_correct_database_is_graded_normally():
+async def test_transfer_goes_on_until_the_user_stops_like_tau2():
+    """Default (τ²): the transfer is an ordinary tool; the agent tells the user, the user simulator says
+    ###TRANSFER### and that ends the episode (user_stop), graded once."""
     task = get_task("13")  # its gold action is the transfer
+    policy = ScriptPolicy([call("transfer_to_human_agents", {"summary": "needs a human"}),
+                           say("I have transferred you to a human agent.")])
+    user = ScriptUser(["Hello", "###TRANSFER###"])
+    traj = await run_episode(AirlineEnv, task, policy, user, LIMITS)
+    assert traj.termination == Termination.USER_STOP and traj.outcome == 1.0 and not traj.aborted
+    assert len(policy.calls) == 2 and len(user.seen) == 2
+
+
+async def test_writes_after_a_transfer_count_like_tau2():
+    policy = ScriptPolicy([call("transfer_to_human_agents", {"summary": "refund"}),
+                           call("cancel_reservation", {"reservation_id": "EHGLP3"}), say("Done.")])
+    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi", "###TRANSFER###"]), LIMITS)
+    assert traj.termination == Termination.USER_STOP and not traj.grade.db_match and traj.outcome == 0.0
+
+
+async def test_transfer_with_correct_database_is_graded_normally_under_the_tau1_rule():
+    task = get_task("13")
     policy = ScriptPolicy([call("transfer_to_human_agents", {"summary": "needs a human"})])
-    traj = await run_episode(AirlineEnv, task, policy, ScriptUser(["Hello"]), LIMITS)
+    traj = await run_episode(AirlineEnv, task, policy, ScriptUser(["Hello"]), TAU1)
     assert traj.termination == Termination.TRANSFER and traj.outcome == 1.0 and not traj.aborted
 
 
@@ -127,9 +149,14 @@ async def test_agent_stop_ends_without_asking_the_user():
 async def test_calls_after_a_terminal_call_in_the_same_turn_are_not_executed():
     turn = PolicyTurn("", [ParsedCall("transfer_to_human_agents", {"summary": "x"}, '{"summary": "x"}'),
                            ParsedCall("cancel_reservation", {"reservation_id": "EHGLP3"}, "{}")])
-    traj = await run_episode(AirlineEnv, get_task("0"), ScriptPolicy([turn]), ScriptUser(["Hi"]), LIMITS)
+    traj = await run_episode(AirlineEnv, get_task("0"), ScriptPolicy([turn]), ScriptUser(["Hi"]), TAU1)
     assert [c.name for c in traj.turns[0].tool_calls] == ["transfer_to_human_agents"]
     assert traj.outcome == 1.0
+    # τ²: the same turn runs to its end (the cancellation counts).
+    traj = await run_episode(AirlineEnv, get_task("0"), ScriptPolicy([turn, say("Done.")]),
+                             ScriptUser(["Hi", "###STOP###"]), LIMITS)
+    assert [c.name for c in traj.turns[0].tool_calls] == ["transfer_to_human_agents", "cancel_reservation"]
+    assert traj.termination == Termination.USER_STOP and traj.outcome == 0.0
 
 
 async def test_max_turns_is_premature_and_scores_0_even_when_the_database_matches():
@@ -235,6 +262,9 @@ def test_limits_from_spec_and_prompt_helpers():
     spec = ExperimentSpec(environment=EnvironmentSpec(max_turns=7, tool_output_limit=500, abort_repeated_calls=4))
     lim = EpisodeLimits.from_spec(spec)
     assert (lim.max_turns, lim.tool_output_limit, lim.abort_repeated_calls) == (7, 500, 4)
+    assert lim.transfer_ends_episode is False and EpisodeLimits().transfer_ends_episode is False  # τ² by default
+    tau1 = ExperimentSpec(environment=EnvironmentSpec(transfer_ends_episode=True))
+    assert EpisodeLimits.from_spec(tau1).transfer_ends_episode is True
     assert lim.max_tokens_per_turn == spec.environment.max_tokens_per_turn
     assert lim.date_line == spec.environment.date_line
     prompt = build_system_prompt("POLICY BODY", "The date is X.")

@@ -118,6 +118,7 @@ BAD_CASES: list[tuple[str, Any, str, str]] = [
     ("spec.resources.time_limit", "3 days", "spec.resources.time_limit", "not allowed"),
     ("spec.resources.memory", "512GB", "spec.resources.memory", "not allowed"),
     ("spec.resources.gpus_per_node", 0, "spec.policy.lora.rank", "does not take LoRA adapters"),
+    ("spec.algorithm.ppo_micro_batch_size_per_gpu", 3, "spec.algorithm.ppo_micro_batch_size_per_gpu", "micro-batches of 3"),
     ("spec.backends.slurm.partition", "gpu; rm -rf /", "spec.backends.slurm.partition", "not allowed"),
     ("spec.backends.slurm.account", "$(whoami)", "spec.backends.slurm.account", "not allowed"),
     ("spec.backends.slurm.output_dir", "runs/`id`", "spec.backends.slurm.output_dir", "not allowed"),

@@ -152,7 +152,8 @@ class EpisodeDB:
 def record_json(record: Any) -> str | None:
     if record is None:
         return None
-    return json.dumps(record.model_dump(), sort_keys=True, default=str)
+    # warnings=False: a value a tool stored as sent ("2" for a count, as τ² does) dumps as is, without a warning.
+    return json.dumps(record.model_dump(warnings=False), sort_keys=True, default=str)
 
 
 def diff_records(a: EpisodeDB, b: EpisodeDB) -> list[str]:
@@ -172,4 +173,4 @@ def diff_records(a: EpisodeDB, b: EpisodeDB) -> list[str]:
 
 def full_db_json(view: Any) -> str:
     """Canonical JSON of a whole database (slow; for tests comparing against the naive full-hash method)."""
-    return json.dumps({t: {k: v.model_dump() for k, v in getattr(view, t).items()} for t in TABLES}, sort_keys=True, default=str)
+    return json.dumps({t: {k: v.model_dump(warnings=False) for k, v in getattr(view, t).items()} for t in TABLES}, sort_keys=True, default=str)

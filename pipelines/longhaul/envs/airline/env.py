@@ -1,9 +1,14 @@
 """The airline environment: `reset(task)`, `step(action)`, one terminal event, one grade.
 
 Each episode gets a copy-on-access view of the shared database (`cowdb.EpisodeDB`), so reset is three empty
-dicts and an idle episode costs a few kilobytes. The episode ends on the FIRST terminal event (a transfer to a
-human agent, the user's or agent's stop, a limit); later terminal events are ignored and the grade, computed
-exactly once without touching the live database, never changes (method.md c.3, h.6).
+dicts and an idle episode costs a few kilobytes. The episode ends on the FIRST terminal event (the user's or
+agent's stop, a limit); later terminal events are ignored and the grade, computed exactly once without touching
+the live database, never changes (method.md c.3, h.6).
+
+Transfers follow τ² by default: `transfer_to_human_agents` is an ordinary tool, and the conversation goes on
+until the user simulator (which says `###TRANSFER###`) or the agent stops it, so writes and messages after a
+transfer count. `reset(task, transfer_ends_episode=True)` gives τ-bench 1's rule instead: a successful transfer
+is the terminal event (`spec.environment.transfer_ends_episode`).
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ class AirlineEnv:
         self.grade_computations = 0
         self.assistant_texts: list[str] = []
         self.tool_log: list[tuple[str, dict[str, Any] | None, bool]] = []
+        self.transfer_ends_episode = False
 
     @property
     def policy_text(self) -> str:
@@ -86,9 +92,13 @@ class AirlineEnv:
     def done(self) -> bool:
         return self._termination is not None
 
-    def reset(self, task: AirlineTask | str | int) -> str:
-        """Start an episode on a private view of the pristine database; returns the policy text."""
+    def reset(self, task: AirlineTask | str | int, *, transfer_ends_episode: bool = False) -> str:
+        """Start an episode on a private view of the pristine database; returns the policy text.
+
+        `transfer_ends_episode`: τ-bench 1's rule, a successful `transfer_to_human_agents` ends the episode
+        (default: τ²'s, the transfer is an ordinary tool call)."""
         self.task = task if isinstance(task, AirlineTask) else _tasks.get_task(task)
+        self.transfer_ends_episode = transfer_ends_episode
         self.db = EpisodeDB(self._base)
         self._toolkit = new_toolkit(self.db)  # duck-typed FlightDB view
         self._termination = None
@@ -104,7 +114,8 @@ class AirlineEnv:
             self.assistant_texts.append(content)
 
     def step(self, action: ToolAction | MessageAction) -> StepResult:
-        """Apply one action. Tool failures are error observations; `transfer_to_human_agents` ends the episode."""
+        """Apply one action. Tool failures are error observations; a successful `transfer_to_human_agents` ends
+        the episode only under `transfer_ends_episode` (τ-bench 1)."""
         if self.task is None or self.db is None:
             raise EpisodeOverError("step() before reset(task)")
         if self._termination is not None:
@@ -119,7 +130,7 @@ class AirlineEnv:
         res = execute_tool(self._toolkit, action.name, action.arguments, action.parse_error)
         self.tool_log.append((action.name, action.arguments, res.is_error))
         info: dict[str, Any] = {"is_error": res.is_error, "known_tool": res.known_tool}
-        if action.name in TERMINAL_TOOLS and not res.is_error:
+        if self.transfer_ends_episode and action.name in TERMINAL_TOOLS and not res.is_error:
             self.terminate(Termination.TRANSFER)
             info["termination"] = str(Termination.TRANSFER)
             return StepResult(res.observation, True, info)

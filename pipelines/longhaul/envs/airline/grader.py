@@ -4,6 +4,12 @@ The gold database for a task is obtained by replaying its gold actions on a fres
 pristine base (cached per task and base); the episode's database is never modified by grading. Only records
 touched by either side are compared (equal to comparing τ²'s hash of the full dump, because untouched records
 are the same shared objects). Premature terminations (limits, loops, overflow, format errors) score 0.
+
+Parity with the official evaluator (`tau2.evaluator.evaluator.evaluate_simulation` at the pinned commit, reward
+basis DB × COMMUNICATE for every airline task) is pinned case by case by `tests/unit/envs/test_tau2_parity.py`
+against rewards the official code computed (`tests/support/tau2_expectations.py` rebuilds them). One deliberate
+difference: a gold action that fails raises `GoldReplayError` here (τ² logs it and goes on); none fails on the
+pinned data, and a data change that broke one should stop the run, not quietly move every reward.
 """
 
 from __future__ import annotations

@@ -1,8 +1,13 @@
-"""The 14 airline agent tools of the installed τ² package: OpenAI schemas, argument validation and execution.
+"""The 14 airline agent tools of the installed τ² package: OpenAI schemas and execution exactly as τ² does it.
 
-Schemas are generated from the package's tool signatures and docstrings (not copied). Execution validates the
-arguments with the same pydantic types the signature declares (τ² coerces arguments the same way) and turns
-every failure into an `Error: …` observation instead of an exception.
+Schemas are generated from the package's tool signatures and docstrings (not copied). Execution follows τ²'s
+`Environment.get_response`: the tool method is called with the arguments exactly as the policy's JSON gave
+them (no validation, no conversion: `"2"` and `2.0` reach the tool as a string and a float, and the tool
+stores them as sent), and unknown or missing arguments raise the tool's own `TypeError`. Every exception becomes
+an `Error: …` observation; a tool that raises keeps whatever it wrote before raising, as in τ² (the airline
+tools check before they write). Where τ²'s own models convert a value (a new reservation, the nested `flights`,
+`passengers` and `payment_methods` dicts), the same code converts it here. The pydantic argument models serve
+the schemas only. `tests/unit/envs/test_tau2_parity.py` pins the result against the official evaluator.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 #: The agent tools, in the order the package's server lists them.
 TOOL_NAMES: tuple[str, ...] = (
@@ -44,6 +49,8 @@ WRITE_TOOLS = frozenset(
         "update_reservation_passengers",
     }
 )
+#: Tools that end the episode under τ-bench 1 semantics (`spec.environment.transfer_ends_episode`); in τ² (the
+#: default) the transfer is an ordinary tool and the user simulator ends the conversation.
 TERMINAL_TOOLS = frozenset({"transfer_to_human_agents"})
 
 
@@ -110,6 +117,7 @@ def tool_specs() -> dict[str, ToolSpec]:
             ann = hints.get(pname, Any)
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[pname] = (ann, Field(default, description=arg_docs.get(pname)))
+        # Schema only (execution passes the raw arguments, as τ² does); the config keeps the published schemas.
         model = create_model(f"{name}_args", __config__=ConfigDict(extra="ignore"), **fields)
         specs[name] = ToolSpec(name, description, model)
     return specs
@@ -141,7 +149,7 @@ def to_observation(result: Any) -> str:
 
     def conv(x: Any) -> Any:
         if isinstance(x, BaseModel):
-            return x.model_dump()
+            return x.model_dump(warnings=False)  # values stored as sent dump as is (τ² too)
         if isinstance(x, list | tuple):
             return [conv(i) for i in x]
         if isinstance(x, dict):
@@ -160,33 +168,32 @@ class ToolResult:
     known_tool: bool
 
 
+_TOOL_SET = frozenset(TOOL_NAMES)
+
+
 def execute_tool(toolkit: Any, name: str, arguments: dict[str, Any] | None, parse_error: str | None = None) -> ToolResult:
-    """Run one tool against an episode's toolkit. Never raises for policy mistakes: unknown tools, unparseable
-    or invalid arguments and tool exceptions all come back as `Error: …` observations."""
-    specs = tool_specs()
-    if name not in specs:
+    """Run one tool against an episode's toolkit as τ² does: the raw arguments as keyword arguments.
+
+    Never raises for policy mistakes: unknown tools, unparseable arguments, wrong, unknown or missing arguments
+    (the tool's `TypeError`, or a pydantic `ValidationError` from a model the tool builds) and the tools' own
+    refusals all come back as `Error: …` observations (τ²: `ToolMessage(error=True)`, content `Error: <exc>`)."""
+    if name not in _TOOL_SET:
         return ToolResult(f"Error: unknown tool '{name}'. Available tools: {', '.join(TOOL_NAMES)}", True, False)
-    if parse_error is not None or arguments is None:
-        return ToolResult(f"Error: could not parse the arguments of '{name}' as a JSON object: {parse_error}", True, True)
+    if parse_error is not None or not isinstance(arguments, dict):
+        why = parse_error if parse_error is not None else f"got {type(arguments).__name__}"
+        return ToolResult(f"Error: could not parse the arguments of '{name}' as a JSON object: {why}", True, True)
     try:
-        validated = specs[name].params.model_validate(arguments)
-    except ValidationError as exc:
-        return ToolResult(f"Error: invalid arguments for '{name}': {_short_validation(exc)}", True, True)
-    kwargs = {k: _plain(getattr(validated, k)) for k in type(validated).model_fields}
-    try:
-        result = getattr(toolkit, name)(**kwargs)
-    except Exception as exc:  # the tools signal policy mistakes (unknown ids, bad payments) by raising
+        # A private copy: the tools may store an argument value (a list, a dict) in the database as sent.
+        result = getattr(toolkit, name)(**_fresh(arguments))
+    except Exception as exc:  # τ² catches every exception of a tool call the same way
         return ToolResult(f"Error: {exc}", True, True)
     return ToolResult(to_observation(result), False, True)
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump()
+def _fresh(value: Any) -> Any:
+    """A copy of a JSON-like value (dicts and lists copied, scalars shared)."""
+    if isinstance(value, dict):
+        return {k: _fresh(v) if isinstance(v, dict | list) else v for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [_fresh(v) if isinstance(v, dict | list) else v for v in value]
     return value
-
-
-def _short_validation(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()[:5])
