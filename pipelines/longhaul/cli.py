@@ -9,6 +9,7 @@ from longhaul.commands import env as _env
 from longhaul.commands import eval as _eval
 from longhaul.commands import explain as _explain
 from longhaul.commands import images as _images
+from longhaul.commands import plan as _plan
 from longhaul.commands import run as _run
 from longhaul.commands import sft as _sft
 from longhaul.commands import spec as _spec
@@ -25,6 +26,7 @@ app = typer.Typer(
 
 # Registration order = order in `longhaul --help`. One line per area.
 _spec.register(app)
+_plan.register(app)
 _run.register(app)
 _submit.register(app)
 _images.register(app)

@@ -34,8 +34,11 @@ def register(app: typer.Typer) -> None:
             exps = load_specs(list(files))
         except SpecError as exc:
             fail_on_spec_error(exc)
+        from longhaul.commands.plan import warn_memory
+
         for f, exp in zip(files, exps, strict=True):
             out.print(f"ok {f} -> run {run_name(exp)}")
+            warn_memory(exp, f)
 
     @app.command()
     def render(

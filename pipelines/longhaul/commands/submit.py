@@ -56,6 +56,8 @@ def register(app: typer.Typer) -> None:
         spec: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
         backend: Annotated[str, typer.Option("--backend", "-b", help=f"One of: {', '.join(BACKENDS)}.")],
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be submitted; run nothing.")] = False,
+        ignore_memory_plan: Annotated[bool, typer.Option(
+            "--ignore-memory-plan", help="Submit even when `longhaul plan` finds a phase over GPU capacity.")] = False,
     ) -> None:
         """Render SPEC for BACKEND and submit it (the same spec resumes the same run)."""
         try:
@@ -64,6 +66,9 @@ def register(app: typer.Typer) -> None:
             from longhaul.commands.spec import fail_on_spec_error
 
             fail_on_spec_error(exc)
+        from longhaul.commands.plan import refuse_over_memory
+
+        refuse_over_memory(exp, spec, ignore=ignore_memory_plan)
         try:
             mod = get_backend(backend, need=("submit_run",))
             result = mod.submit_run(exp, dry_run=dry_run)

@@ -7,6 +7,11 @@ policy server serves those weights, every task of the split runs `samples_per_ta
 complete), and the summary (pass^k, pass@k, subsets, bootstrap CIs) is logged as an MLflow child run of the
 training run (`longhaul.tracking`). A checkpoint whose summary exists is skipped and a finished merge is reused,
 so a requeued job continues where it stopped.
+
+Then the best checkpoint is selected on `evaluation.select_on` (pass^1, ties → earliest step; never a subset
+holding test tasks: `longhaul.tracking.selection`), printed, and recorded on the training run as the tags
+`longhaul.select_on` / `longhaul.selected_step` / `longhaul.selected_pass_hat_1` and the metric
+`selection/pass_hat_1` (`longhaul.tracking.runs.log_selection`).
 """
 
 from __future__ import annotations
@@ -70,7 +75,8 @@ def run_eval_stage(ctx: Any) -> None:
     from longhaul.envs.runner import EpisodeLimits
     from longhaul.eval.evaluate import EvalPlan, build_run_info, evaluate
     from longhaul.eval.metrics import TrialRecord, compute_summary
-    from longhaul.tracking.runs import log_evaluation
+    from longhaul.tracking.runs import log_evaluation, log_selection
+    from longhaul.tracking.selection import build_selection, build_selection_message, check_select_on
 
     exp, control = ctx.exp, ctx.control
     spec = exp.spec
@@ -78,6 +84,10 @@ def run_eval_stage(ctx: Any) -> None:
     say = lambda m: print(f"[eval] {m}", file=ctx.echo, flush=True)  # noqa: E731
     steps = select_checkpoints(ev.checkpoints, saved_steps(ctx.checkpoint_dir))
     split = build_split(spec.environment.split)
+    select_on = str(ev.select_on)
+    not_selectable = check_select_on(select_on, split.subsets, split.test)
+    if not_selectable:
+        say(f"warning: {not_selectable}; no checkpoint will be selected")
     limits = EpisodeLimits.from_spec(exp)
     plan = EvalPlan(task_ids=split.all_ids, samples=ev.samples_per_task, seeds=list(ev.seeds))
     eval_dir = Path(ctx.plan.paths.eval_dir)
@@ -87,6 +97,7 @@ def run_eval_stage(ctx: Any) -> None:
     served = policy.serving
     steps.sort(key=lambda s: (0 if (served == "base" and s == 0) or served == f"step {s}" else 1, s))
     rows: list[dict[str, Any]] = ctx.results.setdefault("eval_rows", [])
+    summaries: dict[int, dict[str, Any]] = {}
     run_info = build_run_info(spec.policy.model.name, spec.user_simulator.model.name, limits, split)
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as progress:
@@ -144,8 +155,18 @@ def run_eval_stage(ctx: Any) -> None:
                 log_evaluation(ctx.run_id, step, summary, out / "results.jsonl", tracking_uri=ctx.tracking_uri)
                 atomic_write_json(summary_file, summary)
                 progress.remove_task(bar)
+            summaries[step] = summary
             rows.append({"step": step, **{f"pass^{k}": summary["pass_hat_k"][str(k)] for k in ev.k},
                          **{f"{name}: pass^1": blk["pass_hat_k"].get("1") for name, blk in summary["subsets"].items()
-                            if name in ("train", "test")},
+                            if name in ("train", "test", select_on)},
                          "c/n": summary["c_over_n"]})
             say(f"step {step}: pass^k {summary['pass_hat_k']} ({summary['c_over_n']} trials succeeded)")
+
+    selection = None if not_selectable else build_selection(summaries, select_on)
+    log_selection(ctx.tracking_uri, ctx.run_id, select_on, selection, not_selectable)
+    for row in rows:
+        if row["step"] in summaries:
+            row["selected"] = "yes" if selection is not None and row["step"] == selection.step else ""
+    ctx.results["selection"] = None if selection is None else {"select_on": select_on, "step": selection.step,
+                                                               "pass^1": selection.pass_hat_1}
+    say(build_selection_message(selection, select_on, not_selectable))

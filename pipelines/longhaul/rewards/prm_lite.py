@@ -6,13 +6,21 @@ entry and returns per-step rule hits, per-turn scores and the clipped trajectory
 
 Two modes:
 
-* ``seed_compat=True`` reproduces the original scoring code exactly, quirks included: substring placeholder
-  keywords (the name "Bethany" contains "any"), the parameter-name-*contains*-schema-key check that stops at the
-  first key, a redundancy window of the last 3 history entries in which think entries are skipped but still
-  use up the window, `implicit_think` earning the conditional think bonus, and the original tool classes
-  (τ1 airline: no `get_flight_status`). Entries may carry the caller's own `param_str` (the original unit
-  tests stored a Python-repr string there, which is why their 6-step example scores −0.04333 instead of the
-  production −0.05333).
+* ``seed_compat=True`` reproduces the original's production reward exactly, quirks included: substring
+  placeholder keywords (the name "Bethany" contains "any"), the parameter-name-*contains*-schema-key check that
+  stops at the first key, a redundancy window of the last 3 history entries in which think entries are skipped
+  but still use up the window, `implicit_think` earning the conditional think bonus and counting as the previous
+  think of the consecutive-think exception, and the original tool classes (τ1 airline: no `get_flight_status`).
+  The original never recorded the assistant text of a turn that made a tool call (nothing called
+  `record_assistant_content`, method.md a.2), so the history built from a trajectory in this mode carries no
+  text on its tool-call entries and the cheap-reasoning rule (P9) never fires — as in production there.
+  `score_prm_lite` itself still applies P9 to entries that carry text, as the original scoring function did
+  (its unit tests and the doc example pass text). The process score is summed in the original's order and
+  floating-point rounding: step scores rule by rule, their mean left to right (Python 3.10's ``sum``, the
+  original's interpreter; 3.12's ``sum`` compensates and could differ in the last digit), then
+  ``((mean + P5) + B7) + P8``, then the clip. Entries may carry the caller's own `param_str` (the original
+  unit tests stored a Python-repr string there, which is why their 6-step example scores −0.04333 instead of
+  the production −0.05333).
 * ``seed_compat=False`` (default) fixes the documented defects:
   1. placeholder keywords match whole words of short (≤ 4 words) values only, never substrings of real names or
      words of free text (a transfer summary saying "any flight" is not a placeholder);
@@ -21,13 +29,21 @@ Two modes:
   3. the redundancy window is the last N *tool calls* (think entries neither match nor use up the window);
   4. `implicit_think` entries earn no think bonus (the original docs say that reward was removed; the code
      still paid it) but still count as reasoning for the no-reasoning rule;
-  5. the τ² tool `get_flight_status` is a READ tool;
-  6. calls to unknown (hallucinated) tools and unparsable calls never enter the history (as in the original)
+  5. an `implicit_think` entry is not "the previous think" of the consecutive-think exception: a `think` right
+     after one earns its bonus. The exception exists so that a chain of thinks is paid once; an implicit
+     think is paid nothing here, so there is nothing to pay twice, and it is a message to the user — the
+     user's reply lies between it and the next think, which reasons about that reply. Counting it would make
+     an informative message to the user cost the next think its bonus;
+  6. the τ² tool `get_flight_status` is a READ tool;
+  7. the cheap-reasoning rule (P9) sees the assistant text of the turn that made the call;
+  8. calls to unknown (hallucinated) tools and unparsable calls never enter the history (as in the original)
      but are counted in `PrmLiteResult.num_unknown_tool_calls` / `num_unparsed_tool_calls` and can be
      penalised with the `unknown_tool` rule (weight 0 by default: counted, not scored).
 
-The cheap-reasoning rule (P9) sees the assistant text of the turn that made the call in both modes (in the
-original it was probably dead because nothing recorded that text).
+In both modes the signature of a call for the redundancy and error-repetition rules is the original's:
+(tool, lower-cased sorted-key JSON of the arguments) — type-exact (``1.0``, ``"1.0"``, ``1`` and ``true`` are
+four different arguments; only letter case and key order are ignored) and a property of the entry alone, never
+of the other entries of the history.
 
 Pure: no I/O, no clock, no randomness.
 """
@@ -178,30 +194,6 @@ def extract_entities(observation: str) -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in found.items()}
 
 
-def _canon_value(v: Any) -> Any:
-    # Equality of these keys == equality of the lower-cased sorted-key JSON the original compared, for the
-    # scalar arguments tool calls carry; anything else falls back to that JSON text.
-    t = type(v)
-    if t is str:
-        return v.lower()
-    if t is int or t is bool or v is None:
-        return (t, v)
-    return json.dumps(v, sort_keys=True, ensure_ascii=False).lower()
-
-
-_SCALARS = (str, int, bool, type(None))
-
-
-def _fast_signature(tool: str, params: Mapping[str, Any]) -> tuple[str, Any]:
-    if not params:
-        return (tool, "")
-    for v in params.values():
-        if type(v) not in _SCALARS:
-            return (tool, tuple(sorted((k.lower(), _canon_value(v)) for k, v in params.items())))
-    # repr of sorted scalar items, lower-cased: same equality as the lower-cased JSON for str/int/bool/None.
-    return (tool, repr(sorted(params.items())).lower())
-
-
 @dataclass(frozen=True)
 class ActionEntry:
     """One entry of the action history. `turn` is the index of the assistant turn it came from (-1 if unknown);
@@ -215,16 +207,17 @@ class ActionEntry:
     turn: int = -1
     call: int = 0
     param_str: str | None = None  # None = canonical_param_str(params); the original tests stored other strings
-    #: Call signature for the redundancy / error-repetition rules, computed once (like the original's stored
-    #: param_str): equal iff the lower-cased sorted-key JSON of the arguments is equal.
-    key: tuple[str, Any] = field(init=False, repr=False, compare=False)
+    #: Call signature for the redundancy / error-repetition rules, computed once from this entry alone (like the
+    #: original's stored param_str): (tool, `param_str`, else the lower-cased sorted-key JSON of the arguments).
+    key: tuple[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "key", _fast_signature(self.tool, self.params))
+        ps = self.param_str if self.param_str is not None else canonical_param_str(self.params)
+        object.__setattr__(self, "key", (self.tool, ps))
 
     @property
     def signature(self) -> tuple[str, str]:
-        return (self.tool, self.param_str if self.param_str is not None else canonical_param_str(self.params))
+        return self.key
 
 
 @dataclass(frozen=True)
@@ -235,13 +228,17 @@ class HistoryStats:
     num_unparsed_tool_calls: int = 0
 
 
-def build_action_history(trajectory: Any, params: RuleParams = DEFAULT_PARAMS) -> tuple[list[ActionEntry], HistoryStats]:
+def build_action_history(
+    trajectory: Any, params: RuleParams = DEFAULT_PARAMS, *, seed_compat: bool = False
+) -> tuple[list[ActionEntry], HistoryStats]:
     """The action history of a `longhaul.envs.trajectory.Trajectory` (or its dict form), as method.md a.1.
 
     Executed calls (known tool, arguments parsed to an object) become entries, in order; an error observation
     sets `is_error` and skips entity extraction. A message to the user longer than `implicit_think.min_chars`
     becomes an `implicit_think` entry holding its first `keep_chars` characters, unless the previous entry is an
-    identical implicit_think. Calls to unknown tools and unparsable calls are only counted.
+    identical implicit_think. Calls to unknown tools and unparsable calls are only counted. With `seed_compat`
+    tool-call entries carry no assistant text: the original's production history never had it (so P9 never
+    fired there).
     """
     turns = trajectory["turns"] if isinstance(trajectory, Mapping) else trajectory.turns
     min_chars = params.get("implicit_think", "min_chars")
@@ -251,6 +248,7 @@ def build_action_history(trajectory: Any, params: RuleParams = DEFAULT_PARAMS) -
     for turn in turns:
         t = _as_mapping(turn)
         content = t.get("content") or ""
+        call_content = "" if seed_compat else content
         calls = t.get("tool_calls") or []
         for ci, call in enumerate(calls):
             c = _as_mapping(call)
@@ -266,7 +264,8 @@ def build_action_history(trajectory: Any, params: RuleParams = DEFAULT_PARAMS) -
             history.append(
                 ActionEntry(
                     tool=c["name"], params=dict(args), is_error=err,
-                    entities={} if err else extract_entities(obs), content=content, turn=int(t["index"]), call=ci,
+                    entities={} if err else extract_entities(obs), content=call_content, turn=int(t["index"]),
+                    call=ci,
                 )
             )
         if not calls and t.get("to_user") and len(content) > min_chars and params.enabled("implicit_think"):
@@ -395,15 +394,18 @@ def score_prm_lite(
     on_esc, on_dc, on_fr, on_th, on_cheap = (
         on["escalation"], on["data_chain"], on["first_read"], on["think_bonus"], on["cheap_reasoning"])
 
-    if any(e.param_str is not None for e in history):
-        # Caller-supplied signature strings (the original tests' convention): compare strings exactly as the
-        # original did — stored strings for earlier entries, the canonical JSON for the current call.
-        sigs = [e.signature for e in history]
-        cur_sigs = [(e.tool, canonical_param_str(e.params)) for e in history] if seed_compat else sigs
+    # Each entry's own signature (`ActionEntry.key`). The original's redundancy check compared the stored
+    # strings of earlier entries with the JSON of the current call's arguments; the two differ only where a
+    # caller supplied its own `param_str` (the original tests' convention), so seed_compat recomputes exactly there.
+    sigs = [e.key for e in history]
+    if seed_compat:
+        cur_sigs = [e.key if e.param_str is None else (e.tool, canonical_param_str(e.params)) for e in history]
     else:
-        sigs = [e.key for e in history]
         cur_sigs = sigs
     is_think = [e.tool in THINK_TOOLS for e in history]
+    # The consecutive-think exception: in default mode only an explicit `think` is "the previous think" (module
+    # docstring, fix 5); the original counted implicit_think too.
+    blocks_next_think = is_think if seed_compat else [e.tool == "think" for e in history]
     ph_any = [bool(e.params) and has_placeholder(e.params, seed_compat) for e in history]
 
     def redundant(i: int, sig: tuple[str, Any]) -> bool:
@@ -440,7 +442,7 @@ def score_prm_lite(
         hits: list[RuleHit] = []
         if is_think[i]:
             any_think = True
-            if on_th and (seed_compat or tool != IMPLICIT_THINK) and i != n - 1 and not (i >= 1 and is_think[i - 1]):
+            if on_th and (seed_compat or tool != IMPLICIT_THINK) and i != n - 1 and not (i >= 1 and blocks_next_think[i - 1]):
                 if not (ph_any[i + 1] or redundant(i + 1, cur_sigs[i + 1])):
                     hits.append(H_TH)
         else:
@@ -466,6 +468,8 @@ def score_prm_lite(
                 hits.append(H_FR)
             if on_cheap and 0 < len(e.content) < cheap_min:
                 hits.append(H_CHEAP)
+        # Rule by rule, in the original's order; the mean's numerator left to right (the original's `sum` on
+        # Python 3.10; not `sum()` here, which compensates from Python 3.12 on).
         score = 0.0
         for h in hits:
             score += h[1]
@@ -490,7 +494,10 @@ def score_prm_lite(
     bad_calls = stats.num_unknown_tool_calls + stats.num_unparsed_tool_calls
     if not seed_compat and on["unknown_tool"] and bad_calls and P.get("unknown_tool", "weight") != 0.0:
         traj_hits.append(RuleHit("unknown_tool", P.get("unknown_tool", "weight") * bad_calls, str(bad_calls)))
-    raw = mean + sum(h.weight for h in traj_hits) if (n or traj_hits) else 0.0
+    # The original's order: ((mean + P5) + B7) + P8, one addition at a time (mean + their sum rounds differently).
+    raw = mean
+    for h in traj_hits:
+        raw += h.weight
     clip = P.get("aggregate", "clip")
     process = float(max(-clip, min(clip, raw)))
 
@@ -512,7 +519,7 @@ def score_prm_lite(
 
 def score_trajectory(trajectory: Any, params: RuleParams = DEFAULT_PARAMS, *, seed_compat: bool = False) -> PrmLiteResult:
     """`build_action_history` + `score_prm_lite` for a Trajectory (or its dict form)."""
-    history, stats = build_action_history(trajectory, params)
+    history, stats = build_action_history(trajectory, params, seed_compat=seed_compat)
     turns = trajectory["turns"] if isinstance(trajectory, Mapping) else trajectory.turns
     return score_prm_lite(history, params, seed_compat=seed_compat, num_turns=len(turns), stats=stats)
 

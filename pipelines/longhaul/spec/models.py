@@ -543,8 +543,10 @@ class EvaluationSpec(_Model):
     def _k(self) -> EvaluationSpec:
         if max(self.k, default=1) > self.samples_per_task:
             raise FieldError("samples_per_task", f"samples_per_task ({self.samples_per_task}) must be ≥ max k ({max(self.k)})")
-        if self.select_on == SubsetName.TEST:
-            raise FieldError("select_on", "select_on must not be 'test': selecting on the reported subset biases it")
+        if self.select_on in (SubsetName.TEST, SubsetName.UNSEEN):
+            raise FieldError("select_on", f"select_on must not be '{self.select_on}': it holds the test tasks (unseen is the "
+                             "test split in every preset), and selecting on the reported subset biases it; use train, "
+                             "covered_seen or uncovered_seen")
         return self
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from longhaul.tracking import tags as T
+from longhaul.tracking.selection import TEST_SUBSETS, select_checkpoint
 
 #: Subsets in the order the original reported them; others follow alphabetically.
 SUBSET_ORDER = ("train", "test", "covered_seen", "uncovered_seen", "unseen")
@@ -114,13 +115,16 @@ def build_columns(records: Sequence[RunRecord]) -> list[Column]:
 
 
 def select_point(record: RunRecord) -> EvalPoint | None:
-    """The checkpoint chosen on the run's `select_on` subset (never test), highest pass^1; ties → earlier step."""
-    if not record.points:
+    """The checkpoint chosen on the run's `select_on` subset (tag; the spec default 'train' when absent) by
+    `longhaul.tracking.selection.select_checkpoint`: highest pass^1, ties → earlier step. None when no point has
+    that subset's pass^1 or the subset is a test subset: never the overall pass^1, which includes test tasks."""
+    select_on = record.tags.get(T.SELECT_ON) or "train"
+    if not record.points or select_on in TEST_SUBSETS:
         return None
-    key = pass1_key(record.tags.get(T.SELECT_ON) or None)
-    if not any(key in p.metrics for p in record.points):
-        key = "eval/pass_hat_k/1"
-    return max(record.points, key=lambda p: (p.metrics.get(key, float("-inf")), -p.step))
+    key = pass1_key(select_on)
+    by_step = {p.step: p for p in record.points}
+    chosen = select_checkpoint({step: p.metrics.get(key) for step, p in by_step.items()}, select_on)
+    return None if chosen is None else by_step[chosen.step]
 
 
 def build_rows(records: Sequence[RunRecord]) -> tuple[list[Column], list[dict[str, object]]]:

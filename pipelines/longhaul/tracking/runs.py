@@ -24,6 +24,7 @@ from longhaul.tracking import tags as T
 from longhaul.tracking.config import RUN_ID_FILE
 from longhaul.tracking.evalmetrics import build_eval_metrics
 from longhaul.tracking.provenance import build_params, collect_provenance
+from longhaul.tracking.selection import Selection, build_selection_tags
 
 #: MLflow's per-request limits for log_batch.
 _MAX_METRICS, _MAX_PARAMS, _MAX_TAGS = 1000, 100, 100
@@ -333,6 +334,30 @@ def log_evaluation(
 
     log_batch(client, parent_run_id, metrics=metrics, tags={f"longhaul.eval_run.{checkpoint_step}": child_id})
     return child_id
+
+
+def log_selection(
+    tracking_uri: str | MlflowClient,
+    run_id: str,
+    select_on: str,
+    selection: Selection | None,
+    reason: str | None = None,
+) -> None:
+    """Record the checkpoint selection on the training run (`longhaul.tracking.selection`): tags
+    `longhaul.select_on`, `longhaul.selected_step` and `longhaul.selected_pass_hat_1`, and the metric
+    `selection/pass_hat_1` at the selected step. Without a selection, `longhaul.selection_note` says why and an
+    earlier `longhaul.selected_step` is removed."""
+    client = client_for(tracking_uri)
+    tags = build_selection_tags(select_on, selection, reason)
+    metrics = []
+    if selection is None:
+        stale = client.get_run(run_id).data.tags
+        for key in (T.SELECTED_STEP, T.SELECTED_PASS_HAT_1):
+            if key in stale:
+                client.delete_tag(run_id, key)
+    else:
+        metrics = [Metric(T.SELECTED_PASS_HAT_1_METRIC, selection.pass_hat_1, now_ms(), selection.step)]
+    log_batch(client, run_id, metrics=metrics, tags=tags)
 
 
 def fetch_eval_runs(tracking_uri: str | MlflowClient, parent_run_id: str) -> dict[int, str]:

@@ -28,6 +28,12 @@ CREDIT = "longhaul.credit"
 POLICY_MODEL = "longhaul.policy_model"
 STAGES = "longhaul.stages"
 SELECT_ON = "longhaul.select_on"
+#: Written by the eval stage on the training run (`longhaul.tracking.selection`).
+SELECTED_STEP = "longhaul.selected_step"
+SELECTED_PASS_HAT_1 = "longhaul.selected_pass_hat_1"
+SELECTION_NOTE = "longhaul.selection_note"
+#: Metric on the training run: pass^1 on select_on of the selected checkpoint, at its step.
+SELECTED_PASS_HAT_1_METRIC = "selection/pass_hat_1"
 
 CHECKPOINT_STEP = "longhaul.checkpoint_step"
 CHECKPOINT_URI = "longhaul.checkpoint_uri"

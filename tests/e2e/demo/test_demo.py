@@ -77,9 +77,12 @@ def test_demo_finishes_and_prints_the_summary(demo):
         merged = merged_model_dir(run_dir, s)
         assert (merged / "config.json").is_file() and list(merged.glob("*.safetensors"))
     assert not list(run_dir.rglob("*.partial")) and not list(run_dir.rglob("*.merging"))
-    # veRL's own rollout dump (decoded text and score per sample) for every step.
+    # veRL's own generation dump (decoded text and score per sample) in the logs, and longhaul's trajectory traces
+    # (what `longhaul explain` reads) under rollouts/, for every step.
     for s in range(1, steps + 1):
-        assert (run_dir / "rollouts" / "verl" / f"{s}.jsonl").stat().st_size > 0
+        assert (logs / "verl_generations" / f"{s}.jsonl").stat().st_size > 0
+        assert sum(1 for f in (run_dir / "rollouts" / f"step_{s}").glob("*.jsonl") for _ in f.open()) >= (
+            doc["spec"]["algorithm"]["train_batch_size"] * doc["spec"]["algorithm"]["group_size"])
 
 
 def test_the_update_changed_the_weights(demo):

@@ -110,6 +110,7 @@ BAD_CASES: list[tuple[str, Any, str, str]] = [
     ("spec.reward.rules", {"redundancy": {"enabled": 3}}, "spec.reward.rules.redundancy.enabled", "boolean"),
     ("spec.evaluation.k", [1, 16], "spec.evaluation.samples_per_task", "max k"),
     ("spec.evaluation.select_on", "test", "spec.evaluation.select_on", "must not be 'test'"),
+    ("spec.evaluation.select_on", "unseen", "spec.evaluation.select_on", "holds the test tasks"),
     ("spec.stages", ["eval", "grpo"], "spec.stages", "order"),
     ("spec.stages", ["sft", "grpo"], "spec.sft", "missing"),
     ("spec.tracking.uri", "javascript:alert(1)", "spec.tracking.uri", "not allowed"),

@@ -42,8 +42,13 @@ def test_selection_uses_select_on_never_test_and_ties_go_to_the_earlier_step():
     assert select_point(RECORDS[0]).step == 50  # train 0.30 beats 0.25 although test is higher at 100
     assert select_point(RECORDS[1]).step == 200  # tie on train → earlier step
     no_subset = record("x", "grpo", "none", [EvalPoint(1, {"eval/pass_hat_k/1": 0.1}), EvalPoint(2, {"eval/pass_hat_k/1": 0.3})])
-    assert select_point(no_subset).step == 2  # falls back to overall
+    assert select_point(no_subset) is None  # never the overall pass^1: it includes the test tasks
     assert select_point(record("y", "grpo", "none", [])) is None
+    # 'unseen' is the test split under another name (the spec accepts it): nothing is selected.
+    unseen = {"eval/unseen/pass_hat_k/1": 0.1}
+    on_unseen = record("u", "grpo", "none", [point(50, 0.2, 0.3, 0.1, **unseen), point(60, 0.2, 0.3, 0.2, **unseen)],
+                       select_on="unseen")
+    assert select_point(on_unseen) is None
 
 
 def test_rows_columns_markdown_and_csv():

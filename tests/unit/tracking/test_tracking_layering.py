@@ -9,7 +9,8 @@ import sys
 def test_light_modules_do_not_import_mlflow():
     code = (
         "import sys, longhaul.tracking, longhaul.tracking.config, longhaul.tracking.watchdog, "
-        "longhaul.tracking.ablation, longhaul.tracking.evalmetrics, longhaul.tracking.provenance; "
+        "longhaul.tracking.ablation, longhaul.tracking.evalmetrics, longhaul.tracking.provenance, "
+        "longhaul.tracking.selection; "
         "print(sorted(m for m in sys.modules if m == 'mlflow' or m.startswith('mlflow.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

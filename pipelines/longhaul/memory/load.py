@@ -1,0 +1,54 @@
+"""Thin I/O for the memory planner: a model's `config.json` from its local `path`, else the built-in table.
+
+Offline only: `ModelRef.path` (relative paths against the working directory, as the launcher resolves them) or
+the shapes of the shipped models in `longhaul.memory.shapes.BUILTIN_CONFIGS`. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from longhaul import bounded
+from longhaul.memory.plan import MemoryPlan, compute_memory_plan
+from longhaul.memory.shapes import BUILTIN_CONFIGS, ModelShape, ShapeError, builtin_shape, shape_from_config
+from longhaul.spec.models import Experiment, ModelRef, Placement
+
+
+class UnknownModel(LookupError):
+    """No shape for a model: no local config.json and not in the built-in table."""
+
+
+def load_model_shape(ref: ModelRef, *, field: str, cwd: Path | None = None) -> ModelShape:
+    """The shape of `ref`: its local `config.json` when `path` is a directory here, else the built-in table."""
+    if ref.path:
+        directory = Path(ref.path).expanduser()
+        if not directory.is_absolute():
+            directory = (cwd or Path.cwd()) / directory
+        config = directory / "config.json"
+        if config.is_file():
+            try:
+                data = json.loads(bounded.read_text(config, bounded.SMALL_JSON))
+            except (bounded.InputError, json.JSONDecodeError, OSError, UnicodeDecodeError) as exc:
+                raise UnknownModel(f"{field}.path: cannot read {config}: {exc}") from None
+            try:
+                return shape_from_config(data, str(config))
+            except ShapeError as exc:
+                raise UnknownModel(f"{field}.path: {exc}") from None
+    shape = builtin_shape(ref.name)
+    if shape is not None:
+        return shape
+    where = f"no config.json under {ref.path} (relative to {cwd or Path.cwd()})" if ref.path else "no `path`"
+    hint = ("build it with `longhaul tiny build`" if ref.path and "tiny" in ref.path else
+            f"set {field}.path to a local directory holding the model's config.json")
+    raise UnknownModel(f"{field}.name: no shape for model '{ref.name}': {where}, and it is not in the built-in table "
+                       f"({', '.join(BUILTIN_CONFIGS)}); {hint}")
+
+
+def load_memory_plan(exp: Experiment, *, cwd: Path | None = None) -> MemoryPlan:
+    """Read the models' shapes and compute the plan; raises `UnknownModel` when a shape is missing."""
+    policy = load_model_shape(exp.spec.policy.model, field="spec.policy.model", cwd=cwd)
+    simulator = None
+    if exp.spec.user_simulator.placement == Placement.COLOCATED:
+        simulator = load_model_shape(exp.spec.user_simulator.model, field="spec.user_simulator.model", cwd=cwd)
+    return compute_memory_plan(exp, policy, simulator)

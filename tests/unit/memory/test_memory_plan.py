@@ -1,0 +1,159 @@
+"""The memory plan of whole specs: every shipped spec fits, components land on the GPUs the launch plan gives
+them, and a spec that cannot fit says which phase, GPU and field."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from longhaul.memory import compute_memory_plan, render_memory_plan
+from longhaul.memory.gpus import GiB
+from longhaul.memory.load import UnknownModel, load_memory_plan, load_model_shape
+from longhaul.memory.shapes import builtin_shape
+from longhaul.spec import load_spec
+from longhaul.spec.models import ModelRef
+from support.specs import SPECS_DIR, spec_variant
+
+ROOT = Path(__file__).resolve().parents[3]
+GPU_SPECS = sorted(p.stem for p in SPECS_DIR.glob("*.yaml") if p.stem != "smoke")
+POLICY = builtin_shape("Qwen/Qwen2.5-7B-Instruct")
+SIMULATOR = builtin_shape("Qwen/Qwen2.5-72B-Instruct-AWQ")
+
+
+def _phase(plan, name):
+    (phase,) = [p for p in plan.phases if p.name == name]
+    return phase
+
+
+def _row(phase, prefix: str):
+    (row,) = [r for r in phase.rows if r.label.startswith(prefix)]
+    return row
+
+
+@pytest.mark.parametrize("stem", GPU_SPECS)
+def test_every_shipped_gpu_spec_fits(stem: str) -> None:
+    plan = load_memory_plan(load_spec(SPECS_DIR / f"{stem}.yaml"), cwd=ROOT)
+    assert plan.issues == (), [i.render() for i in plan.issues]
+    for phase in plan.phases:
+        assert phase.applies and phase.fits and set(phase.verdicts()) == {"fits"}, (phase.name, phase.totals())
+        assert phase.capacity == 80 * GiB  # a800
+
+
+def test_the_smoke_spec_fits_on_the_host() -> None:
+    exp = load_spec(SPECS_DIR / "smoke.yaml")
+    if not (ROOT / exp.spec.policy.model.path / "config.json").is_file():
+        pytest.fail(f"{exp.spec.policy.model.path} is missing: run `longhaul tiny build` (make tiny)")
+    plan = load_memory_plan(exp, cwd=ROOT)
+    assert plan.issues == ()
+    assert [p.name for p in plan.phases if p.applies] == ["training"]
+    training = _phase(plan, "training")
+    assert training.columns == ("host",) and training.capacity == 8 * GiB and training.fits
+    text = render_memory_plan(plan)
+    assert "rollout: does not apply (CPU run: resources.gpus_per_node is 0)" in text
+    assert "training on the host" in text
+
+
+def test_prm_lite_lata_components_and_phases() -> None:
+    plan = compute_memory_plan(load_spec(SPECS_DIR / "prm_lite_lata.yaml"), POLICY, SIMULATOR)
+    rollout, sync, training, evaluation = (_phase(plan, n) for n in ("rollout", "sync", "training", "evaluation"))
+    # vLLM pre-allocates its whole share: 0.4 and 0.5 of 80 GiB on both GPUs (the simulator is TP 2 on GPUs 0-1).
+    assert _row(rollout, "user simulator").values == (32 * GiB, 32 * GiB)
+    assert _row(rollout, "policy rollout").values == (40 * GiB, 40 * GiB)
+    # param_offload / optimizer_offload: nothing of the actor stays during rollout.
+    assert not [r for r in rollout.rows if r.label.startswith("actor")]
+    # Training: the engine sleeps (context and graphs stay), the simulator does not.
+    asleep = _row(training, "policy vLLM asleep (level 1")
+    assert 0 < asleep.values[0] < 2 * GiB
+    assert _row(training, "user simulator").values == (32 * GiB, 32 * GiB)
+    assert _row(training, "reference: the actor with adapters off").values == (0, 0)
+    params = _row(training, "actor parameters").values[0]
+    assert params == (POLICY.total_params() + POLICY.lora_params(16, "all-linear")) * 4 // 2
+    # The evaluation server runs on GPU 0 only (TP 1).
+    assert _row(evaluation, "evaluation policy").values == (40 * GiB, 0)
+    assert sync.totals()[0] < rollout.totals()[0]
+    assert rollout.host > 0 and training.host > 0  # offloaded shards; level-1 sleep keeps weights in host RAM
+
+
+def test_over_capacity_names_the_phase_and_field() -> None:
+    exp = spec_variant("prm_lite_lata", resources__gpu_type="l40s")
+    plan = compute_memory_plan(exp, POLICY, SIMULATOR)
+    fields = {i.field for i in plan.blocking}
+    assert "spec.algorithm.ppo_micro_batch_size_per_gpu" in fields  # training
+    assert "spec.user_simulator.gpu_memory_utilization" in fields   # 72B AWQ does not fit in 0.4 × 45 GiB
+    assert not _phase(plan, "training").fits and "OVER" in _phase(plan, "training").verdicts()
+    text = render_memory_plan(plan)
+    assert "DOES NOT FIT spec.algorithm.ppo_micro_batch_size_per_gpu: the training phase needs more than" in text
+
+
+def test_checkpointing_off_is_named_as_the_fix() -> None:
+    exp = spec_variant("lata", policy__gradient_checkpointing=False)
+    plan = compute_memory_plan(exp, POLICY, SIMULATOR)
+    (issue,) = [i for i in plan.blocking if i.field == "spec.policy.gradient_checkpointing"]
+    assert "turn on policy.gradient_checkpointing" in issue.hint
+
+
+@pytest.mark.parametrize(("share", "field"), [(0.24, "spec.policy.rollout.max_model_len"),
+                                              (0.2, "spec.policy.rollout.gpu_memory_utilization")])
+def test_engine_that_cannot_hold_one_sequence_is_refused(share: float, field: str) -> None:
+    # 0.24 × 80 GiB leaves KV cache for fewer than max_model_len tokens; 0.2 × 80 GiB not even the weights.
+    plan = compute_memory_plan(spec_variant("lata", policy__rollout__gpu_memory_utilization=share), POLICY, SIMULATOR)
+    assert [i.field for i in plan.blocking] == [field]
+    assert "vLLM refuses to start" in plan.blocking[0].message
+
+
+def test_unknown_gpu_type_is_a_warning_and_assumes_80_gib() -> None:
+    plan = compute_memory_plan(spec_variant("lata", resources__gpu_type="mi300x"), POLICY, SIMULATOR)
+    assert plan.blocking == ()
+    (w,) = plan.warnings
+    assert w.field == "spec.resources.gpu_type" and "assumes 80 GiB" in w.message
+    assert "unknown GPU type 'mi300x': assuming 80 GiB each" in render_memory_plan(plan)
+
+
+def test_dedicated_and_external_simulators() -> None:
+    dedicated = spec_variant("lata", resources__gpus_per_node=4, user_simulator__gpu_share="dedicated")
+    plan = compute_memory_plan(dedicated, POLICY, SIMULATOR)
+    sim = _row(_phase(plan, "rollout"), "user simulator").values
+    engine = _row(_phase(plan, "rollout"), "policy rollout").values
+    assert [v > 0 for v in sim] == [False, False, True, True]
+    assert [v > 0 for v in engine] == [True, True, False, False]
+    external = spec_variant("lata", user_simulator__placement="external", user_simulator__url="http://sim:8001/v1")
+    plan = compute_memory_plan(external, POLICY, None)
+    assert not [r for r in _phase(plan, "training").rows if r.label.startswith("user simulator")]
+
+
+def test_full_finetune_gets_a_separate_reference_on_the_host() -> None:
+    plan = compute_memory_plan(spec_variant("lata", policy__lora__rank=0), POLICY, SIMULATOR)
+    training = _phase(plan, "training")
+    ref = _row(training, "reference log-prob step")
+    assert not ref.counted and ref.values[0] > 0
+    assert "sleep" in dict(plan.engines) and "level 2" in dict(plan.engines)["sleep"]
+
+
+def test_unknown_model_without_a_local_config(tmp_path: Path) -> None:
+    with pytest.raises(UnknownModel, match="no shape for model 'acme/mystery'.*not in the built-in table"):
+        load_model_shape(ModelRef(name="acme/mystery"), field="spec.policy.model", cwd=tmp_path)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(
+        '{"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, '
+        '"num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 100, "tie_word_embeddings": true}')
+    shape = load_model_shape(ModelRef(name="acme/mystery", path="m"), field="spec.policy.model", cwd=tmp_path)
+    assert shape.source.endswith("m/config.json") and shape.qkv_bias and shape.tie_word_embeddings
+    # A local config wins over the built-in table.
+    local = load_model_shape(ModelRef(name="Qwen/Qwen2.5-7B-Instruct", path="m"), field="f", cwd=tmp_path)
+    assert local.hidden_size == 64
+
+
+PURE = ["shapes", "gpus", "estimate", "plan"]
+IO_MODULES = {"os", "pathlib", "io", "subprocess", "socket", "shutil", "tempfile", "time", "random", "httpx",
+              "requests", "longhaul.bounded", "longhaul.submit", "longhaul.launcher", "longhaul.memory.load"}
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_the_planner_core_imports_no_io(module: str) -> None:
+    tree = ast.parse((ROOT / "pipelines/longhaul/memory" / f"{module}.py").read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {m for m in imported if m.split(".")[0] in IO_MODULES or m in IO_MODULES}
+    assert "open" not in {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
