@@ -18,5 +18,3 @@ CHECKPOINT_SIGNAL = signal.SIGUSR1
 
 #: Seconds a child gets between SIGTERM and SIGKILL.
 STOP_GRACE_S = 20.0
-#: Seconds the trainer gets after SIGUSR1 to save and exit (Slurm's signal lead must exceed this).
-CHECKPOINT_GRACE_S = 600.0
