@@ -15,6 +15,8 @@ LABEL_SPEC_HASH = f"{API_GROUP}/spec-hash"
 LABEL_EXPERIMENT = f"{API_GROUP}/experiment"
 LABEL_STAGE = f"{API_GROUP}/stage"
 ANNOTATION_GIT_COMMIT = f"{API_GROUP}/git-commit"
+#: On a seed run: the run name of the multi-seed Experiment it was expanded from (`longhaul.spec.seed_runs`).
+ANNOTATION_SEED_GROUP = f"{API_GROUP}/seed-group"
 ANNOTATION_MLFLOW_RUN_ID = f"{API_GROUP}/mlflow-run-id"
 ANNOTATION_MLFLOW_URL = f"{API_GROUP}/mlflow-url"
 ANNOTATION_CHECKPOINT_STEP = f"{API_GROUP}/checkpoint-step"

@@ -53,15 +53,19 @@ def spec_hash(exp: Experiment) -> str:
 
 
 def run_name(exp: Experiment) -> str:
+    """`naming.run_name` with the memoised hash."""
+    group = naming.seed_group(exp)
+    if group is not None:
+        return naming.run_name(exp)
     return f"{exp.metadata.name}-{spec_hash(exp)[:8]}"
 
 
 def child_name(exp: Experiment, suffix: str) -> str:
-    """`<run>-<suffix>`, shortening the experiment name (never the hash) to stay within 63 characters."""
-    short_hash = spec_hash(exp)[:8]
-    room = MAX_NAME - len(short_hash) - len(suffix) - 2
+    """`<run>-<suffix>`, shortening the experiment name (never the hash or seed) to stay within 63 characters."""
+    tail = run_name(exp)[len(exp.metadata.name):]  # "-<8 hex>" or "-<8 hex>-s<seed>"
+    room = MAX_NAME - len(tail) - len(suffix) - 1
     base = exp.metadata.name[:room].rstrip("-")
-    return f"{base}-{short_hash}-{suffix}"
+    return f"{base}{tail}-{suffix}"
 
 
 def configmap_name(exp: Experiment) -> str:

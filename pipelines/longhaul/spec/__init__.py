@@ -2,7 +2,15 @@
 
 from longhaul.spec.load import Problem, SpecError, build_experiment, load_spec, load_specs, parse_spec_text
 from longhaul.spec.models import Experiment
-from longhaul.spec.naming import canonical_json, experiment_family, resolved_yaml, run_name, spec_hash
+from longhaul.spec.naming import (
+    canonical_json,
+    experiment_family,
+    resolved_yaml,
+    run_name,
+    seed_group,
+    seed_runs,
+    spec_hash,
+)
 
 __all__ = [
     "Experiment",
@@ -16,5 +24,7 @@ __all__ = [
     "parse_spec_text",
     "resolved_yaml",
     "run_name",
+    "seed_group",
+    "seed_runs",
     "spec_hash",
 ]

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from longhaul.constants import API_GROUP, API_VERSION, KIND
+from longhaul.constants import ANNOTATION_SEED_GROUP, API_GROUP, API_VERSION, KIND
 from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
 
 # ---------------------------------------------------------------------------------------------------------
@@ -20,6 +20,9 @@ from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
 
 #: DNS-1123 label, short enough that `<name>-<8 hex>` stays a valid 63-character label.
 MAX_NAME_LEN = 54
+#: Training seeds per Experiment and the largest seed: `-s<seed>` must fit the 63-character object names.
+MAX_SEEDS = 16
+MAX_SEED = 9999
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 SAFE_TOKEN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 SAFE_PATH = r"^[A-Za-z0-9_./~+-][A-Za-z0-9_./+@=,-]*$"
@@ -456,7 +459,15 @@ class AlgorithmSpec(_Model):
     total_steps: PositiveInt = Field(default=300, description="Training steps.")
     save_freq: PositiveInt = Field(default=50, description="Checkpoint every N steps.")
     test_freq: int = Field(default=50, ge=-1, description="Validation every N steps (-1 = never).")
-    seed: int = Field(default=42, ge=0, description="Global seed (data order, rollouts).")
+    seed: int = Field(default=42, ge=0, description="Global seed of a run (data order, rollouts).")
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SEEDS,
+        description="Training seeds as an axis: the Experiment becomes one run per seed, named `<run>-s<seed>`, "
+        "each with `seed` set to it (Kubernetes: one stage chain per seed; Slurm: a job array; local: one after "
+        "another; MLflow: one parent run with a child per seed). Omitted: one run with `seed`.",
+    )
     seed_compat: bool = Field(
         default=False,
         description="Reproduce the original implementation exactly (token-position discount, A/√L with "
@@ -465,6 +476,11 @@ class AlgorithmSpec(_Model):
 
     @model_validator(mode="after")
     def _consistency(self) -> AlgorithmSpec:
+        if self.seeds is not None:
+            if "seed" in self.model_fields_set:
+                raise FieldError("seeds", "set seed (one run) or seeds (one run per seed), not both")
+            if len(set(self.seeds)) != len(self.seeds):
+                raise FieldError("seeds", f"seeds must be distinct (got {self.seeds})")
         if self.ppo_mini_batch_size > self.train_batch_size:
             raise FieldError(
                 "ppo_mini_batch_size", f"ppo_mini_batch_size ({self.ppo_mini_batch_size}) must be ≤ train_batch_size "
@@ -802,3 +818,22 @@ class Experiment(_Model):
     kind: Literal["Experiment"] = Field(description=f"Always {KIND}.")
     metadata: Metadata = Field(description="Object metadata.")
     spec: ExperimentSpec = Field(default_factory=ExperimentSpec, description="The experiment.")
+
+    @model_validator(mode="after")
+    def _seed_names(self) -> Experiment:
+        seeds = self.spec.algorithm.seeds
+        group = self.metadata.annotations.get(ANNOTATION_SEED_GROUP)
+        if group is not None:
+            if seeds is not None:
+                raise FieldError("spec.algorithm.seeds", f"a seed run (annotation {ANNOTATION_SEED_GROUP}) has one seed: "
+                                 "remove spec.algorithm.seeds (the annotation is set by longhaul when it expands seeds)")
+            if not re.fullmatch(re.escape(self.metadata.name) + r"-[0-9a-f]{8}", group):
+                raise FieldError("metadata.annotations", f"annotation {ANNOTATION_SEED_GROUP}: {group!r} is not "
+                                 f"'{self.metadata.name}-<8 hex>'; it is set by longhaul when it expands seeds: remove it")
+        if seeds:
+            longest = len(self.metadata.name) + 9 + len(f"-s{max(seeds)}")
+            if longest > MAX_NAME_LEN + 9:
+                raise FieldError("metadata.name", f"with seeds up to {max(seeds)} the run names '<name>-<8 hex>-s<seed>' "
+                                 f"reach {longest} characters; shorten metadata.name to at most "
+                                 f"{MAX_NAME_LEN - len(f'-s{max(seeds)}')} characters")
+        return self

@@ -1,4 +1,10 @@
-"""Deterministic names: `run_name = <metadata.name>-<first 8 hex of sha256(canonical spec)>` (pure)."""
+"""Deterministic names (pure).
+
+`run_name = <metadata.name>-<first 8 hex of sha256(canonical spec)>`. An Experiment with training seeds
+(`spec.algorithm.seeds`) is a group of runs: `seed_runs` expands it into one single-seed Experiment per seed,
+named `<group run name>-s<seed>`; the group's run name travels in the annotation `longhaul.dev/seed-group`, so a
+seed run's resolved spec names itself wherever it is re-read (in the job, by the operator, by `status`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import hashlib
 import json
 from typing import Any
 
+from longhaul.constants import ANNOTATION_SEED_GROUP
 from longhaul.spec.models import Experiment
 
 
@@ -34,8 +41,35 @@ def spec_hash(exp: Experiment) -> str:
 
 
 def run_name(exp: Experiment) -> str:
-    """`<metadata.name>-<8 hex>`: used for Kubernetes objects, the Slurm job, run dirs and MLflow runs."""
+    """`<metadata.name>-<8 hex>` (`<group>-s<seed>` for a seed run): Kubernetes objects, the Slurm job, run dirs
+    and MLflow runs are named by it."""
+    group = seed_group(exp)
+    if group is not None:
+        return f"{group}-s{exp.spec.algorithm.seed}"
     return f"{exp.metadata.name}-{spec_hash(exp)[:8]}"
+
+
+def seed_group(exp: Experiment) -> str | None:
+    """The run name of the multi-seed Experiment a seed run was expanded from; None for any other run."""
+    return exp.metadata.annotations.get(ANNOTATION_SEED_GROUP)
+
+
+def seed_runs(exp: Experiment) -> list[Experiment]:
+    """The runs of an Experiment: itself when it has no `seeds`, else one seed run per seed (in the listed
+    order), each a complete single-seed Experiment (`seed` set, `seeds` removed, the group annotation added)."""
+    seeds = exp.spec.algorithm.seeds
+    if not seeds:
+        return [exp]
+    group = run_name(exp)
+    doc = exp.model_dump(mode="json", exclude_unset=True)
+    algorithm = doc.setdefault("spec", {}).setdefault("algorithm", {})
+    algorithm.pop("seeds", None)
+    doc.setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION_SEED_GROUP] = group
+    out = []
+    for s in seeds:
+        algorithm["seed"] = s
+        out.append(Experiment.model_validate(doc))
+    return out
 
 
 def experiment_family(exp: Experiment) -> str:
