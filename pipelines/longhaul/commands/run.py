@@ -15,17 +15,21 @@ def register(app: typer.Typer) -> None:
         stage: Annotated[str | None, typer.Option("--stage", help="Run only this stage (sft, grpo, eval).")] = None,
         run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Default: <backends.local.output_dir>/<run name>.")] = None,
     ) -> None:
-        """Run SPEC on this machine (local backend): servers, training, evaluation, MLflow; the same spec resumes."""
+        """Run SPEC on this machine (local backend): servers, training, evaluation, MLflow; one seed run after another
+        when the spec lists training seeds; the same spec resumes."""
         from longhaul.spec import SpecError, load_spec
-        from longhaul.submit.local import run_local
+        from longhaul.submit.local import run_local_seeds
 
         try:
             exp = load_spec(spec)
+            results = run_local_seeds(exp, run_dir=run_dir, stage=stage)
         except SpecError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from None
-        _, rc = run_local(exp, run_dir=run_dir, stage=stage)
-        raise typer.Exit(rc)
+        except ValueError as exc:
+            typer.echo(f"error: {spec}: {exc}", err=True)
+            raise typer.Exit(2) from None
+        raise typer.Exit(results[-1][1])
 
     @app.command("launch")
     def launch_cmd(

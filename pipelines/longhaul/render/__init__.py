@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import yaml
 
 from longhaul.spec.models import Experiment
-from longhaul.spec.naming import run_name
+from longhaul.spec.naming import run_name, seed_runs
 
 BACKENDS = ("kubernetes", "slurm", "verl", "local")
 
@@ -48,12 +48,21 @@ def render(exp: Experiment, backend: str, *, run_dir: str | None = None) -> Rend
         from longhaul.render.slurm import render_slurm
 
         return Rendered(backend, {f"{name}.sbatch": render_slurm(exp)})
-    if backend == "verl":
-        from longhaul.render.verl import render_verl_overrides
+    if backend not in ("verl", "local"):
+        raise ValueError(f"unknown backend '{backend}'; valid: {', '.join(BACKENDS)}")
+    runs = seed_runs(exp)
+    if run_dir is not None and len(runs) > 1:
+        raise ValueError(f"a run directory names one run; this spec has {len(runs)} training seeds (one run directory "
+                         "each, named after the seed run): drop the run directory")
+    files: dict[str, str] = {}
+    for r in runs:
+        name = run_name(r)
+        if backend == "verl":
+            from longhaul.render.verl import render_verl_overrides
 
-        paths = Paths.under(run_dir or default_run_dir(exp, "kubernetes"))
-        return Rendered(backend, {f"{name}.verl-overrides.txt": "\n".join(render_verl_overrides(exp, paths)) + "\n"})
-    if backend == "local":
-        plan = render_plan(exp, "local", run_dir or default_run_dir(exp, "local"))
-        return Rendered(backend, {f"{name}.plan.json": json.dumps(plan.to_dict(), indent=2) + "\n"})
-    raise ValueError(f"unknown backend '{backend}'; valid: {', '.join(BACKENDS)}")
+            paths = Paths.under(run_dir or default_run_dir(r, "kubernetes"))
+            files[f"{name}.verl-overrides.txt"] = "\n".join(render_verl_overrides(r, paths)) + "\n"
+        else:
+            plan = render_plan(r, "local", run_dir or default_run_dir(r, "local"))
+            files[f"{name}.plan.json"] = json.dumps(plan.to_dict(), indent=2) + "\n"
+    return Rendered(backend, files)

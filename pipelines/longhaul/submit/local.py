@@ -21,7 +21,7 @@ from longhaul.launcher.files import atomic_write_json, atomic_write_text
 from longhaul.launcher.protocol import EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_SIGINT
 from longhaul.launcher.supervisor import ENV_VLLM_PYTHON, launch
 from longhaul.spec.models import Experiment
-from longhaul.spec.naming import resolved_yaml, run_name
+from longhaul.spec.naming import resolved_yaml, run_name, seed_group, seed_runs
 from longhaul.submit import SubmitResult
 
 RECORD = "submit.json"
@@ -73,6 +73,9 @@ def run_local(exp: Experiment, *, run_dir: str | Path | None = None, stage: str 
     env = dict(os.environ if environ is None else environ)
     run_dir = Path(run_dir) if run_dir else local_run_dir(exp)
     run_dir.mkdir(parents=True, exist_ok=True)
+    group = seed_group(exp)
+    if group is not None:  # the seed runs' shared MLflow store lives there (longhaul.tracking.config)
+        (run_dir.absolute().parent / group).mkdir(exist_ok=True)
     spec_file = run_dir / "experiment.yaml"
     atomic_write_text(spec_file, resolved_yaml(exp))
     vllm_python = find_vllm_python(env, (Path.cwd(), Path(__file__).resolve().parents[3]))
@@ -88,18 +91,41 @@ def run_local(exp: Experiment, *, run_dir: str | Path | None = None, stage: str 
     return run_dir, rc
 
 
+def run_local_seeds(exp: Experiment, *, run_dir: str | Path | None = None, stage: str | None = None,
+                    environ: Mapping[str, str] | None = None, echo: TextIO | None = None) -> list[tuple[Path, int]]:
+    """Run every seed run of `exp` (`longhaul.spec.seed_runs`) one after another, stopping at the first that does
+    not finish (its exit code is the last entry); the same spec resumes each. `run_dir` only for a single run."""
+    runs = seed_runs(exp)
+    if run_dir is not None and len(runs) > 1:
+        raise ValueError(f"--run-dir names one run; this spec has {len(runs)} training seeds, each in "
+                         f"<backends.local.output_dir>/<run>-s<seed>: drop --run-dir")
+    done: list[tuple[Path, int]] = []
+    for r in runs:
+        if len(runs) > 1:
+            (echo or sys.stdout).write(f"== seed {r.spec.algorithm.seed}: run {run_name(r)} "
+                                       f"({len(done) + 1}/{len(runs)})\n")
+        done.append(run_local(r, run_dir=run_dir, stage=stage, environ=environ, echo=echo))
+        if done[-1][1] != EXIT_OK:
+            break
+    return done
+
+
 def submit_run(exp: Experiment, *, dry_run: bool = False) -> SubmitResult:
-    """`longhaul submit --backend local`: run now, in this process (blocks until the run ends)."""
-    run_dir = local_run_dir(exp)
+    """`longhaul submit --backend local`: run now, in this process (blocks until every seed run ends)."""
+    runs = seed_runs(exp)
+    name = run_name(exp)
     if dry_run:
         from longhaul.render.plan import render_plan
 
-        plan = render_plan(exp, "local", str(run_dir.absolute()))
-        return SubmitResult("local", run_name(exp), str(run_dir), None, json.dumps(plan.to_dict(), indent=2), True,
-                            "dry run: nothing started")
-    run_dir, rc = run_local(exp)
-    return SubmitResult("local", run_name(exp), str(run_dir), str(os.getpid()), "", False,
-                        f"local run finished with exit code {rc}", exit_code=rc)
+        plans = [render_plan(r, "local", str(local_run_dir(r).absolute())).to_dict() for r in runs]
+        return SubmitResult("local", name, str(local_run_dir(runs[0])), None,
+                            json.dumps(plans[0] if len(plans) == 1 else plans, indent=2), True, "dry run: nothing started")
+    results = run_local_seeds(exp)
+    run_dir, rc = results[-1]
+    ran = ", ".join(f"{p.name}: exit {code}" for p, code in results)
+    return SubmitResult("local", name, str(run_dir), str(os.getpid()), "", False,
+                        f"local run finished with exit code {rc}" if len(runs) == 1 else
+                        f"{len(results)}/{len(runs)} seed runs ran ({ran})", exit_code=rc)
 
 
 _PHASES = {EXIT_OK: "Succeeded", EXIT_REQUEUE: "Pending", EXIT_KILLED: "Failed", EXIT_SIGINT: "Failed"}

@@ -8,7 +8,8 @@ Rules, in order:
 2. `spec.tracking.uri_secret` — the URI lives in a Kubernetes Secret; the Job injects it as
    `MLFLOW_TRACKING_URI` (secretKeyRef), so in the pod it is read from the environment.
 3. `MLFLOW_TRACKING_URI` exported by the user or the site (Slurm jobs inherit the submit environment).
-4. Local backend only: an explicit store path (CLI), else `sqlite:///<run_dir>/mlflow.db`.
+4. Local backend only: an explicit store path (CLI), else `sqlite:///<run_dir>/mlflow.db` (for the seed runs of
+   a multi-seed Experiment, one store for all of them: `sqlite:///<run_dir>/../<group run name>/mlflow.db`).
 
 Anything else is refused: veRL's MLflow logger would otherwise write to `sqlite:////tmp/mlruns.db`, a file
 that disappears with the container.
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from longhaul.constants import ENV_RUN_NAME
-from longhaul.spec import Experiment, experiment_family, run_name
+from longhaul.spec import Experiment, experiment_family, run_name, seed_group
 from longhaul.spec.models import Backend
 
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
@@ -96,7 +97,10 @@ def resolve_tracking_uri(
             return local_store_uri(store)
         if run_dir is None:
             raise TrackingConfigError("local backend: no run directory given for the embedded MLflow store")
-        return local_store_uri(run_dir)
+        group = seed_group(exp)
+        # Seed runs of one Experiment share a store (the group's parent run and every seed's runs, so
+        # `longhaul compare` sees them together): `<output_dir>/<group>/mlflow.db`, beside the seed run dirs.
+        return local_store_uri(run_dir if group is None else Path(run_dir).absolute().parent / group)
     else:
         raise TrackingConfigError(
             f"spec.tracking: no MLflow tracking URI for backend '{backend}' (veRL would silently log to "

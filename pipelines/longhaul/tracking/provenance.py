@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from longhaul.constants import ANNOTATION_GIT_COMMIT, ENV_BACKEND, ENV_GIT_COMMIT, ENV_IMAGE, ENV_JOB_ID
-from longhaul.spec import Experiment, experiment_family, run_name, spec_hash
+from longhaul.spec import Experiment, experiment_family, run_name, seed_group, spec_hash
 from longhaul.tracking import tags as T
 
 NOT_INSTALLED = "not-installed"
@@ -53,6 +53,7 @@ def build_provenance(
         T.DATASET_SHA256: dataset_sha256,
         T.BACKEND: environ.get(ENV_BACKEND) or backend,
         T.JOB_ID: environ.get(ENV_JOB_ID) or UNKNOWN,
+        T.SEED: str(spec.algorithm.seed),
         # What the ablation table groups by; the full spec is the artifact.
         T.ADVANTAGE: str(spec.algorithm.advantage),
         T.PROCESS_REWARD: str(spec.reward.process),
@@ -62,6 +63,9 @@ def build_provenance(
         T.SELECT_ON: str(spec.evaluation.select_on),
         "mlflow.note.content": _note(exp),
     }
+    group = seed_group(exp)
+    if group is not None:
+        tags[T.SEED_GROUP] = group
     for pkg, ver in versions.items():
         tags[f"{T.VERSION_PREFIX}{pkg}"] = ver
     for key, value in spec.tracking.tags.items():

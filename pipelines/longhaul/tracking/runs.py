@@ -19,7 +19,7 @@ from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from longhaul.spec import Experiment, experiment_family, resolved_yaml, run_name, spec_hash
+from longhaul.spec import Experiment, experiment_family, resolved_yaml, run_name, seed_group, spec_hash
 from longhaul.tracking import tags as T
 from longhaul.tracking.config import RUN_ID_FILE
 from longhaul.tracking.evalmetrics import build_eval_metrics
@@ -188,7 +188,9 @@ def start_or_resume_run(
         client, experiment_id, name, digest
     )
     if run_id is None:
-        run = client.create_run(experiment_id, run_name=name, tags={**provenance, T.ATTEMPTS: "1",
+        group = seed_group(exp)
+        nesting = {} if group is None else {T.PARENT_RUN_ID: ensure_seed_group_run(client, experiment_id, group, provenance)}
+        run = client.create_run(experiment_id, run_name=name, tags={**provenance, **nesting, T.ATTEMPTS: "1",
                                                                       T.JOB_IDS: provenance[T.JOB_ID]})
         run_id = run.info.run_id
         log_batch(client, run_id, params=build_params(exp))
@@ -206,6 +208,42 @@ def start_or_resume_run(
     tracked = TrackedRun(run_id, experiment_id, family, name, digest, resumed, attempts)
     _write_run_info(run_dir, tracked)
     return tracked
+
+
+#: Tags a seed group's parent run copies from its first seed run: what the runs table and `compare` group by.
+_GROUP_TAGS = (T.SPEC_NAME, T.FAMILY, T.ADVANTAGE, T.PROCESS_REWARD, T.CREDIT, T.POLICY_MODEL, T.STAGES, T.SELECT_ON,
+               T.GIT_COMMIT)
+
+
+def ensure_seed_group_run(client: MlflowClient, experiment_id: str, group: str, provenance: Mapping[str, str]) -> str:
+    """Id of the parent run of a multi-seed Experiment (run name = the group's run name), created when missing.
+
+    Seed runs start concurrently on Kubernetes and Slurm: when two create the parent at once, both keep the
+    earliest-created one and the other deletes its own, so the group has one parent whichever wins. The parent
+    only groups its children (one training run per seed, their evaluations under them); it is marked FINISHED
+    at creation because no single seed run knows when the last one ends.
+    """
+    query = f"attributes.run_name = {quote_filter(group)} and tags.`{T.KIND}` = {quote_filter(T.KIND_SEED_GROUP)}"
+
+    def oldest() -> str | None:
+        found = client.search_runs([experiment_id], query, max_results=50)
+        found = sorted(found, key=lambda r: (r.info.start_time, r.info.run_id))
+        return found[0].info.run_id if found else None
+
+    existing = oldest()
+    if existing is not None:
+        return existing
+    tags = {k: provenance[k] for k in _GROUP_TAGS if k in provenance}
+    mine = client.create_run(experiment_id, run_name=group, tags={
+        **tags, T.KIND: T.KIND_SEED_GROUP, T.RUN_NAME: group,
+        "mlflow.note.content": f"Training seeds of `{group}`: one child run per seed (`{group}-s<seed>`), each with "
+                               "its evaluation runs.",
+    }).info.run_id
+    finish_run(client, mine)
+    winner = oldest() or mine
+    if winner != mine:
+        client.delete_run(mine)
+    return winner
 
 
 def finish_run(tracking_uri: str | MlflowClient, run_id: str, status: str = "FINISHED") -> None:

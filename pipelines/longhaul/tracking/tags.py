@@ -8,6 +8,8 @@ KIND = "longhaul.kind"
 KIND_TRAIN = "train"
 KIND_EVAL = "eval"
 KIND_COMPARE = "compare"
+#: The parent run of a multi-seed Experiment: one child training run per seed (`longhaul.spec.seed_runs`).
+KIND_SEED_GROUP = "seed_group"
 
 RUN_NAME = "longhaul.run_name"
 SPEC_HASH = "longhaul.spec_hash"
@@ -20,6 +22,9 @@ BACKEND = "longhaul.backend"
 JOB_ID = "longhaul.job_id"
 JOB_IDS = "longhaul.job_ids"
 ATTEMPTS = "longhaul.attempts"
+#: The training seed of a run, and (on seed runs) the run name of its multi-seed group.
+SEED = "longhaul.seed"
+SEED_GROUP = "longhaul.seed_group"
 VERSION_PREFIX = "longhaul.version."
 
 ADVANTAGE = "longhaul.advantage"

@@ -325,3 +325,47 @@ def test_collapse_watch_polls_at_its_interval_and_requests_the_stop(mlflow_serve
     assert tags[T.EARLY_STOP] == "collapse: response_length_collapse"
     hist = client.get_metric_history(tracked.run_id, "watchdog/response_length_collapse")
     assert [(h.step, h.value) for h in hist] == [(30, 0.25)]
+
+
+def test_seed_runs_nest_under_one_parent_run_even_when_they_start_together(mlflow_server, client, tmp_path):
+    import threading
+
+    import yaml
+
+    from longhaul.spec import seed_runs
+
+    doc = yaml.safe_load((REPO / "specs" / "smoke.yaml").read_text())
+    doc["spec"]["algorithm"].pop("seed")
+    doc["spec"]["algorithm"]["seeds"] = [3, 4, 5]
+    doc["metadata"]["name"] = "seed-group-test"
+    group = parse_spec_text(yaml.safe_dump(doc), file="seeds.yaml")
+    runs = seed_runs(group)
+    tracked: dict[int, object] = {}
+    barrier = threading.Barrier(len(runs))
+
+    def start(r) -> None:
+        barrier.wait()  # the three jobs of a job array start at once
+        tracked[r.spec.algorithm.seed] = start_or_resume_run(r, mlflow_server.uri, tmp_path / run_name(r), "slurm",
+                                                            environ={"LONGHAUL_JOB_ID": f"9_{r.spec.algorithm.seed}"})
+
+    threads = [threading.Thread(target=start, args=(r,)) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    eid = tracked[3].experiment_id
+    parents = client.search_runs([eid], f"tags.`{T.KIND}` = '{T.KIND_SEED_GROUP}'")
+    assert [p.info.run_name for p in parents] == [run_name(group)]
+    parent = parents[0]
+    assert parent.data.tags[T.SPEC_NAME] == "seed-group-test" and parent.data.tags[T.ADVANTAGE] == str(group.spec.algorithm.advantage)
+    for seed, tr in tracked.items():
+        run = client.get_run(tr.run_id)
+        assert run.info.run_name == f"{run_name(group)}-s{seed}"
+        assert run.data.tags[T.PARENT_RUN_ID] == parent.info.run_id
+        assert (run.data.tags[T.SEED], run.data.tags[T.SEED_GROUP], run.data.tags[T.KIND]) == (str(seed), run_name(group), T.KIND_TRAIN)
+    # A requeued seed resumes its own run under the same parent; its evaluation nests under the seed run.
+    again = start_or_resume_run(runs[1], mlflow_server.uri, tmp_path / "elsewhere", "slurm", environ={})
+    assert again.run_id == tracked[4].run_id and again.resumed
+    child = log_evaluation(again.run_id, 1, {"tasks": 1, "pass_hat_k": {"1": 0.5}}, None, tracking_uri=client)
+    assert client.get_run(child).data.tags[T.PARENT_RUN_ID] == again.run_id
+    assert len(client.search_runs([eid], f"tags.`{T.KIND}` = '{T.KIND_SEED_GROUP}'")) == 1

@@ -9,7 +9,15 @@ import yaml
 
 from longhaul import constants as C
 from longhaul.render.kubernetes import configmap_name, stage_job_name
-from longhaul.spec import SpecError, load_spec, parse_spec_text, resolved_yaml, run_name, seed_group, seed_runs
+from longhaul.spec import (
+    SpecError,
+    load_spec,
+    parse_spec_text,
+    resolved_yaml,
+    run_name,
+    seed_group,
+    seed_runs,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
