@@ -1,7 +1,8 @@
 """longhaul operator: kopf handlers for `Experiment` (longhaul.dev/v1alpha1). Thin on purpose.
 
 Each handler hands the Experiment to `longhaul.k8s.reconcile.reconcile_experiment`, which validates the spec,
-renders the children with the pure renderer, creates what is missing (idempotently) and writes the status.
+renders the children with the pure renderer, creates what is missing (idempotently) and writes the status
+(one stage chain per seed run for a multi-seed Experiment, the status aggregated).
 Run it: `kopf run --standalone --all-namespaces --liveness=http://0.0.0.0:8080/healthz operator/longhaul_operator.py`
 (see operator/README.md).
 """
@@ -87,7 +88,7 @@ async def _reconcile(namespace: str, name: str, body: Any, logger: logging.Logge
 
         status = await reconcile_experiment(api, fresh, now=_now(), emit=emit)
         logger.info("reconciled", extra={"phase": status.get("phase"), "run": status.get("runName"),
-                                         "stage": status.get("stage")})
+                                         "stage": status.get("stage"), "seeds": status.get("seeds")})
         return status
 
 

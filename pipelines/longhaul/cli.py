@@ -10,6 +10,7 @@ from longhaul.commands import eval as _eval
 from longhaul.commands import explain as _explain
 from longhaul.commands import images as _images
 from longhaul.commands import plan as _plan
+from longhaul.commands import power as _power
 from longhaul.commands import run as _run
 from longhaul.commands import sft as _sft
 from longhaul.commands import spec as _spec
@@ -34,6 +35,7 @@ _env.register(app)
 _eval.register(app)
 _explain.register(app)
 _compare.register(app)
+_power.register(app)
 _tiny.register(app)
 _sft.register(app)
 

@@ -14,6 +14,8 @@ LABEL_RUN_NAME = f"{API_GROUP}/run-name"
 LABEL_SPEC_HASH = f"{API_GROUP}/spec-hash"
 LABEL_EXPERIMENT = f"{API_GROUP}/experiment"
 LABEL_STAGE = f"{API_GROUP}/stage"
+#: On the children of a seed run: the group's run name (selects every seed run's objects of one Experiment).
+LABEL_SEED_GROUP = f"{API_GROUP}/seed-group"
 ANNOTATION_GIT_COMMIT = f"{API_GROUP}/git-commit"
 #: On a seed run: the run name of the multi-seed Experiment it was expanded from (`longhaul.spec.seed_runs`).
 ANNOTATION_SEED_GROUP = f"{API_GROUP}/seed-group"

@@ -135,3 +135,51 @@ def populate_ablation_runs(tracking_uri: str, root: Path, *, job_id: str = "job-
             pop.eval_run_ids[step] = log_evaluation(tracked.run_id, step, summary, jsonl, tracking_uri=tracking_uri)
         runs.append(pop)
     return runs
+
+
+#: A two-arm study with training seeds: arm name → success probability; per-task and per-seed shifts on top.
+STUDY_ARMS = {"study-a": 0.25, "study-b": 0.65}
+STUDY_SEEDS = (1, 2, 3)
+
+
+@dataclass
+class StudyArm:
+    group: Experiment
+    seed_runs: dict[int, TrackedRun] = field(default_factory=dict)
+    records: dict[int, list[dict]] = field(default_factory=dict)  # seed → trial records
+
+
+def populate_seed_study(tracking_uri: str, root: Path, *, step: int = 5) -> dict[str, StudyArm]:
+    """Two multi-seed Experiments (smoke with `seeds`), each seed run evaluated once at `step` on the 16 tasks of
+    TASKS with TRIALS samples; outcomes drawn from a seeded generator with task and seed effects."""
+    import yaml
+
+    from longhaul.spec import parse_spec_text, seed_runs
+
+    base = yaml.safe_load((REPO / "specs" / "smoke.yaml").read_text(encoding="utf-8"))
+    base["spec"]["algorithm"].pop("seed")
+    base["spec"]["algorithm"]["seeds"] = list(STUDY_SEEDS)
+    rng = random.Random(2024)
+    task_shift = {t: rng.uniform(-0.15, 0.15) for ts in TASKS.values() for t in ts}
+    arms = {}
+    for name, p in STUDY_ARMS.items():
+        base["metadata"]["name"] = name
+        group = parse_spec_text(yaml.safe_dump(base), file=f"{name}.yaml")
+        arm = StudyArm(group)
+        for r in seed_runs(group):
+            seed = r.spec.algorithm.seed
+            tracked = start_or_resume_run(r, tracking_uri, root / run_name(r), "kubernetes",
+                                          environ={"LONGHAUL_JOB_ID": f"{name}-{seed}"})
+            seed_shift = rng.uniform(-0.05, 0.05)
+            out = []
+            for subset, tasks in TASKS.items():
+                for t in tasks:
+                    q = min(0.95, max(0.05, p + task_shift[t] + seed_shift))
+                    out += [{"task_id": str(t), "trial": i, "success": rng.random() < q, "subset": subset,
+                             "subsets": [subset], "num_turns": 3} for i in range(TRIALS)]
+            jsonl = root / f"{run_name(r)}.results.jsonl"
+            jsonl.write_text("".join(json.dumps(o) + "\n" for o in out), encoding="utf-8")
+            log_evaluation(tracked.run_id, step, build_summary(out, seed=seed), jsonl, tracking_uri=tracking_uri)
+            arm.seed_runs[seed], arm.records[seed] = tracked, out
+        arms[name] = arm
+    return arms

@@ -38,6 +38,8 @@ def register(app: typer.Typer) -> None:
         from longhaul.tracking.compare import write_comparison
         from longhaul.tracking.runs import TrackingError
 
+        # One line per downloaded results file would bury the table.
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:
             err.print(

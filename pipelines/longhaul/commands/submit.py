@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 import typer
 from rich.console import Console
@@ -24,30 +24,96 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+class _SpecRun(NamedTuple):
+    name: str
+    slurm_dir: Path  # where `longhaul submit --backend slurm` puts it
+    submitted: Path | None  # the run directory with its submit.json (Slurm or local), None if not submitted here
+
+
+def _spec_runs(run: str) -> tuple[bool, list[_SpecRun]] | None:
+    """For a spec file: (has training seeds, its runs: one per seed, else the one run). None for anything else."""
+    path = Path(run)
+    if path.is_dir() or path.suffix not in (".yaml", ".yml") or not path.is_file():
+        return None
+    from longhaul.render.plan import default_run_dir
+    from longhaul.render.slurm import slurm_run_dir
+    from longhaul.spec import run_name, seed_runs
+
+    try:
+        exp = load_spec(path)
+    except SpecError as exc:
+        from longhaul.commands.spec import fail_on_spec_error
+
+        fail_on_spec_error(exc)
+    out = []
+    for r in seed_runs(exp):
+        cands = [Path(slurm_run_dir(r)), Path(default_run_dir(r, "local"))]
+        out.append(_SpecRun(run_name(r), cands[0], next((c for c in cands if (c / "submit.json").is_file()), None)))
+    return bool(exp.spec.algorithm.seeds), out
+
+
+def resolve_run_dirs(run: str) -> list[tuple[str, Path | None]] | None:
+    """The seed runs RUN names when it is a spec with training seeds: (run name, run directory or None when that
+    run was not submitted from here), failing when none was. None for anything else (see `resolve_run_dir`)."""
+    spec = _spec_runs(run)
+    if spec is None or not spec[0]:
+        return None
+    runs = spec[1]
+    if not any(r.submitted for r in runs):
+        listed = "\n".join(f"  {r.slurm_dir}" for r in runs)
+        _fail(f"{run}: no run of this spec has been submitted from here (one run per training seed; no "
+              f"submit.json in any of):\n{listed}")
+    return [(r.name, r.submitted) for r in runs]
+
+
 def resolve_run_dir(run: str) -> Path:
-    """RUN may be a run directory, a run name under ./runs/, or a spec file (its Slurm/local run directory)."""
+    """RUN may be a run directory, a run name under ./runs/, or a spec file (its Slurm/local run directory).
+
+    A spec with training seeds has one run directory per seed: the error lists them."""
     path = Path(run)
     if path.is_dir():
         return path
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        from longhaul.render.slurm import slurm_run_dir
-
-        try:
-            exp = load_spec(path)
-        except SpecError as exc:
-            from longhaul.commands.spec import fail_on_spec_error
-
-            fail_on_spec_error(exc)
-        local = Path(exp.spec.backends.local.output_dir) / Path(slurm_run_dir(exp)).name
-        for cand in (Path(slurm_run_dir(exp)), local):
-            if (cand / "submit.json").is_file():
-                return cand
-        _fail(f"{run}: this spec has not been submitted from here (no {slurm_run_dir(exp)}/submit.json)")
+    spec = _spec_runs(run)
+    if spec is not None:
+        has_seeds, runs = spec
+        if has_seeds:
+            listed = "\n".join(f"  {r.submitted or r.slurm_dir}" for r in runs)
+            state = "" if any(r.submitted for r in runs) else " (none submitted from here yet)"
+            _fail(f"{run}: this spec has {len(runs)} training seeds, one run each{state}; name one run directory "
+                  f"(or its run name):\n{listed}", 2)
+        (one,) = runs
+        if one.submitted is not None:
+            return one.submitted
+        _fail(f"{run}: this spec has not been submitted from here (no {one.slurm_dir}/submit.json)")
     cand = Path(DEFAULT_RUNS_DIR) / run
     if cand.is_dir():
         return cand
     _fail(f"{run}: not a run directory, a run name under ./{DEFAULT_RUNS_DIR}/, or a spec file")
     raise AssertionError  # unreachable
+
+
+def _fetch_status(run_dir: Path) -> dict:
+    try:
+        mod = get_backend(backend_of_run(run_dir), need=("fetch_status",))
+        return mod.fetch_status(run_dir)
+    except BackendUnavailable as exc:
+        _fail(str(exc), 2)
+    except (RuntimeError, OSError) as exc:
+        _fail(f"{run_dir}: {exc}")
+    raise AssertionError  # unreachable
+
+
+def _status_line(st: dict) -> str:
+    job = st.get("job") or {}
+    line = f"{st.get('run_name')}  phase={job.get('phase', '?')}  state={job.get('state', '?')}"
+    for key, label in (("job_id", "job"), ("reason", "reason"), ("restarts", "restarts"), ("exit_code", "exit")):
+        if job.get(key) not in (None, "", 0):
+            line += f"  {label}={job[key]}"
+    if st.get("checkpoint_step") is not None:
+        line += f"  checkpoint_step={st['checkpoint_step']}"
+    if st.get("stages_done"):
+        line += f"  stages_done={','.join(st['stages_done'])}"
+    return line
 
 
 def register(app: typer.Typer) -> None:
@@ -88,28 +154,24 @@ def register(app: typer.Typer) -> None:
         run: Annotated[str, typer.Argument(help="Run directory, run name (under ./runs) or spec file.")],
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     ) -> None:
-        """Phase of a submitted run (Pending, Running, Succeeded, Failed) with the backend's own state."""
-        run_dir = resolve_run_dir(run)
-        try:
-            mod = get_backend(backend_of_run(run_dir), need=("fetch_status",))
-            st = mod.fetch_status(run_dir)
-        except BackendUnavailable as exc:
-            _fail(str(exc), 2)
-        except (RuntimeError, OSError) as exc:
-            _fail(f"{run_dir}: {exc}")
-        if as_json:
-            typer.echo(json.dumps(st, indent=2, default=str))
+        """Phase of a submitted run (Pending, Running, Succeeded, Failed) with the backend's own state.
+
+        A spec with training seeds: one line per seed run (`--json`: a list)."""
+        runs = resolve_run_dirs(run)
+        if runs is None:
+            st = _fetch_status(resolve_run_dir(run))
+            if as_json:
+                typer.echo(json.dumps(st, indent=2, default=str))
+                return
+            out.print(_status_line(st))
             return
-        job = st.get("job") or {}
-        line = f"{st.get('run_name')}  phase={job.get('phase', '?')}  state={job.get('state', '?')}"
-        for key, label in (("job_id", "job"), ("reason", "reason"), ("restarts", "restarts"), ("exit_code", "exit")):
-            if job.get(key) not in (None, "", 0):
-                line += f"  {label}={job[key]}"
-        if st.get("checkpoint_step") is not None:
-            line += f"  checkpoint_step={st['checkpoint_step']}"
-        if st.get("stages_done"):
-            line += f"  stages_done={','.join(st['stages_done'])}"
-        out.print(line)
+        sts = [_fetch_status(d) if d is not None else {"run_name": n, "run_dir": None, "submitted": False}
+               for n, d in runs]
+        if as_json:
+            typer.echo(json.dumps(sts, indent=2, default=str))
+            return
+        for st in sts:
+            out.print(_status_line(st) if st.get("submitted", True) else f"{st['run_name']}  not submitted from here")
 
     @app.command()
     def logs(

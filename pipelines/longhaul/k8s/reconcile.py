@@ -4,10 +4,15 @@
 (create / get / list / patch_status) so tests can drive it against the emulator or a fake. Idempotent: every
 child has a deterministic name, creation treats 409 AlreadyExists as "adopt what is there", and the status is
 recomputed from what exists, so retries and operator restarts converge without duplicates.
+
+A multi-seed Experiment (`spec.algorithm.seeds`) is one stage chain per seed run (`longhaul.spec.seed_runs`),
+each reconciled exactly like a single run (`_reconcile_run`), all owned by the one Experiment; the status
+aggregates them (`status.build_group_status`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,8 +22,9 @@ from longhaul import bounded
 from longhaul import constants as C
 from longhaul.k8s import status as S
 from longhaul.render.kubernetes import render_configmap, render_stage, run_name, spec_hash, stage_job_name
-from longhaul.spec import SpecError, build_experiment, parse_spec_text
+from longhaul.spec import SpecError, build_experiment, parse_spec_text, seed_runs
 from longhaul.spec.models import Experiment
+from longhaul.spec.naming import group_of
 
 #: Annotation prefixes written by tools, not by users: never part of the Experiment that is validated.
 _TOOL_ANNOTATIONS = ("kubectl.kubernetes.io/", "kopf.zalando.org/", "meta.helm.sh/", "argocd.argoproj.io/")
@@ -128,22 +134,44 @@ def run_locked(status: dict[str, Any]) -> bool:
 
 
 async def load_running(api: Api, body: dict[str, Any]) -> Experiment | None:
-    """The spec of the active run, read back from its ConfigMap (what the running job mounted)."""
+    """The spec of the active run, read back from its ConfigMap (what the running job mounted).
+
+    For a multi-seed run (the status lists `seedRuns`) the group's spec is rebuilt from a seed run's ConfigMap
+    (label `longhaul.dev/seed-group`) and the seeds in the status's order, and accepted only when it names the
+    running group again (the spec hash is part of the name).
+    """
     status = body.get("status") or {}
     run = status.get("runName")
     if not run_locked(status):
         return None
     ns = body["metadata"].get("namespace")
+    if status.get("seedRuns"):
+        seeds = [e.get("seed") for e in status["seedRuns"]]
+        selector = f"{C.LABEL_SEED_GROUP}={run},app.kubernetes.io/component=spec"
+        for cm in await api.list("v1", "ConfigMap", ns, selector):
+            one = _parse_configmap(cm)
+            if one is None:
+                continue
+            group = group_of(one, seeds)
+            if group is not None and run_name(group) == run:
+                return group
+        return None
     selector = f"{C.LABEL_RUN_NAME}={run},app.kubernetes.io/component=spec"
     for cm in await api.list("v1", "ConfigMap", ns, selector):
-        text = (cm.get("data") or {}).get(C.SPEC_FILENAME)
-        if text:
-            try:
-                # Bounded like every spec read (`longhaul.bounded.SPEC`): a ConfigMap is editable by namespace users.
-                return parse_spec_text(text, file=f"configmap {cm['metadata']['name']}")
-            except SpecError:
-                return None
+        if (cm.get("data") or {}).get(C.SPEC_FILENAME):
+            return _parse_configmap(cm)
     return None
+
+
+def _parse_configmap(cm: dict[str, Any]) -> Experiment | None:
+    text = (cm.get("data") or {}).get(C.SPEC_FILENAME)
+    if not text:
+        return None
+    try:
+        # Bounded like every spec read (`longhaul.bounded.SPEC`): a ConfigMap is editable by namespace users.
+        return parse_spec_text(text, file=f"configmap {cm['metadata']['name']}")
+    except SpecError:
+        return None
 
 
 def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
@@ -156,7 +184,7 @@ def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | 
 
 
 _OPERATOR_KEYS = {"phase", "observedGeneration", "runName", "specHash", "stage", "jobName", "mlflowRunId", "mlflowUrl",
-                  "startTime", "completionTime", "lastCheckpointStep", "message", "conditions"}
+                  "startTime", "completionTime", "lastCheckpointStep", "message", "conditions", "seeds", "seedRuns"}
 
 
 async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit: Emit) -> dict[str, Any]:
@@ -175,42 +203,18 @@ async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit
 
     exp = decision.track
     assert exp is not None
+    # The status names a run only after its ConfigMaps exist: later reconciles skip those requests.
+    started = previous.get("runName") == run_name(exp)
     base = previous
-    if previous.get("runName") != run_name(exp):
+    if not started:
         # First reconcile, or a finished run's spec was edited (a new run): start a clean status.
         base = {"conditions": [c for c in previous.get("conditions") or [] if c.get("type") == S.COND_VALID]}
-    # The same objects as render_kubernetes(exp), rendered piecewise: the ConfigMap (a YAML dump of the whole
-    # spec) only when it may be missing.
-    workloads = adopt([render_stage(exp, s, namespace=ns) for s in exp.spec.stages], body)
-    if previous.get("runName") != run_name(exp):
-        # The status names the run only after its ConfigMap exists: later reconciles skip this request.
-        (configmap,) = adopt([render_configmap(exp, namespace=ns)], body)
-        _, created = await api.create(configmap)
-        if created:
-            emit("Normal", "Created", f"ConfigMap {configmap['metadata']['name']} (resolved spec of run {run_name(exp)})")
-
-    stages = [str(s) for s in exp.spec.stages]
-    by_stage = dict(zip(stages, workloads, strict=True))
-    # One list call for all stages (by run label), matched by the deterministic names.
-    first = workloads[0]
-    listed = await api.list(first["apiVersion"], first["kind"], ns, f"{C.LABEL_RUN_NAME}={run_name(exp)}")
-    by_name = {o["metadata"]["name"]: o for o in listed}
-    current: dict[str, dict[str, Any] | None] = {s: by_name.get(wl["metadata"]["name"]) for s, wl in by_stage.items()}
-
-    def views() -> list[S.StageView]:
-        return [S.StageView(stage=s, name=stage_job_name(exp, s), workload=current[s]) for s in stages]
-
-    result = S.build_status(base, views(), run_name=run_name(exp), spec_hash=spec_hash(exp),
-                            generation=generation, now=now)
-    if result.next_stage is not None:
-        wl = by_stage[result.next_stage]
-        stored, created = await api.create(wl)
-        current[result.next_stage] = stored
-        if created:
-            emit("Normal", "Created", f"{wl['kind']} {wl['metadata']['name']} for stage {result.next_stage}")
-        result = S.build_status(base, views(), run_name=run_name(exp), spec_hash=spec_hash(exp),
-                                generation=generation, now=now)
-    new = result.status
+    if exp.spec.algorithm.seeds:
+        new = await _reconcile_group(api, body, exp, started=started, base=base, generation=generation, now=now,
+                                     emit=emit)
+    else:
+        new = await _reconcile_run(api, body, exp, started=started, base=base, generation=generation, now=now,
+                                   emit=emit)
     if decision.refused_run is not None or decision.refused_invalid is not None:
         if not any(c.get("type") == S.COND_SPEC_CHANGE_REFUSED and c.get("status") == "True"
                    and c.get("observedGeneration") == generation for c in previous.get("conditions") or []):
@@ -223,6 +227,77 @@ async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit
         emit("Normal" if new["phase"] == S.Phase.SUCCEEDED else "Warning", new["phase"], new.get("message", ""))
     await _write(api, ns, name, previous, new)
     return new
+
+
+async def _reconcile_run(api: Api, body: dict[str, Any], exp: Experiment, *, started: bool, base: dict[str, Any],
+                         generation: int | None, now: str, emit: Emit,
+                         listed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One stage chain (a single-seed Experiment, or one seed run of a group): its ConfigMap unless `started`,
+    the next stage workload when the previous ones succeeded, and its status (`status.build_status`).
+
+    `listed`: the stage workloads already read (a group lists all its seed runs' at once), else listed here.
+    """
+    ns = body["metadata"].get("namespace")
+    run = run_name(exp)
+    # The same objects as render_run(exp), rendered piecewise: the ConfigMap (a YAML dump of the whole spec)
+    # only when it may be missing.
+    workloads = adopt([render_stage(exp, s, namespace=ns) for s in exp.spec.stages], body)
+    if not started:
+        (configmap,) = adopt([render_configmap(exp, namespace=ns)], body)
+        _, created = await api.create(configmap)
+        if created:
+            emit("Normal", "Created", f"ConfigMap {configmap['metadata']['name']} (resolved spec of run {run})")
+
+    stages = [str(s) for s in exp.spec.stages]
+    by_stage = dict(zip(stages, workloads, strict=True))
+    if listed is None:
+        # One list call for all stages (by run label), matched by the deterministic names.
+        first = workloads[0]
+        listed = await api.list(first["apiVersion"], first["kind"], ns, f"{C.LABEL_RUN_NAME}={run}")
+    by_name = {o["metadata"]["name"]: o for o in listed}
+    current: dict[str, dict[str, Any] | None] = {s: by_name.get(wl["metadata"]["name"]) for s, wl in by_stage.items()}
+
+    def views() -> list[S.StageView]:
+        return [S.StageView(stage=s, name=stage_job_name(exp, s), workload=current[s]) for s in stages]
+
+    result = S.build_status(base, views(), run_name=run, spec_hash=spec_hash(exp), generation=generation, now=now)
+    if result.next_stage is not None:
+        wl = by_stage[result.next_stage]
+        stored, created = await api.create(wl)
+        current[result.next_stage] = stored
+        if created:
+            emit("Normal", "Created", f"{wl['kind']} {wl['metadata']['name']} for stage {result.next_stage}")
+        result = S.build_status(base, views(), run_name=run, spec_hash=spec_hash(exp), generation=generation,
+                                now=now)
+    return result.status
+
+
+async def _reconcile_group(api: Api, body: dict[str, Any], exp: Experiment, *, started: bool, base: dict[str, Any],
+                           generation: int | None, now: str, emit: Emit) -> dict[str, Any]:
+    """Every seed run of a multi-seed Experiment as its own stage chain (`_reconcile_run`, concurrently), and
+    the aggregated status (`status.build_group_status`)."""
+    ns = body["metadata"].get("namespace")
+    group = run_name(exp)
+    runs = seed_runs(exp)
+    before = {e.get("runName"): e for e in base.get("seedRuns") or []}
+    # One list call for every seed run's stages (by group label); each chain matches its deterministic names.
+    first = render_stage(runs[0], runs[0].spec.stages[0])
+    listed = await api.list(first["apiVersion"], first["kind"], ns, f"{C.LABEL_SEED_GROUP}={group}")
+    results = await asyncio.gather(*(
+        _reconcile_run(api, body, r, started=started, base=before.get(run_name(r)) or {}, generation=None, now=now,
+                       emit=emit, listed=listed)
+        for r in runs
+    ), return_exceptions=True)  # every chain gets its turn; the first error is raised after all finished
+    for res in results:
+        if isinstance(res, BaseException):
+            raise res
+    entries = [S.seed_run_entry(r.spec.algorithm.seed, st) for r, st in zip(runs, results, strict=True)]
+    for e in entries:
+        if e["phase"] in (S.Phase.SUCCEEDED, S.Phase.FAILED) and (before.get(e["runName"]) or {}).get("phase") != e["phase"]:
+            emit("Normal" if e["phase"] == S.Phase.SUCCEEDED else "Warning", f"Seed{e['phase']}",
+                 f"seed {e['seed']} (run {e['runName']}): {e['message']}")
+    return S.build_group_status(base, entries, run_name=group, spec_hash=spec_hash(exp), generation=generation,
+                                now=now)
 
 
 async def _write(api: Api, ns: str | None, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:

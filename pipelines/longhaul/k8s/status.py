@@ -1,8 +1,9 @@
 """Experiment status from the state of its stage workloads (pure: dicts in, dicts out; time is an argument).
 
 The operator reads the Experiment and its children, calls `build_status`, writes the result to the status
-subresource and creates `next_stage` when the previous stages succeeded. Everything here is deterministic and
-unit-tested without a cluster.
+subresource and creates `next_stage` when the previous stages succeeded. A multi-seed Experiment has one stage
+chain per seed run: `build_status` per seed run, `seed_run_entry` of each, `build_group_status` over them.
+Everything here is deterministic and unit-tested without a cluster.
 """
 
 from __future__ import annotations
@@ -116,6 +117,19 @@ def set_condition(
     return out
 
 
+def _phase_conditions(conditions: list[dict[str, Any]], phase: Phase, message: str, reasons: tuple[str, str], *,
+                      now: str, generation: int | None) -> list[dict[str, Any]]:
+    """The Running, Complete and Failed conditions of `phase`; `reasons` = (complete reason, failed reason)."""
+    complete, failed = reasons
+    conditions = set_condition(conditions, COND_RUNNING, phase == Phase.RUNNING, phase.value, message,
+                               now=now, generation=generation)
+    conditions = set_condition(conditions, COND_COMPLETE, phase == Phase.SUCCEEDED,
+                               complete if phase == Phase.SUCCEEDED else "NotComplete", message,
+                               now=now, generation=generation)
+    return set_condition(conditions, COND_FAILED, phase == Phase.FAILED,
+                         failed if phase == Phase.FAILED else "NoFailure", message, now=now, generation=generation)
+
+
 @dataclass(frozen=True)
 class StageView:
     """One stage and its workload as read from the cluster (None = not created yet)."""
@@ -185,14 +199,8 @@ def build_status(
         phase = Phase.PENDING
         message = f"stage {current.stage} is waiting to start (job {current.name})"
 
-    conditions = set_condition(conditions, COND_RUNNING, phase == Phase.RUNNING, phase.value, message,
-                               now=now, generation=generation)
-    conditions = set_condition(conditions, COND_COMPLETE, phase == Phase.SUCCEEDED,
-                               "AllStagesSucceeded" if phase == Phase.SUCCEEDED else "NotComplete", message,
-                               now=now, generation=generation)
-    conditions = set_condition(conditions, COND_FAILED, phase == Phase.FAILED,
-                               "StageFailed" if phase == Phase.FAILED else "NoFailure", message,
-                               now=now, generation=generation)
+    conditions = _phase_conditions(conditions, phase, message, ("AllStagesSucceeded", "StageFailed"),
+                                   now=now, generation=generation)
 
     status: dict[str, Any] = {
         "phase": phase.value,
@@ -225,6 +233,93 @@ def build_status(
     if generation is None:
         status.pop("observedGeneration")
     return Reconciled(status=status, next_stage=next_stage)
+
+
+#: The keys of a seed run's own status (`build_status`) that its `status.seedRuns` entry keeps, in this order.
+SEED_RUN_KEYS = ("runName", "phase", "stage", "jobName", "message", "startTime", "completionTime",
+                 "lastCheckpointStep", "mlflowRunId", "mlflowUrl")
+
+
+def seed_run_entry(seed: int, run_status: dict[str, Any]) -> dict[str, Any]:
+    """One element of `status.seedRuns`: the seed and its run's status from `build_status`, without conditions."""
+    return {"seed": seed, **{k: run_status[k] for k in SEED_RUN_KEYS if k in run_status}}
+
+
+def group_phase(phases: list[Phase | str]) -> Phase:
+    """Phase of a multi-seed Experiment from the phases of its seed runs (at least one).
+
+    Running while any seed run is Running, else Pending while any is Pending (not started, or between stages);
+    only when every seed run has finished: Failed if any failed, else Succeeded. A failed seed does not end the
+    Experiment while other seeds still run: a finished phase releases the spec-edit lock and stops the periodic
+    re-sync, and those seeds' jobs still run (their failure is in `message` and `seedRuns` meanwhile).
+    """
+    if not phases:
+        raise ValueError("a multi-seed Experiment has at least one seed run")
+    found = {Phase(p) for p in phases}
+    for phase in (Phase.RUNNING, Phase.PENDING, Phase.FAILED):
+        if phase in found:
+            return phase
+    return Phase.SUCCEEDED
+
+
+def build_group_status(
+    previous: dict[str, Any] | None,
+    seed_runs: list[dict[str, Any]],
+    *,
+    run_name: str,
+    spec_hash: str,
+    generation: int | None,
+    now: str,
+) -> dict[str, Any]:
+    """The status of a multi-seed Experiment from its `seedRuns` entries (`seed_run_entry`, in seed order).
+
+    `runName`/`specHash` name the group; `seeds` is "<succeeded>/<total>" (the SEEDS printer column); `stage` and
+    `jobName` are those of the seed run the phase is about (the first failed one when Failed, else the first
+    running, else the first pending, else the last); conditions as for a single run.
+    """
+    prev = dict(previous or {})
+    conditions = set_condition(list(prev.get("conditions") or []), COND_VALID, True, "SpecValid",
+                               "the spec passed validation", now=now, generation=generation)
+    phase = group_phase([e["phase"] for e in seed_runs])
+    succeeded = sum(1 for e in seed_runs if e["phase"] == Phase.SUCCEEDED)
+    failed = [e for e in seed_runs if e["phase"] == Phase.FAILED]
+    # The phase of a group is the phase of at least one of its seed runs: the first such one is in focus.
+    focus = seed_runs[-1] if phase == Phase.SUCCEEDED else next(e for e in seed_runs if e["phase"] == phase)
+    total = len(seed_runs)
+    if phase == Phase.SUCCEEDED:
+        message = f"all {total} seeds succeeded: seeds {', '.join(str(e['seed']) for e in seed_runs)}"
+    else:
+        message = f"{succeeded}/{total} seeds succeeded"
+        if failed:
+            message += "; " + "; ".join(f"seed {e['seed']} failed: {e['message']}" for e in failed)
+        if phase in ACTIVE:
+            message += f"; seed {focus['seed']}: {focus['message']}"
+    conditions = _phase_conditions(conditions, phase, message, ("AllSeedsSucceeded", "SeedFailed"),
+                                   now=now, generation=generation)
+    status: dict[str, Any] = {
+        "phase": phase.value,
+        "observedGeneration": generation,
+        "runName": run_name,
+        "specHash": spec_hash,
+        "seeds": f"{succeeded}/{total}",
+        "stage": focus["stage"],
+        "jobName": focus["jobName"],
+        "message": message,
+        "conditions": conditions,
+        "seedRuns": seed_runs,
+    }
+    starts = [e["startTime"] for e in seed_runs if e.get("startTime")]
+    start = min(starts) if starts else prev.get("startTime")
+    if phase != Phase.PENDING and not start:
+        start = now
+    if start:
+        status["startTime"] = start
+    if phase in TERMINAL:
+        ends = [e["completionTime"] for e in seed_runs if e.get("completionTime")]
+        status["completionTime"] = prev.get("completionTime") or (max(ends) if ends else now)
+    if generation is None:
+        status.pop("observedGeneration")
+    return status
 
 
 def invalid_status(previous: dict[str, Any] | None, message: str, *, generation: int | None, now: str) -> dict[str, Any]:

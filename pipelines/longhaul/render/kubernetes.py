@@ -1,15 +1,18 @@
 """Render an Experiment to the Kubernetes objects the operator creates (pure: no cluster, no clock, no I/O).
 
-`render_kubernetes(exp)` returns, in creation order:
+`render_kubernetes(exp)` returns, for each run of the Experiment (one, or one per training seed when
+`spec.algorithm.seeds` is set: `longhaul.spec.seed_runs`), in creation order:
 
-1. a ConfigMap `<run>-spec` holding the resolved spec (`experiment.yaml`), mounted read-only at /etc/longhaul;
+1. a ConfigMap `<run>-spec` holding the run's resolved spec (`experiment.yaml`), mounted read-only at /etc/longhaul;
 2. one workload per stage, in stage order (`<run>-sft`, `<run>-grpo`, `<run>-eval`): a `batch/v1` Job for
    single-node specs, a KubeRay `RayJob` or a `JobSet` (spec.backends.kubernetes.multinode_engine) when
    `resources.nodes > 1`. The operator creates them one after the other; each runs the in-container launcher
    with `--stage <stage>`.
 
-Names derive from `run_name(exp)` only (not from the owner), so a re-render after an operator restart yields the
-same objects and creation stays idempotent.
+The runs of a multi-seed Experiment are independent stage chains (`<group>-s<seed>-spec`, `<group>-s<seed>-grpo`,
+…) whose children also carry the label `longhaul.dev/seed-group=<group run name>`. Every other function here
+renders one run. Names derive from `run_name(exp)` only (not from the owner), so a re-render after an operator
+restart yields the same objects and creation stays idempotent.
 """
 
 from __future__ import annotations
@@ -100,6 +103,9 @@ def labels(exp: Experiment, stage: Stage | str | None = None) -> dict[str, str]:
     }
     if stage is not None:
         out[C.LABEL_STAGE] = str(stage)
+    group = naming.seed_group(exp)
+    if group is not None:
+        out[C.LABEL_SEED_GROUP] = group
     return out
 
 
@@ -380,8 +386,14 @@ def render_stage(exp: Experiment, stage: Stage | str, *, namespace: str | None =
     return render_rayjob(exp, stage, namespace=namespace)
 
 
-def render_kubernetes(exp: Experiment, *, namespace: str | None = None) -> list[dict[str, Any]]:
-    """Every object of a run, in creation order: the spec ConfigMap, then one workload per stage."""
+def render_run(exp: Experiment, *, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Every object of one run (a single-seed Experiment or a seed run), in creation order: the spec ConfigMap,
+    then one workload per stage."""
     objs = [render_configmap(exp, namespace=namespace)]
     objs += [render_stage(exp, stage, namespace=namespace) for stage in exp.spec.stages]
     return objs
+
+
+def render_kubernetes(exp: Experiment, *, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Every object of an Experiment: `render_run` of each of its runs (one per training seed), in seed order."""
+    return [obj for run in naming.seed_runs(exp) for obj in render_run(run, namespace=namespace)]

@@ -16,6 +16,15 @@ The script, top to bottom:
    `scontrol requeue $SLURM_JOB_ID`. The requeued job runs the same command on the same run directory and the
    launcher resumes from the newest checkpoint; `--open-mode=append` keeps every run in one log file.
 
+Training seeds (`spec.algorithm.seeds`): one script for the whole group, a job array with one task per seed
+run (`longhaul.spec.seed_runs`). The job is named after the group's run name; `#SBATCH --array=0-<n-1>`; logs
+`<group run dir>/slurm-%A_%a.out`. Task i picks seed i from a bash array, and with it that seed run's name and run
+directory (`slurm_run_dir` of the seed run, `<output_dir>/<group>-s<seed>`, where the submit step wrote its
+resolved spec), then does exactly what the single-run script does for that run. A task's own id is
+`<array job id>_<task index>` (`LONGHAUL_JOB_ID`): the requeue names it, because `scontrol requeue
+$SLURM_JOB_ID` from the task whose raw id is the array's id would requeue every task of the array. The task
+writes its raw job id to `<run dir>/slurm-task-job-id` (the only id a job-completion log, `sacct -c`, knows).
+
 Every value that comes from the spec is shell-quoted (`shlex.quote`) or, on `#SBATCH` lines (parsed by sbatch,
 not by a shell), checked against a strict pattern; setup lines are the one deliberate exception.
 """
@@ -24,11 +33,12 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
 from longhaul import constants as C
 from longhaul.spec.models import ContainerRuntime, Experiment, Stage
-from longhaul.spec.naming import run_name
+from longhaul.spec.naming import run_name, seed_runs
 
 #: Mirrors `longhaul.launcher.protocol.EXIT_REQUEUE` (render may not import the launcher; a unit test pins it).
 EXIT_REQUEUE = 75
@@ -40,6 +50,10 @@ ENV_VENV = "LONGHAUL_VENV"
 RAY_PORT = 6379
 RAY_HEAD_TIMEOUT_S = 300
 LOG_NAME = "slurm-%j.out"
+#: Log of one array task (training seeds), in the group's directory: `%A` array job id, `%a` task index.
+ARRAY_LOG_NAME = "slurm-%A_%a.out"
+#: Written by each array task into its seed run directory: the task's raw job id (see the module docstring).
+TASK_JOB_ID_FILE = "slurm-task-job-id"
 
 _SBATCH_VALUE = re.compile(r"^[A-Za-z0-9_./~+@=,:%-]+$")
 _DEP_ITEM = r"(singleton|(after|afterany|afterok|afternotok|aftercorr)(:[0-9]+(\+[0-9]+)?)+)"
@@ -48,9 +62,22 @@ _UNITS = {"": Decimal(1), "K": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Dec
           "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40}
 
 
+@dataclass(frozen=True)
+class _Expand:
+    """A shell word that expands the array task's variables: `code` in commands, `shown` inside an echo's
+    double quotes. Every other word of the script is a literal, quoted where it is written."""
+
+    code: str
+    shown: str
+
+
+_Word = str | _Expand
+
+
 def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str | None = None) -> str:
     """The sbatch script for `exp`: every stage (default) or one `stage`, optionally after `dependency`.
 
+    An Experiment with training seeds gives one job-array script, one task per seed run (module docstring).
     `dependency` is an sbatch dependency expression such as `afterok:123`. Raises ValueError for an unknown
     stage, a stage the spec does not run, or a malformed dependency.
     """
@@ -58,7 +85,9 @@ def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str |
     slurm = spec.backends.slurm
     res = spec.resources
     name = run_name(exp)
-    run_dir = slurm_run_dir(exp)
+    runs = seed_runs(exp)
+    array = bool(spec.algorithm.seeds)  # a job array even for one seed: the run is the seed run `<group>-s<seed>`
+    run_dir = slurm_run_dir(exp)  # an array's group directory: its script and the tasks' logs
     if stage is not None:
         valid = [str(s) for s in spec.stages]
         if stage not in valid:
@@ -67,8 +96,12 @@ def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str |
         raise ValueError(f"dependency '{dependency}' is not an sbatch dependency expression (e.g. afterok:123)")
 
     log_name = LOG_NAME if stage is None else f"slurm-{stage}-%j.out"
-    directives: list[tuple[str, str | None]] = [
-        ("job-name", name),
+    if array:
+        log_name = ARRAY_LOG_NAME if stage is None else f"slurm-{stage}-%A_%a.out"
+    directives: list[tuple[str, str | None]] = [("job-name", name)]
+    if array:
+        directives.append(("array", f"0-{len(runs) - 1}"))
+    directives += [
         ("nodes", str(res.nodes)),
         ("ntasks-per-node", "1"),
         ("cpus-per-task", str(res.cpus_per_node)),
@@ -90,24 +123,37 @@ def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str |
     if dependency:
         directives += [("dependency", dependency), ("kill-on-invalid-dep", "yes")]
 
+    what = f" (stage {stage})" if stage else ""
+    if array:
+        what += f" (job array: one task per training seed, {', '.join(str(r.spec.algorithm.seed) for r in runs)})"
     lines = [
         "#!/bin/bash",
-        f"# longhaul run {name}{f' (stage {stage})' if stage else ''}: rendered from the Experiment spec by",
+        f"# longhaul run {name}{what}: rendered from the Experiment spec by",
         "# longhaul.render.slurm. Do not edit; change the spec and submit again (`longhaul submit --backend slurm`).",
     ]
     lines += [_directive(k, v) for k, v in directives]
     lines += ["", "set -euo pipefail", ""]
     lines += _setup_block(slurm.setup)
-    lines += _env_block(exp, name, run_dir, stage)
+    task_name: _Word = name
+    task_dir: _Word = run_dir
+    spec_path: _Word = f"{run_dir}/{C.SPEC_FILENAME}"
+    job_id = "${SLURM_JOB_ID:-}"
+    if array:
+        lines += _array_task_block(runs)
+        task_name = _Expand('"$LH_RUN_NAME"', "$LH_RUN_NAME")
+        task_dir = _Expand('"$LH_RUN_DIR"', "$LH_RUN_DIR")
+        spec_path = _Expand(f'"$LH_RUN_DIR"/{shlex.quote(C.SPEC_FILENAME)}', f"$LH_RUN_DIR/{C.SPEC_FILENAME}")
+        job_id = '${SLURM_ARRAY_JOB_ID:-}_$LH_TASK'
+    lines += _env_block(task_name, task_dir, spec_path, job_id, stage)
     if res.nodes > 1:
         lines += _ray_env_block(exp)
     lines += _runtime_block(exp)
-    launch = [*C.LAUNCHER_CMD, "--spec", f"{run_dir}/{C.SPEC_FILENAME}", "--backend", "slurm", "--run-dir", run_dir]
+    launch: list[_Word] = [*C.LAUNCHER_CMD, "--spec", spec_path, "--backend", "slurm", "--run-dir", task_dir]
     if stage:
         launch += ["--stage", stage]
     if res.nodes > 1:
         lines += _ray_start_block(exp)
-    lines += _launch_block(exp, _join(launch), requeue=slurm.requeue)
+    lines += _launch_block(exp, launch, requeue=slurm.requeue, job_var="LONGHAUL_JOB_ID" if array else "SLURM_JOB_ID")
     return "\n".join(lines) + "\n"
 
 
@@ -127,6 +173,14 @@ def memory_mib(quantity: str) -> int:
 
 def _join(argv: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
+
+
+def _word(w: _Word) -> str:
+    return w.code if isinstance(w, _Expand) else shlex.quote(w)
+
+
+def _shown(w: _Word) -> str:
+    return w.shown if isinstance(w, _Expand) else _dq_echo(shlex.quote(w))
 
 
 def _directive(key: str, value: str | None) -> str:
@@ -151,19 +205,39 @@ def _setup_block(setup: list[str]) -> list[str]:
     return out
 
 
-def _env_block(exp: Experiment, name: str, run_dir: str, stage: str | None) -> list[str]:
-    env = dict(C.OFFLINE_ENV)
+def _array_task_block(runs: list[Experiment]) -> list[str]:
+    """Job array (training seeds): task i runs seed run i, in that run's own directory (`slurm_run_dir`)."""
+    seeds = [str(r.spec.algorithm.seed) for r in runs]
+    return [
+        "# Training seeds (spec.algorithm.seeds): array task i runs seed run i in its own run directory, with the",
+        "# resolved spec the submit step wrote there (the seed set in it).",
+        f"LH_SEEDS=({' '.join(seeds)})",
+        f"LH_RUN_NAMES=({_join([run_name(r) for r in runs])})",
+        f"LH_RUN_DIRS=({_join([slurm_run_dir(r) for r in runs])})",
+        'LH_TASK="${SLURM_ARRAY_TASK_ID:?this script is a job array: submit it with sbatch (#SBATCH --array)}"',
+        'LH_SEED="${LH_SEEDS[$LH_TASK]:?array task $LH_TASK has no training seed (valid: 0-'
+        + f'{len(runs) - 1})}}"',
+        'LH_RUN_NAME="${LH_RUN_NAMES[$LH_TASK]}"',
+        'LH_RUN_DIR="${LH_RUN_DIRS[$LH_TASK]}"',
+        f'echo "${{SLURM_JOB_ID:-}}" > "$LH_RUN_DIR"/{TASK_JOB_ID_FILE}',
+        'echo "longhaul: array task $LH_TASK: training seed $LH_SEED, run $LH_RUN_NAME in $LH_RUN_DIR" >&2',
+        "",
+    ]
+
+
+def _env_block(name: _Word, run_dir: _Word, spec_path: _Word, job_id: str, stage: str | None) -> list[str]:
+    env: dict[str, _Word] = dict(C.OFFLINE_ENV)
     env.update({
         C.ENV_RUN_NAME: name,
         C.ENV_RUN_DIR: run_dir,
-        C.ENV_SPEC: f"{run_dir}/{C.SPEC_FILENAME}",
+        C.ENV_SPEC: spec_path,
         C.ENV_BACKEND: "slurm",
     })
     if stage:
         env[C.ENV_STAGE] = stage
     out = ["# Offline model/data access and longhaul's job variables (always set, after any site setup)."]
-    out += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
-    out += [f'export {C.ENV_JOB_ID}="${{SLURM_JOB_ID:-}}"', ""]
+    out += [f"export {k}={_word(v)}" for k, v in env.items()]
+    out += [f'export {C.ENV_JOB_ID}="{job_id}"', ""]
     return out
 
 
@@ -255,7 +329,8 @@ def _ray_start_block(exp: Experiment) -> list[str]:
     ]
 
 
-def _launch_block(exp: Experiment, launch: str, *, requeue: bool) -> list[str]:
+def _launch_block(exp: Experiment, launch: list[_Word], *, requeue: bool, job_var: str) -> list[str]:
+    """Run the launcher and act on its exit code; `job_var` names this job (an array task: `<array id>_<index>`)."""
     if exp.spec.resources.nodes > 1:
         prefix = 'on_node "$LH_HEAD" '
     elif exp.spec.backends.slurm.container.runtime == ContainerRuntime.PYXIS:
@@ -265,8 +340,8 @@ def _launch_block(exp: Experiment, launch: str, *, requeue: bool) -> list[str]:
     after = (
         [
             f'if [ "$rc" -eq {EXIT_REQUEUE} ] && [ "$checkpoint_requested" = 1 ]; then',
-            '  echo "longhaul: checkpoint saved; requeueing job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0})" >&2',
-            '  scontrol requeue "$SLURM_JOB_ID"',
+            f'  echo "longhaul: checkpoint saved; requeueing job ${job_var} (restart ${{SLURM_RESTART_COUNT:-0}})" >&2',
+            f'  scontrol requeue "${job_var}"',
             "  exit 0",
             "fi",
         ]
@@ -291,8 +366,9 @@ def _launch_block(exp: Experiment, launch: str, *, requeue: bool) -> list[str]:
         # scancel/requeue/preemption send SIGTERM to every process of the job: the launcher stops itself;
         # the batch shell only waits for it so that its exit code is the job's.
         "trap 'echo \"longhaul: SIGTERM: waiting for the launcher to stop\" >&2' TERM",
-        f'echo "longhaul: job ${{SLURM_JOB_ID:-?}} restart ${{SLURM_RESTART_COUNT:-0}} on $(hostname -s): {_dq_echo(launch)}" >&2',
-        f"{prefix}{launch} &",
+        f'echo "longhaul: job ${{{job_var}:-?}} restart ${{SLURM_RESTART_COUNT:-0}} on $(hostname -s): '
+        f'{" ".join(_shown(w) for w in launch)}" >&2',
+        f"{prefix}{' '.join(_word(w) for w in launch)} &",
         "launcher_pid=$!",
         "while :; do",
         '  rc=0; wait "$launcher_pid" || rc=$?',
@@ -310,4 +386,5 @@ def _dq_echo(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
 
 
-__all__ = ["CHECKPOINT_SIGNAL", "ENV_VENV", "EXIT_REQUEUE", "Stage", "memory_mib", "render_slurm", "slurm_run_dir"]
+__all__ = ["ARRAY_LOG_NAME", "CHECKPOINT_SIGNAL", "ENV_VENV", "EXIT_REQUEUE", "TASK_JOB_ID_FILE", "Stage", "memory_mib",
+           "render_slurm", "slurm_run_dir"]

@@ -132,6 +132,29 @@ STATUS_SCHEMA: dict[str, Any] = {
         "lastCheckpointStep": {"type": "integer"},
         "message": {"type": "string"},
         "conditions": {"type": "array", "items": _CONDITION},
+        "seeds": {"type": "string",
+                  "description": "Multi-seed Experiments: seed runs succeeded / seed runs ('2/3'); absent otherwise."},
+        "seedRuns": {
+            "type": "array",
+            "description": "Multi-seed Experiments: one entry per seed run (one stage chain each), in seed order.",
+            "items": {
+                "type": "object",
+                "required": ["seed", "runName", "phase"],
+                "properties": {
+                    "seed": {"type": "integer"},
+                    "runName": {"type": "string"},
+                    "phase": {"type": "string", "enum": ["Pending", "Running", "Succeeded", "Failed"]},
+                    "stage": {"type": "string"},
+                    "jobName": {"type": "string"},
+                    "message": {"type": "string"},
+                    "startTime": {"type": "string", "format": "date-time"},
+                    "completionTime": {"type": "string", "format": "date-time"},
+                    "lastCheckpointStep": {"type": "integer"},
+                    "mlflowRunId": {"type": "string"},
+                    "mlflowUrl": {"type": "string"},
+                },
+            },
+        },
     },
     "x-kubernetes-preserve-unknown-fields": True,
 }
@@ -165,6 +188,8 @@ def build_crd() -> dict[str, Any]:
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [
                         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                        {"name": "Seeds", "type": "string", "jsonPath": ".status.seeds",
+                         "description": "Seed runs succeeded / seed runs (multi-seed Experiments only)"},
                         {"name": "Run", "type": "string", "jsonPath": ".status.runName"},
                         {"name": "Stage", "type": "string", "jsonPath": ".status.stage", "priority": 1},
                         {"name": "MLflow", "type": "string", "jsonPath": ".status.mlflowUrl"},

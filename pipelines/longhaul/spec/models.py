@@ -22,6 +22,7 @@ from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
 MAX_NAME_LEN = 54
 #: Training seeds per Experiment and the largest seed: `-s<seed>` must fit the 63-character object names.
 MAX_SEEDS = 16
+DEFAULT_SEED = 42
 MAX_SEED = 9999
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 SAFE_TOKEN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -459,7 +460,7 @@ class AlgorithmSpec(_Model):
     total_steps: PositiveInt = Field(default=300, description="Training steps.")
     save_freq: PositiveInt = Field(default=50, description="Checkpoint every N steps.")
     test_freq: int = Field(default=50, ge=-1, description="Validation every N steps (-1 = never).")
-    seed: int = Field(default=42, ge=0, description="Global seed of a run (data order, rollouts).")
+    seed: int = Field(default=DEFAULT_SEED, ge=0, description="Global seed of a run (data order, rollouts).")
     seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] | None = Field(
         default=None,
         min_length=1,
@@ -477,7 +478,9 @@ class AlgorithmSpec(_Model):
     @model_validator(mode="after")
     def _consistency(self) -> AlgorithmSpec:
         if self.seeds is not None:
-            if "seed" in self.model_fields_set:
+            # `seed` at its default next to `seeds` is what a resolved spec (and the API server's CRD defaulting)
+            # holds; any other value would be silently unused.
+            if self.seed != DEFAULT_SEED:
                 raise FieldError("seeds", "set seed (one run) or seeds (one run per seed), not both")
             if len(set(self.seeds)) != len(self.seeds):
                 raise FieldError("seeds", f"seeds must be distinct (got {self.seeds})")

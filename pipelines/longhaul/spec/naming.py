@@ -72,6 +72,25 @@ def seed_runs(exp: Experiment) -> list[Experiment]:
     return out
 
 
+def group_of(seed_run: Experiment, seeds: list[int]) -> Experiment | None:
+    """The multi-seed Experiment with `seeds` (in that order) that `seed_run` is one run of — the inverse of
+    `seed_runs`; None when `seed_run` is no seed run, its seed is not in `seeds` or the seeds do not validate."""
+    if seed_group(seed_run) is None or seed_run.spec.algorithm.seed not in seeds:
+        return None
+    doc = seed_run.model_dump(mode="json", exclude_unset=True)
+    algorithm = doc["spec"]["algorithm"]
+    algorithm.pop("seed", None)
+    algorithm["seeds"] = list(seeds)
+    annotations = doc["metadata"]["annotations"]
+    del annotations[ANNOTATION_SEED_GROUP]
+    if not annotations:
+        del doc["metadata"]["annotations"]
+    try:
+        return Experiment.model_validate(doc)
+    except ValueError:
+        return None
+
+
 def experiment_family(exp: Experiment) -> str:
     """MLflow experiment name: the spec's `tracking.experiment` or `longhaul/<metadata.name>`."""
     return exp.spec.tracking.experiment or f"longhaul/{exp.metadata.name}"

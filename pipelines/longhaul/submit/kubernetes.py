@@ -2,10 +2,12 @@
 
 `submit_run` applies the resolved Experiment (all defaults filled, the same run hash) with
 `kubectl apply -f -`: the operator in the cluster (charts/longhaul) validates it again, renders the ConfigMap
-and Jobs with `longhaul.render.kubernetes` and reports progress in the Experiment's status. The submission is
-recorded in `runs/<run_name>/submit.json`, so `longhaul status/logs` read the status and the stage Job's logs
-back through kubectl. kubectl is `$LONGHAUL_KUBECTL`, else `kubectl` on PATH; the cluster and namespace are
-kubectl's (`$KUBECONFIG`, current context) unless the spec names a namespace.
+and Jobs with `longhaul.render.kubernetes` and reports progress in the Experiment's status. A multi-seed
+Experiment is applied as one resource too: the operator runs one stage chain per seed under it. The submission
+is recorded in `runs/<run_name>/submit.json` (the group's run name for a multi-seed Experiment), so
+`longhaul status/logs` read the status and the stage Job's logs back through kubectl. kubectl is
+`$LONGHAUL_KUBECTL`, else `kubectl` on PATH; the cluster and namespace are kubectl's (`$KUBECONFIG`, current
+context) unless the spec names a namespace.
 """
 
 from __future__ import annotations
@@ -32,8 +34,6 @@ Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 class KubectlError(RuntimeError):
     pass
-
-
 
 
 def kubectl_bin() -> str:
@@ -99,6 +99,12 @@ def fetch_status(run_dir: str | Path, *, runner: Runner = subprocess.run) -> dic
     out: dict[str, object] = {"run_name": rec["run_name"], "run_dir": str(run_dir), "backend": "kubernetes",
                               "job": job, "stage": st.get("stage"), "checkpoint_step": st.get("lastCheckpointStep"),
                               "mlflow_run_id": st.get("mlflowRunId"), "mlflow_url": st.get("mlflowUrl")}
+    if st.get("seedRuns"):  # a multi-seed Experiment: `job` follows the seed run in focus, these list them all
+        out["seeds"] = st.get("seeds")
+        out["seed_runs"] = [{"seed": e.get("seed"), "run_name": e.get("runName"), "phase": e.get("phase"),
+                             "stage": e.get("stage"), "job_id": e.get("jobName"),
+                             "checkpoint_step": e.get("lastCheckpointStep"), "mlflow_run_id": e.get("mlflowRunId")}
+                            for e in st["seedRuns"]]
     if st.get("runName") and st["runName"] != rec["run_name"]:
         out["note"] = f"the Experiment now tracks run {st['runName']} (the spec was changed after this submission)"
     return out

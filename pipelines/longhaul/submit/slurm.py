@@ -6,6 +6,13 @@ re-validates), runs `sbatch --parsable` from the submit directory and records th
 `squeue -h -j ID -o '%T %r'` when scontrol cannot answer, and accounting last: `sacct` with slurmdbd or, on
 clusters that only keep a job-completion log, `sacct -c`. slurmdbd is never required.
 
+Training seeds (`spec.algorithm.seeds`): one job array for the group (`render_slurm`), submitted once. Every
+seed run gets its own run directory (`<output_dir>/<group>-s<seed>`: resolved spec, `submit.json` with job id
+`<array job id>_<task index>`); the script and the tasks' logs live in the group's directory
+(`<output_dir>/<group>`). `fetch_status`/`fetch_logs` on a seed run directory follow that one task. A
+job-completion log (`sacct -c`) knows array tasks only by their raw job id, which each task writes to
+`<run dir>/slurm-task-job-id`.
+
 No Python binding to Slurm is used on purpose (pyslurm does not build against Slurm 22.05): the CLI behaves
 the same on CI and on real clusters, and sbatch's own error text becomes our error message.
 """
@@ -24,9 +31,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from longhaul import constants as C
-from longhaul.render.slurm import ENV_VENV, render_slurm, slurm_run_dir
+from longhaul.render.slurm import ENV_VENV, TASK_JOB_ID_FILE, render_slurm, slurm_run_dir
 from longhaul.spec.models import ContainerRuntime, Experiment
-from longhaul.spec.naming import resolved_yaml, run_name
+from longhaul.spec.naming import resolved_yaml, run_name, seed_runs
 from longhaul.submit import SubmitResult
 
 RECORD = "submit.json"
@@ -63,8 +70,6 @@ PHASES: dict[str, tuple[str, bool]] = {
 
 class SlurmError(RuntimeError):
     """A Slurm command failed or Slurm is not usable; the message says which command and why."""
-
-
 
 
 @dataclass
@@ -145,9 +150,39 @@ def load_record(run_dir: str | Path) -> dict[str, object] | None:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def _live_job(record: Mapping[str, object], run_dir: Path, runner: Runner) -> JobStatus | None:
+    """The recorded job when Slurm still has it queued or running (submitting again would run it twice)."""
+    previous = str(record.get("job_id") or "")
+    if not previous:
+        return None
+    try:
+        st = fetch_job_status(previous, raw_id=_raw_job_id(record, run_dir), runner=runner)
+    except SlurmError:
+        return None
+    return None if st.terminal else st
+
+
+def _write_record(run_dir: Path, record: Mapping[str, object]) -> None:
+    tmp = run_dir / f".{RECORD}.tmp"
+    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(run_dir / RECORD)
+
+
+def _sbatch(script_path: Path, submit_dir: Path, env: Mapping[str, str], runner: Runner) -> str:
+    proc = _run(["sbatch", "--parsable", str(script_path)], cwd=submit_dir, env=env, runner=runner)
+    job_id = proc.stdout.strip().splitlines()[-1].split(";")[0].strip() if proc.stdout.strip() else ""
+    if not job_id.isdigit():
+        raise SlurmError(f"sbatch --parsable printed {proc.stdout!r}, not a job id")
+    return job_id
+
+
 def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path | None = None,
                environ: Mapping[str, str] | None = None, runner: Runner = subprocess.run) -> SubmitResult:
-    """Render, write and `sbatch` the run. With `dry_run`, only render (nothing written, nothing run)."""
+    """Render, write and `sbatch` the run. With `dry_run`, only render (nothing written, nothing run).
+
+    An Experiment with training seeds is submitted as one job array (`submit_seed_array`)."""
+    if exp.spec.algorithm.seeds:
+        return submit_seed_array(exp, dry_run=dry_run, submit_dir=submit_dir, environ=environ, runner=runner)
     script = render_slurm(exp)
     name = run_name(exp)
     submit_dir = Path(submit_dir or Path.cwd()).resolve()
@@ -157,24 +192,17 @@ def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path
                             f"dry run: would write {run_dir}/{name}.sbatch and run `sbatch --parsable` there")
     env = _job_environment(exp, os.environ if environ is None else environ, submit_dir)
     record = load_record(run_dir) or {}
-    previous = str(record.get("job_id") or "")
-    if previous:
-        try:
-            st = fetch_job_status(previous, runner=runner)
-        except SlurmError:
-            st = None
-        if st is not None and not st.terminal:
-            raise SlurmError(f"run {name} already has job {previous} ({st.state}); follow it with "
-                             f"`longhaul status {run_dir}` or cancel it with `scancel {previous}` first")
+    live = _live_job(record, run_dir, runner)
+    if live is not None:
+        previous = live.job_id
+        raise SlurmError(f"run {name} already has job {previous} ({live.state}); follow it with "
+                         f"`longhaul status {run_dir}` or cancel it with `scancel {previous}` first")
     # Slurm does not create the --output directory: a missing one fails the job at launch (ExitCode 0:53).
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / C.SPEC_FILENAME).write_text(resolved_yaml(exp), encoding="utf-8")
     script_path = run_dir / f"{name}.sbatch"
     script_path.write_text(script, encoding="utf-8")
-    proc = _run(["sbatch", "--parsable", str(script_path)], cwd=submit_dir, env=env, runner=runner)
-    job_id = proc.stdout.strip().splitlines()[-1].split(";")[0].strip() if proc.stdout.strip() else ""
-    if not job_id.isdigit():
-        raise SlurmError(f"sbatch --parsable printed {proc.stdout!r}, not a job id")
+    job_id = _sbatch(script_path, submit_dir, env, runner)
     history = [str(j) for j in record.get("history", [])] + [job_id]  # type: ignore[union-attr]
     new_record = {
         "backend": "slurm",
@@ -185,12 +213,68 @@ def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path
         "submit_dir": str(submit_dir),
         "log": str(run_dir / f"slurm-{job_id}.out"),
     }
-    tmp = run_dir / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(new_record, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(run_dir / RECORD)
+    _write_record(run_dir, new_record)
     return SubmitResult("slurm", name, str(run_dir), job_id, script, False,
                         f"submitted job {job_id} for run {name}; follow: longhaul status {run_dir} / "
                         f"longhaul logs {run_dir} --follow", script_path=str(script_path))
+
+
+def submit_seed_array(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path | None = None,
+                      environ: Mapping[str, str] | None = None, runner: Runner = subprocess.run) -> SubmitResult:
+    """Submit an Experiment with training seeds as one job array: task i runs seed run i (module docstring).
+
+    Refused, with nothing written or submitted, while any task of an earlier submission is queued or running.
+    """
+    script = render_slurm(exp)
+    group = run_name(exp)
+    runs = seed_runs(exp)
+    submit_dir = Path(submit_dir or Path.cwd()).resolve()
+    group_dir = submit_dir / slurm_run_dir(exp)
+    script_path = group_dir / f"{group}.sbatch"
+    run_dirs = [submit_dir / slurm_run_dir(r) for r in runs]
+    if dry_run:
+        return SubmitResult("slurm", group, str(group_dir), None, script, True,
+                            f"dry run: would write {script_path}, the resolved spec of each of the {len(runs)} seed "
+                            f"runs ({', '.join(str(d) for d in run_dirs)}) and run `sbatch --parsable` once "
+                            f"(a job array, one task per seed)")
+    env = _job_environment(exp, os.environ if environ is None else environ, submit_dir)
+    records = [load_record(d) or {} for d in run_dirs]
+    live = [(run_name(r), d, st) for r, d, rec in zip(runs, run_dirs, records, strict=True)
+            if (st := _live_job(rec, d, runner)) is not None]
+    if live:
+        listed = "; ".join(f"{n} has job {st.job_id} ({st.state}) in {d}" for n, d, st in live)
+        arrays = sorted({st.job_id.split("_")[0] for _, _, st in live})
+        raise SlurmError(f"run group {group} is still queued or running: {listed}; follow it with "
+                         f"`longhaul status SPEC` or cancel it with `scancel {' '.join(arrays)}` first "
+                         "(the whole group is submitted again, as one array)")
+    # Slurm does not create the --output directory: the group's (task logs) and every seed run's must exist.
+    group_dir.mkdir(parents=True, exist_ok=True)
+    for r, d in zip(runs, run_dirs, strict=True):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / C.SPEC_FILENAME).write_text(resolved_yaml(r), encoding="utf-8")
+        (d / TASK_JOB_ID_FILE).unlink(missing_ok=True)  # an earlier task's raw id; the new task writes its own
+    script_path.write_text(script, encoding="utf-8")
+    array_id = _sbatch(script_path, submit_dir, env, runner)
+    for i, (r, d, rec) in enumerate(zip(runs, run_dirs, records, strict=True)):
+        job_id = f"{array_id}_{i}"
+        _write_record(d, {
+            "backend": "slurm",
+            "run_name": run_name(r),
+            "job_id": job_id,
+            "history": [str(j) for j in rec.get("history", [])] + [job_id],  # type: ignore[union-attr]
+            "script": os.path.relpath(script_path, d),
+            "submit_dir": str(submit_dir),
+            "log": str(group_dir / f"slurm-{job_id}.out"),
+            "seed": r.spec.algorithm.seed,
+            "seed_group": group,
+            "array_job_id": array_id,
+            "array_task": i,
+        })
+    listed = ", ".join(f"{run_name(r)} (task {i})" for i, r in enumerate(runs))
+    return SubmitResult("slurm", group, str(group_dir), array_id, script, False,
+                        f"submitted job array {array_id} for run group {group}, one task per training seed: {listed}; "
+                        f"run directories under {group_dir.parent}; follow: longhaul status SPEC / "
+                        f"longhaul logs {run_dirs[0]} --follow", script_path=str(script_path))
 
 
 # ------------------------------------------------------------------------------------------------- status
@@ -216,8 +300,11 @@ def phase_of(state: str, requeue: bool = True) -> tuple[str, bool]:
     return PHASES.get(base, ("Unknown", False))
 
 
-def fetch_job_status(job_id: str, *, runner: Runner = subprocess.run) -> JobStatus:
-    """State of one job: scontrol, else squeue, else accounting (sacct with slurmdbd, or `sacct -c`)."""
+def fetch_job_status(job_id: str, *, raw_id: str | None = None, runner: Runner = subprocess.run) -> JobStatus:
+    """State of one job: scontrol, else squeue, else accounting (sacct with slurmdbd, or `sacct -c`).
+
+    `job_id` may be an array task, `<array id>_<index>`; `raw_id` is that task's own job id when known (the
+    only id a job-completion log has for it)."""
     proc = _run(["scontrol", "show", "job", "-o", job_id], check=False, runner=runner)
     if proc.returncode == 0 and "JobState=" in proc.stdout:
         kv = parse_scontrol(proc.stdout.splitlines()[0])
@@ -235,7 +322,7 @@ def fetch_job_status(job_id: str, *, runner: Runner = subprocess.run) -> JobStat
         state, _, reason = sq.stdout.strip().splitlines()[0].partition(" ")
         phase, terminal = phase_of(state)
         return JobStatus(job_id, state, phase, terminal, "" if reason == "None" else reason, source="squeue")
-    acct = fetch_accounting(job_id, runner=runner)
+    acct = fetch_accounting(job_id, raw_id=raw_id, runner=runner)
     if acct is not None:
         return acct
     return JobStatus(job_id, "UNKNOWN", "Unknown", False,
@@ -243,15 +330,21 @@ def fetch_job_status(job_id: str, *, runner: Runner = subprocess.run) -> JobStat
                      source="none")
 
 
-def fetch_accounting(job_id: str, *, runner: Runner = subprocess.run) -> JobStatus | None:
-    """The job's final record from accounting: slurmdbd (`sacct -X`) or the job-completion log (`sacct -c`)."""
+def fetch_accounting(job_id: str, *, raw_id: str | None = None, runner: Runner = subprocess.run) -> JobStatus | None:
+    """The job's final record from accounting: slurmdbd (`sacct -X`) or the job-completion log (`sacct -c`).
+
+    The completion log lists an array task under its raw job id only (asked for `<array id>_<index>` it answers
+    with the array's own raw id, another task): for a task it is asked only when `raw_id` is known."""
     if shutil.which("sacct") is None:
         return None
     fields = "JobID,State,ExitCode,Elapsed"
-    for argv, source in ((["sacct", "-X", "-n", "-P", "-j", job_id, "-o", fields], "sacct"),
-                         (["sacct", "-c", "-n", "-P", "-j", job_id, "-o", fields], "sacct -c")):
+    queries = [(job_id, "sacct -X", "sacct")]
+    if "_" not in job_id or raw_id:
+        queries.append((raw_id or job_id, "sacct -c", "sacct -c"))
+    for query, flags, source in queries:
+        argv = [*flags.split(), "-n", "-P", "-j", query, "-o", fields]
         proc = _run(argv, check=False, runner=runner)
-        rows = [r.split("|") for r in proc.stdout.splitlines() if r.split("|")[0] == job_id]
+        rows = [r.split("|") for r in proc.stdout.splitlines() if r.split("|")[0] == query]
         if proc.returncode == 0 and rows:
             # Requeued jobs leave an extra PENDING row in the completion log: the last row is the final one.
             _, state, exit_code, elapsed = (rows[-1] + ["", "", "", ""])[:4]
@@ -268,9 +361,19 @@ def fetch_status(run_dir: str | Path, *, runner: Runner = subprocess.run) -> dic
     if record is None or record.get("backend") != "slurm":
         raise SlurmError(f"{run_dir}: no Slurm submission recorded ({RECORD} missing); submit with "
                          "`longhaul submit --backend slurm SPEC`")
-    job = fetch_job_status(str(record["job_id"]), runner=runner)
+    job = fetch_job_status(str(record["job_id"]), raw_id=_raw_job_id(record, run_dir), runner=runner)
+    seed = {k: record[k] for k in ("seed", "seed_group") if k in record}
     return {"run_name": record.get("run_name"), "run_dir": str(run_dir), "backend": "slurm",
-            "job": job.to_dict(), "history": record.get("history", []), **read_run_progress(run_dir)}
+            "job": job.to_dict(), "history": record.get("history", []), **seed, **read_run_progress(run_dir)}
+
+
+def _raw_job_id(record: Mapping[str, object], run_dir: Path) -> str | None:
+    """An array task's own job id, as the task wrote it (None for a plain job or a task that never started)."""
+    if "_" not in str(record.get("job_id", "")):
+        return None
+    path = run_dir / TASK_JOB_ID_FILE
+    text = path.read_text(encoding="utf-8").strip() if path.is_file() else ""
+    return text if text.isdigit() else None
 
 
 def read_run_progress(run_dir: Path) -> dict[str, object]:
@@ -301,7 +404,8 @@ def fetch_logs(run_dir: str | Path, *, follow: bool = False, poll_s: float = 0.5
                runner: Runner = subprocess.run) -> Iterator[str]:
     """Yield the job's log text; with `follow`, keep yielding until the job is in a terminal state."""
     path = log_path(run_dir)
-    job_id = str((load_record(run_dir) or {}).get("job_id", ""))
+    record = load_record(run_dir) or {}
+    job_id = str(record.get("job_id", ""))
     pos = 0
     while True:
         if path.is_file():
@@ -313,7 +417,7 @@ def fetch_logs(run_dir: str | Path, *, follow: bool = False, poll_s: float = 0.5
                 yield chunk
         if not follow:
             return
-        if fetch_job_status(job_id, runner=runner).terminal:
+        if fetch_job_status(job_id, raw_id=_raw_job_id(record, Path(run_dir)), runner=runner).terminal:
             # One last read: the final lines may land between the read above and the state change.
             if path.is_file():
                 with path.open("r", encoding="utf-8", errors="replace") as fh:

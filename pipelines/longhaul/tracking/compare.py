@@ -3,18 +3,39 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from longhaul import bounded
+from longhaul.eval.metrics import TrialRecord
 from longhaul.tracking import tags as T
-from longhaul.tracking.ablation import EvalPoint, RunRecord, build_rows, render_csv, render_markdown
+from longhaul.tracking.ablation import (
+    EvalPoint,
+    RunRecord,
+    build_rows,
+    discover_ks,
+    render_csv,
+    render_markdown,
+)
 from longhaul.tracking.figures import build_comparison_figure, build_progression_figure
 from longhaul.tracking.runs import TrackingError, client_for, ensure_experiment, finish_run, quote_filter
+from longhaul.tracking.study import (
+    Arm,
+    SeedEval,
+    Statistics,
+    build_statistics,
+    choose_point,
+    group_arms,
+    seed_of,
+)
+from longhaul.tracking.study import render_statistics_markdown as render_stats
 
 TABLE_MD, TABLE_CSV = "ablation.md", "ablation.csv"
+STATS_MD, STATS_JSON, DESIGN_JSON = "statistics.md", "statistics.json", "design.json"
 COMPARISON_PNG, PROGRESSION_PNG = "comparison.png", "progression.png"
 
 
@@ -24,6 +45,7 @@ class ComparisonOutput:
     markdown: str
     files: tuple[Path, ...]
     run_id: str | None
+    statistics: Statistics | None = None
 
 
 def resolve_experiments(client: MlflowClient, names: Sequence[str]) -> list[tuple[str, str]]:
@@ -81,6 +103,42 @@ def fetch_records(client: MlflowClient, experiments: Sequence[tuple[str, str]]) 
     return records
 
 
+def fetch_trials(client: MlflowClient, eval_run_id: str, scratch: Path) -> tuple[TrialRecord, ...]:
+    """The per-trial records of one evaluation run (its `eval/*.jsonl` artefact), read with the results bounds."""
+    found = [a.path for a in client.list_artifacts(eval_run_id, T.EVAL_ARTIFACT_DIR) if a.path.endswith(".jsonl")]
+    if len(found) != 1:
+        raise TrackingError(f"evaluation run {eval_run_id}: expected one results JSONL under "
+                            f"{T.EVAL_ARTIFACT_DIR}/, found {found or 'none'}")
+    local = client.download_artifacts(eval_run_id, found[0], str(scratch / eval_run_id))
+    return tuple(TrialRecord.from_dict(d) for d in bounded.read_json_records(local, bounded.RESULTS))
+
+
+def fetch_arms(client: MlflowClient, records: Sequence[RunRecord], scratch: Path) -> list[Arm]:
+    """Arms (seed groups, or single runs) with each seed's trial records at its chosen checkpoint."""
+    arms = []
+    for key, runs in group_arms(records):
+        seeds = []
+        for index, r in enumerate(runs):
+            chosen = choose_point(r)
+            if chosen is None or not chosen[0].run_id:
+                continue
+            point, how = chosen
+            seeds.append(SeedEval(seed_of(r, index), r.run_name, point.step, how,
+                                  fetch_trials(client, point.run_id, scratch)))
+        if seeds:
+            arms.append(Arm(key, runs[0].label, runs[0].method, tuple(seeds)))
+    return arms
+
+
+def fetch_null_floor() -> dict[str, float] | None:
+    """Per-task outcome of the do-nothing agent on the airline tasks (None without the τ² data package)."""
+    try:
+        from longhaul.envs.airline.env import null_agent_outcomes
+    except ImportError:
+        return None
+    return null_agent_outcomes()
+
+
 def write_comparison(
     tracking_uri: str | MlflowClient,
     experiments: Sequence[str],
@@ -101,11 +159,21 @@ def write_comparison(
     markdown = render_markdown(cols, rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = (out / TABLE_MD, out / TABLE_CSV, out / COMPARISON_PNG, out / PROGRESSION_PNG)
+    statistics = build_statistics(fetch_arms(client, records, out / ".results"), discover_ks(records)["pass_hat_k"] or [1],
+                                  fetch_null_floor())
+    files = (out / TABLE_MD, out / TABLE_CSV, out / COMPARISON_PNG, out / PROGRESSION_PNG,
+             out / STATS_MD, out / STATS_JSON)
     files[0].write_text(markdown, encoding="utf-8")
     files[1].write_text(render_csv(cols, rows), encoding="utf-8")
     build_comparison_figure(records).savefig(files[2])
     build_progression_figure(records).savefig(files[3])
+    stats_md = render_stats(statistics)
+    files[4].write_text(stats_md.lstrip("\n"), encoding="utf-8")
+    files[5].write_text(json.dumps(statistics.to_dict(), indent=2) + "\n", encoding="utf-8")
+    if statistics.design is not None:
+        files = (*files, out / DESIGN_JSON)
+        files[-1].write_text(statistics.design.to_json(), encoding="utf-8")
+    markdown += stats_md
 
     run_id = None
     if log:
@@ -125,4 +193,4 @@ def write_comparison(
         for f in files:
             client.log_artifact(run_id, str(f))
         finish_run(client, run_id)
-    return ComparisonOutput(tuple(records), markdown, files, run_id)
+    return ComparisonOutput(tuple(records), markdown, files, run_id, statistics)

@@ -211,3 +211,39 @@ def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60, interval: 
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+# ---- the Job controller, played by the tests (nothing runs pods on the test API server) ----
+
+def job_status(cluster: Cluster, ns: str, job: str, status: dict[str, Any]) -> None:
+    """Play the Job controller: write the Job's status subresource."""
+    cluster.kubectl("patch", "job", job, "-n", ns, "--subresource=status", "--type=merge",
+                    "-p", json.dumps({"status": status}))
+
+
+def job_running(cluster: Cluster, ns: str, job: str) -> None:
+    job_status(cluster, ns, job, {"startTime": "2026-01-01T00:00:00Z", "active": 1, "ready": 1})
+
+
+def job_succeeded(cluster: Cluster, ns: str, job: str) -> None:
+    now = "2026-01-01T01:00:00Z"
+    job_status(cluster, ns, job, {
+        "startTime": "2026-01-01T00:00:00Z", "completionTime": now, "active": 0, "ready": 0, "succeeded": 1,
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": now},
+            {"type": "Complete", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": now},
+        ],
+    })
+
+
+def job_failed(cluster: Cluster, ns: str, job: str) -> None:
+    now = "2026-01-01T01:00:00Z"
+    job_status(cluster, ns, job, {
+        "startTime": "2026-01-01T00:00:00Z", "active": 0, "ready": 0, "failed": 1,
+        "conditions": [
+            {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded",
+             "message": "Job was active longer than specified deadline", "lastTransitionTime": now},
+            {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+             "message": "Job was active longer than specified deadline", "lastTransitionTime": now},
+        ],
+    })

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_harness import ROOT, Cluster, Operator, wait_until
+from k8s_harness import ROOT, Cluster, Operator, job_failed, job_running, job_succeeded, wait_until
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
@@ -45,40 +45,6 @@ def experiment(cluster: Cluster, ns: str, name: str = EXP) -> dict[str, Any]:
 
 def run_jobs(cluster: Cluster, ns: str, run: str) -> list[dict[str, Any]]:
     return cluster.get_json("jobs", "-n", ns, "-l", f"longhaul.dev/run-name={run}")["items"]
-
-
-def job_status(cluster: Cluster, ns: str, job: str, status: dict[str, Any]) -> None:
-    """Play the Job controller: write the Job's status subresource."""
-    cluster.kubectl("patch", "job", job, "-n", ns, "--subresource=status", "--type=merge",
-                    "-p", json.dumps({"status": status}))
-
-
-def job_running(cluster: Cluster, ns: str, job: str) -> None:
-    job_status(cluster, ns, job, {"startTime": "2026-01-01T00:00:00Z", "active": 1, "ready": 1})
-
-
-def job_succeeded(cluster: Cluster, ns: str, job: str) -> None:
-    now = "2026-01-01T01:00:00Z"
-    job_status(cluster, ns, job, {
-        "startTime": "2026-01-01T00:00:00Z", "completionTime": now, "active": 0, "ready": 0, "succeeded": 1,
-        "conditions": [
-            {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": now},
-            {"type": "Complete", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": now},
-        ],
-    })
-
-
-def job_failed(cluster: Cluster, ns: str, job: str) -> None:
-    now = "2026-01-01T01:00:00Z"
-    job_status(cluster, ns, job, {
-        "startTime": "2026-01-01T00:00:00Z", "active": 0, "ready": 0, "failed": 1,
-        "conditions": [
-            {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded",
-             "message": "Job was active longer than specified deadline", "lastTransitionTime": now},
-            {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
-             "message": "Job was active longer than specified deadline", "lastTransitionTime": now},
-        ],
-    })
 
 
 def wait_phase(cluster: Cluster, ns: str, phase: str, name: str = EXP, timeout: int = 60) -> None:

@@ -238,7 +238,18 @@ def test_compare_cli_writes_table_and_figures_and_logs_them(ablation_runs, mlflo
                      "--tracking-uri", mlflow_server.uri, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     md = (out / "ablation.md").read_text(encoding="utf-8")
-    assert proc.stdout == md
+    assert proc.stdout == md + "\n" + (out / "statistics.md").read_text(encoding="utf-8")
+    # The statistics use each run's selected checkpoint; with one seed, pass^1 is that evaluation's.
+    st = json.loads((out / "statistics.json").read_text(encoding="utf-8"))
+    for pop in ablation_runs:
+        (arm,) = [a for a in st["arms"] if a["key"] == run_name(pop.exp)]
+        (seed,) = arm["seeds"]
+        assert seed["checkpoint"] == "selected on train"
+        (row,) = [r for r in st["rates"] if r["arm"] == arm["label"] and r["subset"] == "overall"]
+        assert row["pass_hat_k"]["1"]["value"] == pytest.approx(pop.summaries[seed["step"]]["pass_hat_k"]["1"])
+        assert row["pass_hat_k"]["1"]["lo"] <= row["pass_hat_k"]["1"]["value"] <= row["pass_hat_k"]["1"]["hi"]
+        assert row["flip_rate"] is None and row["seeds"] == 1
+    assert len([c for c in st["comparisons"] if c["subset"] == "overall"]) == 3
     rows = list(csv.DictReader(io.StringIO((out / "ablation.csv").read_text(encoding="utf-8"))))
     assert len(rows) == len(ablation_runs) * len(CHECKPOINTS)
     for pop in ablation_runs:
@@ -262,7 +273,8 @@ def test_compare_cli_writes_table_and_figures_and_logs_them(ablation_runs, mlflo
     cmp_runs = client.search_runs([exp.experiment_id])
     assert len(cmp_runs) == 1
     logged = {a.path for a in client.list_artifacts(cmp_runs[0].info.run_id)}
-    assert logged == {"ablation.md", "ablation.csv", "comparison.png", "progression.png"}
+    assert logged == {"ablation.md", "ablation.csv", "comparison.png", "progression.png", "statistics.md",
+                      "statistics.json", "design.json"}
     assert set(cmp_runs[0].data.tags[T.COMPARED_RUNS].split(",")) == {p.tracked.run_id for p in ablation_runs}
     # Same inputs → the same comparison run, not a new one.
     again = _longhaul("compare", "--tracking-uri", mlflow_server.uri, "--out", str(tmp_path / "cmp2"), "longhaul/lata",
@@ -369,3 +381,43 @@ def test_seed_runs_nest_under_one_parent_run_even_when_they_start_together(mlflo
     child = log_evaluation(again.run_id, 1, {"tasks": 1, "pass_hat_k": {"1": 0.5}}, None, tracking_uri=client)
     assert client.get_run(child).data.tags[T.PARENT_RUN_ID] == again.run_id
     assert len(client.search_runs([eid], f"tags.`{T.KIND}` = '{T.KIND_SEED_GROUP}'")) == 1
+
+
+def test_compare_pools_the_seeds_of_each_arm_and_tests_the_paired_difference(mlflow_server, tmp_path):
+    import numpy as np
+
+    from longhaul.eval import stats
+    from support.tracking_runs import STUDY_SEEDS, populate_seed_study
+
+    arms = populate_seed_study(mlflow_server.uri, tmp_path / "runs")
+    out = tmp_path / "cmp"
+    proc = _longhaul("compare", "study-a", "study-b", "--tracking-uri", mlflow_server.uri, "--out", str(out), "--no-log")
+    assert proc.returncode == 0, proc.stderr
+    st = json.loads((out / "statistics.json").read_text(encoding="utf-8"))
+    outcomes = {}
+    for name, arm in arms.items():
+        (entry,) = [a for a in st["arms"] if a["key"] == run_name(arm.group)]
+        assert [s["seed"] for s in entry["seeds"]] == list(STUDY_SEEDS)
+        assert [s["run"] for s in entry["seeds"]] == [f"{run_name(arm.group)}-s{s}" for s in STUDY_SEEDS]
+        o = stats.Outcomes.from_records((seed, r["task_id"], r["trial"], r["success"])
+                                        for seed, recs in arm.records.items() for r in recs)
+        outcomes[name] = o
+        (row,) = [r for r in st["rates"] if r["arm"] == name and r["subset"] == "overall"]
+        assert (row["seeds"], row["tasks"], row["samples"]) == (3, 16, 4)
+        assert row["pass_hat_k"]["1"]["value"] == pytest.approx(stats.rate(o, 1))
+        assert row["pass_hat_k"]["4"]["value"] == pytest.approx(stats.rate(o, 4))
+        assert row["flip_rate"] == pytest.approx(stats.flip_rate(o))
+        assert 0.0 <= row["pass_hat_k"]["1"]["lo"] < row["pass_hat_k"]["1"]["value"] < row["pass_hat_k"]["1"]["hi"] <= 1.0
+    (cmp,) = [c for c in st["comparisons"] if c["subset"] == "overall"]
+    assert (cmp["a"], cmp["b"]) == ("study-a", "study-b")
+    assert cmp["diff"] == pytest.approx(stats.rate(outcomes["study-b"]) - stats.rate(outcomes["study-a"]))
+    assert cmp["tasks"] == 16 and cmp["ci"][0] > 0 and cmp["p_value"] < 0.05
+    assert cmp["verdict"].endswith("study-b better than study-a")
+    assert f"study-b vs study-a, overall: {cmp['verdict']}" in proc.stdout
+    # The design file feeds `longhaul power --from-comparison`.
+    design = json.loads((out / "design.json").read_text(encoding="utf-8"))
+    assert (design["tasks"], design["samples"], design["seeds"]) == (16, 4, 3)
+    assert design["flip_rate"] == pytest.approx(stats.flip_rate(outcomes["study-a"]))
+    power = _longhaul("power", "--from-comparison", str(out / "design.json"), "--effect", "10", "--json")
+    assert power.returncode == 0, power.stderr
+    assert np.isfinite(json.loads(power.stdout)["mde"])

@@ -84,6 +84,10 @@ def stub_venv(tmp_path: Path) -> Path:
     return venv
 
 
+#: A `write_spec` change value that removes the key (e.g. `spec__algorithm__seed=DROP` to set `seeds`).
+DROP = object()
+
+
 def write_spec(base: str, dest: Path, *, name: str, **changes: object) -> Path:
     """specs/<base>.yaml with dotted-path `changes` (e.g. spec__resources__time_limit) written to `dest`."""
     doc = yaml.safe_load((REPO / "specs" / f"{base}.yaml").read_text(encoding="utf-8"))
@@ -93,7 +97,10 @@ def write_spec(base: str, dest: Path, *, name: str, **changes: object) -> Path:
         keys = dotted.split("__")
         for k in keys[:-1]:
             node = node.setdefault(k, {})
-        node[keys[-1]] = value
+        if value is DROP:
+            node.pop(keys[-1], None)
+        else:
+            node[keys[-1]] = value
     dest.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     load_spec(dest)  # the test spec itself must be valid
     return dest

@@ -5,8 +5,9 @@ on the real Slurm without the training stack. Progress is a counter "trained" on
 checkpointed after every step, so a requeue must resume from the newest checkpoint to be seen as continuous.
 
 Files in --run-dir: `stub.ckpt` (last checkpointed step), `stub-events.jsonl` (one line per start, checkpoint
-and exit, with SLURM_RESTART_COUNT). Env STUB_STEPS_AFTER_RESTART: steps a restarted run trains before it
-finishes (default 4); a first run trains until it is signalled.
+and exit, with SLURM_RESTART_COUNT; a start also records the seed of the mounted spec and the job variables).
+Env STUB_STEPS_AFTER_RESTART: steps a restarted run trains before it finishes (default 4); a first run trains
+until it is signalled, or STUB_FIRST_RUN_STEPS steps when that is set.
 """
 
 from __future__ import annotations
@@ -46,12 +47,21 @@ def main() -> int:
         tmp.replace(ckpt)
 
     step = int(ckpt.read_text()) if ckpt.is_file() else 0
-    event("start", step=step, argv=sys.argv[1:], spec_exists=Path(args.spec).is_file(),
-          offline=os.environ.get("HF_HUB_OFFLINE"), run_name=os.environ.get("LONGHAUL_RUN_NAME"))
+    spec = Path(args.spec)
+    seed = None
+    if spec.is_file():
+        import yaml
+
+        seed = ((yaml.safe_load(spec.read_text(encoding="utf-8")).get("spec") or {}).get("algorithm") or {}).get("seed")
+    event("start", step=step, argv=sys.argv[1:], spec_exists=spec.is_file(), seed=seed,
+          offline=os.environ.get("HF_HUB_OFFLINE"), run_name=os.environ.get("LONGHAUL_RUN_NAME"),
+          job_id=os.environ.get("LONGHAUL_JOB_ID"), array_task=os.environ.get("SLURM_ARRAY_TASK_ID"))
     flags = {"usr1": False, "term": False}
     signal.signal(signal.SIGUSR1, lambda *_: flags.__setitem__("usr1", True))
     signal.signal(signal.SIGTERM, lambda *_: flags.__setitem__("term", True))
-    target = step + int(os.environ.get("STUB_STEPS_AFTER_RESTART", "4")) if restart else None
+    first = os.environ.get("STUB_FIRST_RUN_STEPS")
+    target = (step + int(os.environ.get("STUB_STEPS_AFTER_RESTART", "4")) if restart
+              else int(first) if first else None)
     while True:
         if flags["usr1"]:
             save(step)

@@ -6,12 +6,15 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from longhaul import constants as C
 from longhaul.k8s import reconcile as RC
 from longhaul.k8s.api import ApiError, resource_path
-from longhaul.spec import load_spec, run_name
+from longhaul.spec import load_spec, run_name, seed_runs
+from longhaul.spec.models import Experiment
+from longhaul.spec.naming import group_of
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = "2026-01-01T00:00:00Z"
@@ -171,3 +174,166 @@ def test_resource_paths() -> None:
     assert resource_path("batch/v1", "Job", "ns", "j") == "/apis/batch/v1/namespaces/ns/jobs/j"
     assert resource_path("longhaul.dev/v1alpha1", "Experiment", "ns", "e", "status") == \
         "/apis/longhaul.dev/v1alpha1/namespaces/ns/experiments/e/status"
+
+
+# ---- multi-seed Experiments: one stage chain per seed run under the one Experiment ----
+
+def group_body(seeds: list[int] | None = None, status: dict[str, Any] | None = None, gen: int = 1,
+               server_default: bool = True) -> dict[str, Any]:
+    """The smoke spec with `seeds` instead of `seed: 7`, as the API server stores it (it defaults `seed`)."""
+    b = body("specs/smoke.yaml", status=status, gen=gen)
+    algorithm = b["spec"]["algorithm"]
+    del algorithm["seed"]
+    algorithm["seeds"] = [7, 8] if seeds is None else seeds
+    if server_default:
+        algorithm["seed"] = 42  # the CRD's default, filled in by the API server
+    return b
+
+
+def group_spec(seeds: list[int] | None = None) -> Experiment:
+    exp = RC.validate_body(group_body(seeds, server_default=False))
+    assert isinstance(exp, Experiment), exp
+    return exp
+
+
+def jobs(api: FakeApi) -> list[str]:
+    return sorted(n for k, _, n in api.objects if k == "Job")
+
+
+async def test_a_multi_seed_experiment_runs_one_stage_chain_per_seed() -> None:
+    api, events = FakeApi(), []
+    b = group_body()
+    st = await reconcile(api, b, events)
+    group = run_name(group_spec())
+    s7, s8 = f"{group}-s7", f"{group}-s8"
+    assert (st["runName"], st["phase"], st["seeds"]) == (group, "Pending", "0/2")
+    assert [(e["seed"], e["runName"], e["phase"], e["jobName"]) for e in st["seedRuns"]] == [
+        (7, s7, "Pending", f"{s7}-grpo"), (8, s8, "Pending", f"{s8}-grpo")]
+    # Each seed run: its own ConfigMap with its resolved single-seed spec, its first stage; all owned by the one
+    # Experiment and labelled with the group.
+    assert sorted(n for k, _, n in api.objects if k == "ConfigMap") == [f"{s7}-spec", f"{s8}-spec"]
+    assert jobs(api) == [f"{s7}-grpo", f"{s8}-grpo"]
+    for obj in api.objects.values():
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+        assert obj["metadata"]["labels"][C.LABEL_SEED_GROUP] == group
+    mounted = yaml.safe_load(api.objects[("ConfigMap", "ns", f"{s8}-spec")]["data"][C.SPEC_FILENAME])
+    assert mounted["spec"]["algorithm"]["seed"] == 8 and mounted["spec"]["algorithm"]["seeds"] is None
+    assert {e[1] for e in events} == {"Created"} and len(events) == 4
+
+    # Idempotent: the same status again creates and writes nothing.
+    b["status"] = apply_patch({}, api.status_patches[-1])
+    n, creates = len(api.status_patches), len(api.creates)
+    await reconcile(api, b, events)
+    assert (len(api.status_patches), len(api.creates)) == (n, creates)
+
+    # Seed 7 runs ahead: its eval starts after its grpo; seed 8's chain is untouched.
+    api.objects[("Job", "ns", f"{s8}-grpo")]["status"] = {"active": 1, "ready": 1}
+    api.objects[("Job", "ns", f"{s7}-grpo")]["status"] = {"succeeded": 1}
+    st = await reconcile(api, b, events)
+    assert jobs(api) == [f"{s7}-eval", f"{s7}-grpo", f"{s8}-grpo"]
+    assert (st["phase"], st["seeds"], st["jobName"]) == ("Running", "0/2", f"{s8}-grpo")
+    b["status"] = apply_patch(b["status"], api.status_patches[-1])
+    api.objects[("Job", "ns", f"{s7}-eval")]["status"] = {"succeeded": 1}
+    st = await reconcile(api, b, events)
+    assert (st["phase"], st["seeds"]) == ("Running", "1/2") and ("Normal", "SeedSucceeded") in [e[:2] for e in events]
+    # Seed 8 fails: the group has finished, and failed.
+    b["status"] = apply_patch(b["status"], api.status_patches[-1])
+    api.objects[("Job", "ns", f"{s8}-grpo")]["status"] = {"failed": 1}
+    st = await reconcile(api, b, events)
+    assert (st["phase"], st["seeds"], st["jobName"]) == ("Failed", "1/2", f"{s8}-grpo")
+    assert [e[:2] for e in events[-2:]] == [("Warning", "SeedFailed"), ("Warning", "Failed")]
+    assert jobs(api) == [f"{s7}-eval", f"{s7}-grpo", f"{s8}-grpo"]  # seed 8's eval never started
+
+
+async def test_a_group_adopts_what_exists_after_a_lost_answer_or_a_restart() -> None:
+    api, events = FakeApi(), []
+    api.fail_next_create = "Job"  # the first seed's Job is written, its answer lost
+    try:
+        await reconcile(api, group_body(), events)
+    except ApiError:
+        pass
+    assert api.status_patches == []  # no status before every chain was reconciled
+    # A restarted operator: the same body (no status), everything adopted, nothing twice.
+    st = await reconcile(api, group_body(), events)
+    assert st["seeds"] == "0/2" and len(jobs(api)) == 2
+    assert sum(1 for k, *_ in api.objects if k == "ConfigMap") == 2
+
+
+async def test_a_single_seed_list_is_a_group_of_one() -> None:
+    api, events = FakeApi(), []
+    st = await reconcile(api, group_body([5]), events)
+    assert st["seeds"] == "0/1" and jobs(api) == [f"{run_name(group_spec([5]))}-s5-grpo"]
+
+
+def test_the_servers_seed_default_is_accepted_next_to_seeds_and_any_other_seed_refused() -> None:
+    assert isinstance(RC.validate_body(group_body()), Experiment)
+    b = group_body()
+    b["spec"]["algorithm"]["seed"] = 3  # set by the user: refused as by the CLI
+    msg = RC.validate_body(b)
+    assert isinstance(msg, str) and "not both" in msg
+    assert run_name(RC.validate_body(group_body())) == run_name(group_spec())
+
+
+@pytest.mark.parametrize("seeds", [[7, 8], [8, 7], [3, 11, 2]])
+def test_group_of_inverts_seed_runs(seeds: list[int]) -> None:
+    exp = group_spec(seeds)
+    for r in seed_runs(exp):
+        back = group_of(r, seeds)
+        assert back is not None and run_name(back) == run_name(exp) and back.spec == exp.spec
+    assert group_of(exp, seeds) is None  # not a seed run
+    assert group_of(seed_runs(exp)[0], [99]) is None  # its seed is not in the list
+
+
+async def test_edit_of_an_active_group_is_refused_and_the_group_is_followed() -> None:
+    api, events = FakeApi(), []
+    await reconcile(api, group_body(), events)
+    status = apply_patch({}, api.status_patches[-1])
+    group = status["runName"]
+    api.objects[("Job", "ns", f"{group}-s7-grpo")]["status"] = {"active": 1, "ready": 1}
+    # The running group's spec is read back from its seed runs' ConfigMaps.
+    running = await RC.load_running(api, group_body(status=status))
+    assert running is not None and run_name(running) == group
+
+    edited = group_body(status=status, gen=2)
+    edited["spec"]["algorithm"]["total_steps"] = 400
+    st = await reconcile(api, edited, events)
+    assert (st["runName"], st["phase"], st["seeds"]) == (group, "Running", "0/2")
+    refused = next(c for c in st["conditions"] if c["type"] == "SpecChangeRefused")
+    assert refused["status"] == "True" and refused["observedGeneration"] == 2
+    assert len(jobs(api)) == 2
+    # Another seed list is another group: refused the same way.
+    st = await reconcile(api, group_body([7, 8, 9], status=st, gen=3), events)
+    assert st["runName"] == group and len(jobs(api)) == 2
+    # Re-applying the running spec clears the refusal.
+    st = await reconcile(api, group_body(status=st, gen=4), events)
+    assert next(c for c in st["conditions"] if c["type"] == "SpecChangeRefused")["status"] == "False"
+
+
+async def test_a_tampered_seed_configmap_is_not_taken_for_the_running_group() -> None:
+    api, events = FakeApi(), []
+    await reconcile(api, group_body(), events)
+    status = apply_patch({}, api.status_patches[-1])
+    for (kind, _, _), obj in api.objects.items():
+        if kind == "ConfigMap":
+            obj["data"][C.SPEC_FILENAME] = obj["data"][C.SPEC_FILENAME].replace("total_steps: 2", "total_steps: 3")
+    assert await RC.load_running(api, group_body(status=status)) is None
+
+
+async def test_a_finished_single_run_edited_into_a_group_starts_the_group() -> None:
+    api, events = FakeApi(), []
+    b = body("specs/smoke.yaml")
+    await reconcile(api, b, events)
+    status = apply_patch({}, api.status_patches[-1])
+    single = status["runName"]
+    for stage in ("grpo", "eval"):
+        api.objects[("Job", "ns", f"{single}-{stage}")] = {
+            "kind": "Job", "metadata": {"name": f"{single}-{stage}", "labels": {C.LABEL_RUN_NAME: single},
+                                        "annotations": {C.ANNOTATION_MLFLOW_RUN_ID: "m1"}},
+            "spec": {}, "status": {"succeeded": 1}}
+    st = await reconcile(api, body("specs/smoke.yaml", status=status), events)
+    status = apply_patch(status, api.status_patches[-1])
+    assert st["phase"] == "Succeeded" and "seeds" not in st and st["mlflowRunId"] == "m1"
+    st = await reconcile(api, group_body(status=status, gen=2), events)
+    assert st["runName"] == run_name(group_spec()) and st["seeds"] == "0/2"
+    patch = api.status_patches[-1]
+    assert patch["mlflowRunId"] is None and patch["completionTime"] is None  # the single run's keys are dropped

@@ -11,7 +11,8 @@ import yaml
 
 from longhaul import constants as C
 from longhaul.render import kubernetes as R
-from longhaul.spec import load_spec, run_name, spec_hash
+from longhaul.render import render
+from longhaul.spec import load_spec, parse_spec_text, run_name, seed_runs, spec_hash
 from longhaul.spec.models import Experiment
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,18 +32,28 @@ def _with(exp: Experiment, **spec: object) -> Experiment:
     return Experiment.model_validate(doc)
 
 
+def _smoke_seeds(seeds: list[int]) -> Experiment:
+    """specs/smoke.yaml with `seeds` instead of `seed: 7`."""
+    doc = yaml.safe_load((ROOT / "specs/smoke.yaml").read_text())
+    del doc["spec"]["algorithm"]["seed"]
+    doc["spec"]["algorithm"]["seeds"] = seeds
+    return parse_spec_text(yaml.safe_dump(doc, sort_keys=False), file="smoke-seeds.yaml")
+
+
 def _variants() -> list[tuple[str, Experiment]]:
     # Shipped specs have their golden renders in tests/golden/<spec>/kubernetes.yaml (scripts/generate.py,
-    # tests/unit/test_generated.py); these pin the multi-node engines, which no shipped spec uses.
+    # tests/unit/test_generated.py); these pin the multi-node engines and a multi-seed Experiment, which no
+    # shipped spec uses.
     base = load_spec(ROOT / "specs/prm_lite_lata.yaml")
     return [
         ("prm_lite_lata-nodes2-rayjob", _with(base, resources__nodes=2)),
         ("prm_lite_lata-nodes2-jobset", _with(base, resources__nodes=2, backends__kubernetes__multinode_engine="jobset")),
+        ("smoke-seeds", _smoke_seeds([7, 8])),
     ]
 
 
 @pytest.mark.parametrize(("stem", "exp"), _variants(), ids=[v[0] for v in _variants()])
-def test_golden_multinode(stem: str, exp: Experiment) -> None:
+def test_golden_variants(stem: str, exp: Experiment) -> None:
     """`LONGHAUL_UPDATE_GOLDEN=1 pytest tests/unit/k8s` regenerates; review the diff."""
     text = yaml.safe_dump_all(R.render_kubernetes(exp, namespace="default"), sort_keys=False, width=1_000_000)
     path = GOLDEN / f"{stem}.yaml"
@@ -142,3 +153,34 @@ def test_multinode_engines() -> None:
     assert (js["apiVersion"], js["kind"]) == (R.JOBSET_API, "JobSet")
     job = js["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert job["parallelism"] == job["completions"] == 4 and job["completionMode"] == "Indexed"
+
+
+def test_a_multi_seed_experiment_renders_every_seed_run() -> None:
+    exp = _smoke_seeds([7, 8])
+    group = run_name(exp)
+    objs = R.render_kubernetes(exp, namespace="ns1")
+    assert [(o["kind"], o["metadata"]["name"]) for o in objs] == [
+        (kind, f"{group}-s{seed}-{suffix}") for seed in (7, 8)
+        for kind, suffix in (("ConfigMap", "spec"), ("Job", "grpo"), ("Job", "eval"))]
+    # Every seed run exactly as a single run renders it, plus the group label on its children.
+    assert objs == [o for r in seed_runs(exp) for o in R.render_run(r, namespace="ns1")]
+    for obj in objs:
+        kubernetes_validate.validate(obj, "1.32", strict=True)
+        labels = obj["metadata"]["labels"]
+        assert labels[C.LABEL_SEED_GROUP] == group and labels[C.LABEL_RUN_NAME].startswith(f"{group}-s")
+        assert len(obj["metadata"]["name"]) <= 63
+    for seed, cm in ((7, objs[0]), (8, objs[3])):
+        mounted = parse_spec_text(cm["data"][C.SPEC_FILENAME], file="mounted.yaml")
+        assert mounted.spec.algorithm.seed == seed and run_name(mounted) == f"{group}-s{seed}"
+    job = objs[4]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": C.ENV_RUN_NAME, "value": f"{group}-s8"} in job["env"]
+    assert job["command"][job["command"].index("--run-dir") + 1] == f"/runs/{group}-s8"
+    # `longhaul render --backend kubernetes`: one stream with every seed run's manifests.
+    (name, text), = render(exp, "kubernetes").files.items()
+    assert name == f"{group}.k8s.yaml"
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(text)] == [o["metadata"]["name"] for o in R.render_kubernetes(exp)]
+
+
+def test_a_single_run_has_no_group_label() -> None:
+    for obj in R.render_kubernetes(load_spec(ROOT / "specs/smoke.yaml")):
+        assert C.LABEL_SEED_GROUP not in obj["metadata"]["labels"]

@@ -103,3 +103,90 @@ def test_invalid_and_refused_status() -> None:
     assert refused["phase"] == "Running" and refused["observedGeneration"] == 4
     cleared = S.clear_refusal(refused, now=LATER, generation=5)
     assert cond(cleared, "SpecChangeRefused")["status"] == "False"
+
+
+# ---- multi-seed Experiments: one stage chain per seed run, aggregated ----
+
+P = S.Phase
+
+
+@pytest.mark.parametrize(("phases", "group"), [
+    ([P.PENDING, P.PENDING], P.PENDING),
+    ([P.RUNNING, P.PENDING], P.RUNNING),
+    ([P.SUCCEEDED, P.RUNNING], P.RUNNING),
+    ([P.SUCCEEDED, P.PENDING], P.PENDING),  # between stages, or not started: like a single run between stages
+    ([P.FAILED, P.RUNNING], P.RUNNING),  # a failed seed does not end the group while another still runs
+    ([P.FAILED, P.PENDING], P.PENDING),
+    ([P.FAILED, P.SUCCEEDED], P.FAILED),
+    ([P.SUCCEEDED, P.FAILED, P.SUCCEEDED], P.FAILED),
+    ([P.SUCCEEDED, P.SUCCEEDED], P.SUCCEEDED),
+    (["Succeeded"], P.SUCCEEDED),
+])
+def test_group_phase(phases: list[S.Phase], group: S.Phase) -> None:
+    assert S.group_phase(phases) == group
+
+
+def test_group_phase_needs_a_seed_run() -> None:
+    with pytest.raises(ValueError, match="at least one seed run"):
+        S.group_phase([])
+
+
+def seed(n: int, *workloads: dict[str, Any] | None, prev: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The seedRuns entry of seed `n` whose grpo/eval workloads are `workloads`."""
+    run = f"g-s{n}"
+    st = S.build_status(prev, [S.StageView(stage=s, name=f"{run}-{s}", workload=w)
+                               for s, w in zip(["grpo", "eval"], workloads, strict=True)],
+                        run_name=run, spec_hash="h", generation=None, now=NOW).status
+    return S.seed_run_entry(n, st)
+
+
+def group(prev: dict[str, Any] | None, *entries: dict[str, Any], now: str = NOW) -> dict[str, Any]:
+    return S.build_group_status(prev, list(entries), run_name="g", spec_hash="gh", generation=2, now=now)
+
+
+def test_seed_run_entry_keeps_the_run_status_without_conditions() -> None:
+    grpo = job(active=1, ready=1, startTime=NOW,
+               annotations={"longhaul.dev/mlflow-run-id": "r7", "longhaul.dev/checkpoint-step": "20"})
+    e = seed(7, grpo, None)
+    assert e == {"seed": 7, "runName": "g-s7", "phase": "Running", "stage": "grpo", "jobName": "g-s7-grpo",
+                 "message": "stage grpo is running (job g-s7-grpo)", "startTime": NOW, "lastCheckpointStep": 20,
+                 "mlflowRunId": "r7"}
+
+
+def test_group_status_counts_seeds_and_follows_the_seed_in_focus() -> None:
+    st = group(None, seed(7, None, None), seed(8, None, None))
+    assert (st["phase"], st["seeds"], st["runName"], st["specHash"]) == ("Pending", "0/2", "g", "gh")
+    assert st["jobName"] == "g-s7-grpo" and st["observedGeneration"] == 2 and "startTime" not in st
+    assert [e["seed"] for e in st["seedRuns"]] == [7, 8]
+
+    st = group(st, seed(7, job(active=1, ready=1, startTime=NOW), None), seed(8, None, None))
+    assert st["phase"] == "Running" and st["seeds"] == "0/2" and st["jobName"] == "g-s7-grpo"
+    assert st["startTime"] == NOW and cond(st, "Running")["status"] == "True"
+    assert st["message"] == "0/2 seeds succeeded; seed 7: stage grpo is running (job g-s7-grpo)"
+
+    done = job(succeeded=1, completionTime=LATER)
+    st = group(st, seed(7, job(succeeded=1), done), seed(8, job(active=1, ready=1), None), now=LATER)
+    assert (st["phase"], st["seeds"], st["stage"], st["jobName"]) == ("Running", "1/2", "grpo", "g-s8-grpo")
+    assert cond(st, "Running")["lastTransitionTime"] == NOW  # no flip, no new transition time
+    assert st["seedRuns"][0]["phase"] == "Succeeded" and "completionTime" not in st
+
+    st = group(st, seed(7, job(succeeded=1), done), seed(8, job(succeeded=1), done), now=LATER)
+    assert (st["phase"], st["seeds"], st["jobName"]) == ("Succeeded", "2/2", "g-s8-eval")
+    assert st["message"] == "all 2 seeds succeeded: seeds 7, 8" and st["completionTime"] == LATER
+    assert cond(st, "Complete") | {"lastTransitionTime": None} == {
+        "type": "Complete", "status": "True", "reason": "AllSeedsSucceeded", "message": st["message"],
+        "lastTransitionTime": None, "observedGeneration": 2}
+
+
+def test_a_failed_seed_fails_the_group_only_when_every_seed_has_finished() -> None:
+    failed = job(conditions=[{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}])
+    st = group(None, seed(7, failed, None), seed(8, job(active=1, ready=1), None))
+    assert st["phase"] == "Running" and st["seeds"] == "0/2" and st["jobName"] == "g-s8-grpo"
+    assert st["message"] == ("0/2 seeds succeeded; seed 7 failed: stage grpo (job g-s7-grpo) failed: DeadlineExceeded; "
+                             "seed 8: stage grpo is running (job g-s8-grpo)")
+    assert cond(st, "Failed")["status"] == "False"
+    st = group(st, seed(7, failed, None), seed(8, job(succeeded=1), job(succeeded=1, completionTime=LATER)))
+    assert (st["phase"], st["seeds"], st["jobName"]) == ("Failed", "1/2", "g-s7-grpo")
+    assert cond(st, "Failed")["status"] == "True" and cond(st, "Failed")["reason"] == "SeedFailed"
+    assert st["completionTime"] == LATER  # the last seed run to finish
+    assert st["message"] == "1/2 seeds succeeded; seed 7 failed: stage grpo (job g-s7-grpo) failed: DeadlineExceeded"

@@ -1,5 +1,6 @@
 """Golden sbatch scripts for the variants the per-spec goldens (tests/golden/<spec>/slurm.sbatch) do not cover:
-multi-node Ray on each container runtime, and a single-stage script with a dependency.
+multi-node Ray on each container runtime, a single-stage script with a dependency, and the job array of a spec
+with training seeds.
 
 `LONGHAUL_UPDATE_GOLDEN=1 pytest tests/unit/slurm` regenerates; review the diff.
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from longhaul.render.slurm import render_slurm
+from longhaul.spec.models import Experiment
 from support.specs import spec_variant
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -19,6 +21,13 @@ GOLDEN = ROOT / "tests/golden/slurm"
 UPDATE = os.environ.get("LONGHAUL_UPDATE_GOLDEN") == "1"
 
 
+def _smoke_with_seeds(seeds: list[int]) -> Experiment:
+    """specs/smoke.yaml with `seeds` instead of its `seed` (spec_variant can set fields, not remove one)."""
+    exp = spec_variant("smoke")
+    doc = exp.model_dump(mode="json", exclude_unset=True)
+    doc["spec"]["algorithm"].pop("seed")
+    doc["spec"]["algorithm"]["seeds"] = seeds
+    return Experiment.model_validate(doc)
 
 
 CASES = {
@@ -32,6 +41,7 @@ CASES = {
     "lata-nodes2-venv": lambda: render_slurm(spec_variant(
         "lata", resources__nodes=2, backends__slurm={"container": {"runtime": "none"}, "venv": "/shared/venvs/longhaul"})),
     "smoke-eval-after": lambda: render_slurm(spec_variant("smoke"), stage="eval", dependency="afterok:1234"),
+    "smoke-seeds": lambda: render_slurm(_smoke_with_seeds([7, 8])),
 }
 
 

@@ -52,6 +52,12 @@ def test_a_spec_without_seeds_is_its_own_single_run() -> None:
     assert not run_name(exp).endswith(f"-s{exp.spec.algorithm.seed}")
 
 
+def test_a_resolved_group_spec_reads_back_with_its_default_seed() -> None:
+    group = parse_spec_text(_smoke_with(seeds=[1, 2]), file="g.yaml")
+    back = parse_spec_text(resolved_yaml(group), file="resolved.yaml")  # holds seed: 42 beside seeds
+    assert back.spec.algorithm.seed == 42 and run_name(back) == run_name(group)
+
+
 def test_different_seed_lists_are_different_groups() -> None:
     a = parse_spec_text(_smoke_with(seeds=[1, 2]), file="a.yaml")
     b = parse_spec_text(_smoke_with(seeds=[1, 2, 3]), file="b.yaml")
