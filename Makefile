@@ -56,6 +56,10 @@ test-images: install ## Build and run the container images (podman on a local De
 	scripts/ci/k8s-tools.sh
 	$(PYTEST) -q -m images
 
+.PHONY: reliability
+reliability: install ## Fault-injection and security suite (tests/reliability), then its injected/survived/lost table
+	$(PYTEST) -q tests/reliability; rc=$$?; $(VPY) scripts/reliability_report.py; exit $$rc
+
 .PHONY: lint
 lint: install ## ruff, import-linter (pure core has no I/O), hadolint, helm lint
 	$(VENV)/bin/ruff check pipelines tests scripts benchmarks operator
