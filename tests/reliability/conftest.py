@@ -1,7 +1,7 @@
 """The reliability suite's report: every fault-injection test records what it injected, what survived and what
 was lost, and the session prints one table (also `scripts/reliability_report.py FILE`, quoted in the README).
 
-Records go to `$LONGHAUL_RELIABILITY_REPORT` (default `build/reliability.jsonl`, emptied at session start), one
+Records go to `$LONGHAUL_RELIABILITY_REPORT` (default `build/reliability.jsonl`, emptied once per session), one
 JSON object per line: `{"area", "fault", "injected", "survived", "lost", "lost_what"}`.
 """
 
@@ -23,7 +23,10 @@ def _report_path() -> Path:
     return Path(os.environ.get(REPORT_ENV) or ROOT / "build" / "reliability.jsonl")
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_report() -> None:
+    """Empty the report once per session, before the first reliability test (a subdirectory's conftest is loaded
+    after `pytest_sessionstart` has run, so the hook cannot do it)."""
     path = _report_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("", encoding="utf-8")
