@@ -24,10 +24,15 @@ from longhaul.k8s.reconcile import reconcile_experiment
 GROUP, VERSION, PLURAL = C.API_GROUP, C.API_VERSION, C.PLURAL
 #: Seconds between status re-syncs of active Experiments (covers lost watch events and RayJob/JobSet children).
 RESYNC_S = float(os.environ.get("LONGHAUL_OPERATOR_RESYNC_S", "30"))
+#: Seconds for connecting and for each read/write of one request of the operator's own client (then it is retried
+#: with back-off, see longhaul.k8s.api.RetryPolicy).
+REQUEST_TIMEOUT_S = float(os.environ.get("LONGHAUL_OPERATOR_REQUEST_TIMEOUT_S", "30"))
 
 _api: KubeApi | None = None
 _connection: kopf.ConnectionInfo | None = None
 _locks: dict[tuple[str, str], asyncio.Lock] = {}
+#: uid → resourceVersion of every stage Job this process has seen (tells a changed Job in a re-listing).
+_seen_jobs: dict[str, str] = {}
 
 
 def _now() -> str:
@@ -70,7 +75,7 @@ def _client() -> KubeApi:
     if _api is None:
         if _connection is None:
             raise kopf.TemporaryError("not logged in yet", delay=1)
-        _api = KubeApi.from_connection_info(_connection)
+        _api = KubeApi.from_connection_info(_connection, timeout=REQUEST_TIMEOUT_S)
     return _api
 
 
@@ -110,10 +115,22 @@ async def resync(namespace: str, name: str, body: kopf.Body, logger: logging.Log
 @kopf.on.event("batch", "v1", "jobs", labels={"app.kubernetes.io/managed-by": C.MANAGED_BY})
 async def job_event(event: dict[str, Any], body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
     """A stage Job changed: follow it (phase, times, MLflow annotations) and start the next stage when done."""
-    # Only changes matter: the creator accounted for a new Job, and after a restart the resume handler
-    # re-reads every Experiment (initial listings arrive with type None/ADDED).
-    if event.get("type") != "MODIFIED":
+    # Only changes matter: the creator accounted for a new Job, and after a restart the resume handler re-reads
+    # every Experiment (the first listing arrives with type None). A later listing (kopf lists again when the API
+    # server expires a watch: 410 Gone) also arrives with type None: a Job seen before with another
+    # resourceVersion changed while nobody watched.
+    meta = body.get("metadata", {})
+    uid, version, kind = meta.get("uid", ""), meta.get("resourceVersion", ""), event.get("type")
+    if kind == "DELETED":
+        _seen_jobs.pop(uid, None)
         return
+    before = _seen_jobs.get(uid)
+    _seen_jobs[uid] = version
+    relisted = kind is None and before is not None and before != version
+    if not (kind == "MODIFIED" or relisted):
+        return
+    if relisted:
+        logger.info("job changed while unwatched (re-listed)", extra={"resourceVersion": version})
     for ref in body.get("metadata", {}).get("ownerReferences") or []:
         if ref.get("kind") == C.KIND and ref.get("apiVersion", "").startswith(f"{GROUP}/"):
             exp = {"apiVersion": ref["apiVersion"], "kind": C.KIND,

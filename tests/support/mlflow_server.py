@@ -61,10 +61,12 @@ def _healthy(uri: str) -> bool:
         return False
 
 
-def start_mlflow_server(root: Path, *, timeout_s: float = READY_TIMEOUT_S) -> MlflowServer:
-    """Start the server under `root` (db, artifacts, log) and wait for /health; raise with the log on failure."""
+def start_mlflow_server(root: Path, *, timeout_s: float = READY_TIMEOUT_S, port: int | None = None) -> MlflowServer:
+    """Start the server under `root` (db, artifacts, log) and wait for /health; raise with the log on failure.
+    `port`: listen there (a server restarted on the same store and address, e.g. after `stop_mlflow_server`);
+    default: a free one. The log is appended to, so a restarted server's log keeps the earlier run's."""
     root.mkdir(parents=True, exist_ok=True)
-    port = free_loopback_port()
+    port = free_loopback_port() if port is None else port
     log_path = root / "server.log"
     argv = [
         sys.executable, "-m", "mlflow", "server",
@@ -80,7 +82,7 @@ def start_mlflow_server(root: Path, *, timeout_s: float = READY_TIMEOUT_S) -> Ml
     }
     for client_var in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME"):
         env.pop(client_var, None)  # the server must not inherit a client's settings
-    with open(log_path, "wb") as log:
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = MlflowServer(f"http://127.0.0.1:{port}", port, root, proc, log_path)
     deadline = time.monotonic() + timeout_s
@@ -110,6 +112,24 @@ def stop_mlflow_server(server: MlflowServer, grace_s: float = 15.0) -> None:
         os.killpg(pgid, signal.SIGKILL)  # workers that ignored SIGTERM
     with contextlib.suppress(subprocess.TimeoutExpired):
         server.process.wait(timeout=5)
+
+
+def restart_mlflow_server(server: MlflowServer, *, timeout_s: float = READY_TIMEOUT_S) -> MlflowServer:
+    """The same store served again at the same address (stopping `server` first if it still runs)."""
+    if server.process.poll() is None:
+        stop_mlflow_server(server)
+    deadline = time.monotonic() + 30
+    while True:  # the old listener may take a moment to release the port
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", server.port))
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+        time.sleep(0.2)
+    return start_mlflow_server(server.root, timeout_s=timeout_s, port=server.port)
 
 
 @contextlib.contextmanager

@@ -2,8 +2,14 @@
 
 Serves `POST /v1/chat/completions`, `GET /v1/models` and `GET /health`. Each request is answered by the script
 registered for its `model` (a function `request_body -> reply`), where a reply is a full response dict or a
-`Reply` (text and/or tool calls). Faults can be injected (`fail_next`: 5xx answers; `hang_next`: answers later
-than the client's timeout) to test retries. Every request body is recorded in `server.requests`.
+`Reply` (text and/or tool calls). Every request body is recorded in `server.requests`.
+
+Faults: `inject(fault, n, model=..., after=...)` answers the next `n` requests (of `model`, after letting `after`
+of them through) with one of `FAULTS` — HTTP errors, answers slower than the client's timeout, truncated, malformed
+or non-UTF-8 bodies, chat completions with empty `choices`, a null message, broken `tool_calls`, no text, tool calls
+with invalid JSON arguments, a connection closed or reset without an answer, or the port closed for a while
+(connection refused). `fail_next` (5xx) and `hang_next` (timeouts) are the older shorthands. `server.injected`
+counts the faults delivered per kind.
 
     with StubServer({"policy": my_policy_script, "user": my_user_script}) as srv:
         client = ChatClient(srv.base_url, "policy")
@@ -18,8 +24,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
+import struct
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,6 +53,46 @@ class Reply:
 
 
 Script = Callable[[dict[str, Any]], "Reply | dict[str, Any]"]
+
+#: Fault kinds `StubServer.inject` knows, and what the client sees.
+FAULTS = {
+    "status": "an HTTP error status (`status=`, default 503) with a JSON error body",
+    "hang": "the answer `seconds` late (longer than the client's timeout: a timeout)",
+    "truncated_body": "Content-Length promises the whole completion, half of it is sent, then the connection closes",
+    "truncated_json": "HTTP 200 with the first half of the completion's JSON (Content-Length matches)",
+    "malformed_json": "HTTP 200 with a body that is not JSON (single quotes, trailing garbage)",
+    "non_utf8": "HTTP 200 with a Latin-1 encoded body (a byte that is not UTF-8 in the content)",
+    "empty_body": "HTTP 200 with an empty body",
+    "empty_choices": "a chat completion with `choices: []`",
+    "null_message": "a chat completion whose `choices[0].message` is null",
+    "bad_tool_calls": "a chat completion whose `tool_calls` is a string, not a list",
+    "empty_content": "a chat completion with no text and no tool calls",
+    "invalid_tool_args": "a tool call whose `arguments` is not valid JSON (the policy's output, not a transport fault)",
+    "close": "the connection closed without an answer",
+    "reset": "the connection reset (RST) without an answer",
+    "refuse": "the connection closed and the port closed for `seconds` (connection refused meanwhile)",
+}
+
+
+@dataclass
+class _Injection:
+    fault: str
+    remaining: int
+    model: str | None
+    after: int
+    status: int = 503
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    """A fault the handler writes itself (not a JSON body): `action` is bytes | close | reset | refuse."""
+
+    action: str
+    status: int = 200
+    body: bytes = b""
+    declared_length: int | None = None
+    seconds: float = 0.0
 
 
 def render_reply(reply: Reply | dict[str, Any], model: str, counter: int) -> tuple[int, dict[str, Any]]:
@@ -78,6 +127,37 @@ def render_reply(reply: Reply | dict[str, Any], model: str, counter: int) -> tup
             "total_tokens": completion + (reply.prompt_tokens or 0),
         },
     }
+
+
+def _corrupt(kind: str, payload: dict[str, Any]) -> dict[str, Any] | RawAnswer:
+    """A scripted completion turned into the fault `kind` (see `FAULTS`)."""
+    data = json.dumps(payload).encode()
+    if kind == "truncated_body":
+        return RawAnswer("bytes", body=data[: len(data) // 2], declared_length=len(data))
+    if kind == "truncated_json":
+        return RawAnswer("bytes", body=data[: len(data) // 2])
+    if kind == "non_utf8":
+        msg = dict(payload["choices"][0]["message"], content="Caf\u00e9 ok")
+        body = json.dumps({**payload, "choices": [{**payload["choices"][0], "message": msg}]}, ensure_ascii=False)
+        return RawAnswer("bytes", body=body.encode("latin-1", errors="replace"))
+    choice = payload["choices"][0]
+    if kind == "empty_choices":
+        return {**payload, "choices": []}
+    if kind == "null_message":
+        return {**payload, "choices": [{**choice, "message": None}]}
+    if kind == "bad_tool_calls":
+        return {**payload, "choices": [{**choice, "message": {"role": "assistant", "content": None,
+                                                              "tool_calls": "get_user_details(user_id=1)"}}]}
+    if kind == "empty_content":
+        return {**payload, "choices": [{**choice, "message": {"role": "assistant", "content": ""},
+                                        "finish_reason": "stop"}]}
+    if kind == "invalid_tool_args":
+        calls = choice["message"].get("tool_calls") or []
+        name = calls[0]["function"]["name"] if calls else "get_user_details"
+        bad = {"id": f"{payload['id']}-bad", "type": "function", "function": {"name": name, "arguments": '{"user_id": '}}
+        return {**payload, "choices": [{**choice, "message": {"role": "assistant", "content": None, "tool_calls": [bad]},
+                                        "finish_reason": "tool_calls"}]}
+    raise ValueError(f"not a body fault: {kind}")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -115,7 +195,35 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload, delay = stub._answer(body)
         if delay:
             time.sleep(delay)
-        self._send(status, payload)
+        if isinstance(payload, RawAnswer):
+            self._send_raw(payload)
+        else:
+            self._send(status, payload)
+
+    def _send_raw(self, raw: RawAnswer) -> None:
+        if raw.action == "bytes":
+            self.send_response(raw.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(raw.declared_length if raw.declared_length is not None
+                                                   else len(raw.body)))
+            self.end_headers()
+            self.wfile.write(raw.body)
+            if raw.declared_length is not None and raw.declared_length > len(raw.body):
+                self.wfile.flush()
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.close_connection = True
+        if raw.action == "refuse":
+            self.server.stub._refuse(raw.seconds)
+        if raw.action == "reset":
+            # SO_LINGER 0: close() sends RST instead of FIN
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            return
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -123,6 +231,13 @@ class _HTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 1024
     stub: StubServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the client gave up first (a `hang` fault past its timeout) or the fault closed the socket
+        super().handle_error(request, client_address)
 
 
 class StubServer:
@@ -133,15 +248,18 @@ class StubServer:
         self.latency_s = latency_s
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._faults: list[tuple[str, float]] = []  # ("fail", status) | ("hang", seconds)
+        self._faults: list[_Injection] = []
+        self.injected: Counter[str] = Counter()
         self._counter = 0
         self._httpd = _HTTPServer(("127.0.0.1", port), _Handler)
         self._httpd.stub = self
         self._thread: threading.Thread | None = None
+        self._port = self._httpd.server_address[1]
+        self._reopen: threading.Timer | None = None
 
     @property
     def port(self) -> int:
-        return self._httpd.server_address[1]
+        return self._port
 
     @property
     def base_url(self) -> str:
@@ -152,24 +270,61 @@ class StubServer:
 
     def fail_next(self, n: int, status: int = 503) -> None:
         """Answer the next `n` chat requests with HTTP `status`."""
-        with self._lock:
-            self._faults.extend([("fail", float(status))] * n)
+        self.inject("status", n, status=status)
 
     def hang_next(self, n: int, seconds: float) -> None:
         """Delay the next `n` chat requests by `seconds` (longer than the client timeout → timeouts)."""
-        with self._lock:
-            self._faults.extend([("hang", seconds)] * n)
+        self.inject("hang", n, seconds=seconds)
 
-    def _answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], float]:
+    def inject(self, fault: str, n: int = 1, *, model: str | None = None, after: int = 0, status: int = 503,
+               seconds: float = 1.0) -> None:
+        """Answer `n` chat requests (of `model`, or any) with `fault` (one of `FAULTS`), after letting the next
+        `after` of them through. Injections queue up: the first pending one whose model matches applies."""
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; valid: {', '.join(FAULTS)}")
+        with self._lock:
+            self._faults.append(_Injection(fault, n, model, after, status, seconds))
+
+    def pending_faults(self) -> int:
+        with self._lock:
+            return sum(f.remaining for f in self._faults)
+
+    def clear_faults(self) -> None:
+        """Drop the injections not delivered yet."""
+        with self._lock:
+            self._faults.clear()
+
+    def _take_fault(self, model: str) -> _Injection | None:
+        for f in self._faults:
+            if f.model is not None and f.model != model:
+                continue
+            if f.after > 0:
+                f.after -= 1
+                return None
+            f.remaining -= 1
+            if f.remaining <= 0:
+                self._faults.remove(f)
+            self.injected[f.fault] += 1
+            return f
+        return None
+
+    def _answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | RawAnswer, float]:
+        model = str(body.get("model", ""))
         with self._lock:
             self.requests.append(body)
             self._counter += 1
             counter = self._counter
-            fault = self._faults.pop(0) if self._faults else None
-        if fault and fault[0] == "fail":
-            return int(fault[1]), {"error": {"message": "injected server error"}}, self.latency_s
-        delay = self.latency_s + (fault[1] if fault else 0.0)
-        model = str(body.get("model", ""))
+            fault = self._take_fault(model)
+        kind = fault.fault if fault else None
+        if kind == "status":
+            return fault.status, {"error": {"message": "injected server error"}}, self.latency_s
+        if kind in ("close", "reset", "refuse"):
+            return 200, RawAnswer(kind, seconds=fault.seconds), self.latency_s
+        if kind == "empty_body":
+            return 200, RawAnswer("bytes", body=b""), self.latency_s
+        if kind == "malformed_json":
+            return 200, RawAnswer("bytes", body=b"{'choices': [{'message': {'content': 'hi'}}]} trailing"), self.latency_s
+        delay = self.latency_s + (fault.seconds if kind == "hang" else 0.0)
         script = self.scripts.get(model)
         if script is None:
             return 404, {"error": {"message": f"The model `{model}` does not exist.", "code": 404}}, delay
@@ -178,7 +333,35 @@ class StubServer:
         except Exception as exc:  # a broken script is a test bug: answer 500 with the reason
             return 500, {"error": {"message": f"script error: {type(exc).__name__}: {exc}"}}, delay
         status, payload = render_reply(reply, model, counter)
-        return status, payload, delay
+        if kind is None or kind == "hang" or status != 200:
+            return status, payload, delay
+        return 200, _corrupt(kind, payload), delay
+
+    def _refuse(self, seconds: float) -> None:
+        """Close the listening socket now (connections are refused) and listen on the same port again after
+        `seconds`. Called from a handler thread."""
+        old = self._httpd
+        threading.Thread(target=lambda: (old.shutdown(), old.server_close()), daemon=True).start()
+
+        def reopen() -> None:
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    httpd = _HTTPServer(("127.0.0.1", self._port), _Handler)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
+            httpd.stub = self
+            self._httpd = httpd
+            self._thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), name="openai-stub",
+                                            daemon=True)
+            self._thread.start()
+
+        self._reopen = threading.Timer(seconds, reopen)
+        self._reopen.daemon = True
+        self._reopen.start()
 
     def start(self) -> StubServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="openai-stub", daemon=True)
@@ -186,6 +369,8 @@ class StubServer:
         return self
 
     def stop(self) -> None:
+        if self._reopen is not None:
+            self._reopen.join(timeout=10)  # a `refuse` fault in progress: stop the server it brings back
         self._httpd.shutdown()
         self._httpd.server_close()
         if self._thread is not None:

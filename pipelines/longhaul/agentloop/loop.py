@@ -13,7 +13,8 @@ Per trajectory veRL builds one loop instance and calls `run(sampling_params, **r
      times every generation (`generate_sequences`) and carries the servers' `extra_fields` (weights version);
    * the airline environment (a private copy-on-access DB per episode; tool execution timed as `tool_calls`) and
      the LLM user simulator (one shared HTTP client per worker process and event loop);
-   * the spec's limits (turns, tokens per turn, response tokens, tool output characters, repeated calls);
+   * the spec's limits (turns, tokens per turn, response tokens, tool output characters, repeated calls, tool
+     errors: τ²'s `too_many_errors`), applied by the runner exactly as in evaluation;
 3. grades once (inside the runner), scores PRM-Lite if configured and sets `reward_score = outcome +
    weight·process`, so veRL skips its reward workers;
 4. with `credit: turn` lays the reward out per token (`longhaul.rewards.combine.build_token_rewards`) in the
@@ -29,7 +30,8 @@ simulator failed after its client's retries (or refused its prompt), or the firs
 prompt's group `failure`, and `longhaul.agentloop.sampler.LonghaulReplayBuffer` drops the whole group and refills
 it with a fresh prompt: the group baseline is never computed from survivors. Every other ending is graded and
 trains — including a user who says ###STOP### before the policy spoke (response: one masked token; reward: the
-grade), the limits (turns, response tokens, repeated calls) and format errors (score 0 as in τ²).
+grade), the limits (turns, response tokens, repeated calls, `max_tool_errors` tool errors) and format errors
+(score 0 as in τ²).
 
 `extra_fields` carry `turn_scores` (weight·q_k per turn), `reward_extra_info` (`acc` = `outcome`, which veRL
 makes its core validation metric instead of the shaped reward; process, tool-call counts, unknown/unparsable

@@ -67,7 +67,8 @@ def parse_hermes_content(content: str) -> tuple[str, list[ParsedCall]]:
 
 
 def parse_chat_response(data: dict[str, Any]) -> PolicyTurn:
-    """A `PolicyTurn` from an OpenAI chat completion response."""
+    """A `PolicyTurn` from an OpenAI chat completion response (one `ChatClient.chat` returned, so its shape is
+    checked: `longhaul.clients.openai_compat.check_completion`)."""
     choice = data["choices"][0]
     msg = choice.get("message") or {}
     content = msg.get("content") or ""

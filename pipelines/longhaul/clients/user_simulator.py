@@ -48,8 +48,11 @@ class OpenAIUserSimulator:
         return OpenAIUserSimulator(self.client, self.sampling, seed=seed)
 
     async def reply(self, task: Any, conversation: list[dict[str, str]]) -> str:
+        """The customer's next message. An answer without text is an endpoint fault (retried, then
+        `EndpointError`): an empty customer line would silently change the episode."""
         data = await self.client.chat(
             build_user_messages(task.user_instructions(), conversation),
+            expect_text=True,
             max_tokens=self.sampling.max_tokens or 1024,
             temperature=self.sampling.temperature,
             top_p=self.sampling.top_p,

@@ -89,6 +89,7 @@ def register(app: typer.Typer) -> None:
         """Render-Twice-Diff rows (labels = assistant turns only) → parquet; drops are counted, never truncated."""
         from transformers import AutoTokenizer
 
+        from longhaul.chat.thinking import chat_template_kwargs, chat_template_override
         from longhaul.envs.airline.splits import build_split
         from longhaul.sft.dataset import TestTaskInDataError, build_sft_rows, load_trajectories, write_dataset
 
@@ -101,7 +102,9 @@ def register(app: typer.Typer) -> None:
         try:
             rows, dropped, stats = build_sft_rows(
                 tok, load_trajectories(trajectories), max_length=cfg.max_length,
-                min_label_tokens=cfg.min_label_tokens, test_task_ids=build_split(exp.spec.environment.split).test)
+                min_label_tokens=cfg.min_label_tokens, test_task_ids=build_split(exp.spec.environment.split).test,
+                chat_template=chat_template_override(exp.spec.policy),
+                template_kwargs=chat_template_kwargs(exp.spec.policy))
         except (TestTaskInDataError, ValueError) as exc:
             err.print(f"error: {exc}")
             raise typer.Exit(1) from exc

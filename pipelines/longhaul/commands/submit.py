@@ -10,6 +10,7 @@ from typing import Annotated, NamedTuple
 import typer
 from rich.console import Console
 
+from longhaul.constants import SPEC_FILENAME
 from longhaul.spec import SpecError, load_spec
 from longhaul.submit import BACKENDS, BackendUnavailable, backend_of_run, get_backend
 
@@ -95,12 +96,25 @@ def resolve_run_dir(run: str) -> Path:
 def _fetch_status(run_dir: Path) -> dict:
     try:
         mod = get_backend(backend_of_run(run_dir), need=("fetch_status",))
-        return mod.fetch_status(run_dir)
+        return {**mod.fetch_status(run_dir), **_memory_plan(run_dir)}
     except BackendUnavailable as exc:
         _fail(str(exc), 2)
     except (RuntimeError, OSError) as exc:
         _fail(f"{run_dir}: {exc}")
     raise AssertionError  # unreachable
+
+
+def _memory_plan(run_dir: Path) -> dict[str, str]:
+    """`{"memory_plan": <one line>}` from the run's resolved spec (`longhaul plan`), when the run directory has it."""
+    spec = run_dir / SPEC_FILENAME
+    if not spec.is_file():
+        return {}
+    from longhaul.memory.load import memory_summary
+
+    try:
+        return {"memory_plan": memory_summary(load_spec(spec))}
+    except SpecError as exc:
+        return {"memory_plan": f"unavailable: {exc}"}
 
 
 def _status_line(st: dict) -> str:
@@ -113,6 +127,8 @@ def _status_line(st: dict) -> str:
         line += f"  checkpoint_step={st['checkpoint_step']}"
     if st.get("stages_done"):
         line += f"  stages_done={','.join(st['stages_done'])}"
+    if st.get("memory_plan"):
+        line += f"\n  memory plan: {st['memory_plan']}"
     return line
 
 

@@ -5,6 +5,8 @@ first message), runs assistant turns one at a time, executes tool calls in the e
 simulator after every message to the user, applies the spec's limits, ends on the FIRST terminal event and grades
 exactly once. As in τ², the episode ends when the user simulator or the agent stops it (or at a limit, which
 scores 0); a transfer to a human agent ends it only under `EpisodeLimits.transfer_ends_episode` (τ-bench 1).
+As in τ²'s orchestrator, `EpisodeLimits.max_tool_errors` error observations in an episode end it
+(`too_many_errors`, scored 0), checked once the assistant turn's tool calls have all run.
 Token-level details stay in the `Policy` adapter; the runner only sees messages and token counts.
 """
 
@@ -17,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from longhaul.envs.trajectory import Termination, ToolCall, Trajectory, Turn
+from longhaul.chat.thinking import visible_text
+from longhaul.envs.trajectory import TAU2_MAX_ERRORS, Termination, ToolCall, Trajectory, Turn
 
 if TYPE_CHECKING:
     from longhaul.envs.airline.env import AirlineEnv
@@ -90,6 +93,17 @@ class PolicyEndpointError(RuntimeError):
 # Limits: one definition for training, validation and evaluation
 
 
+def tool_error_limit_reached(num_tool_errors: int, limit: int | None) -> bool:
+    """τ²'s `too_many_errors` rule. τ²'s orchestrator counts every tool result with `error=True` over the whole
+    episode (`_execute_tool_calls`: an exception raised by the tool, e.g. an unknown tool, an unexpected or missing
+    argument, a wrong-typed value, a record not found, a refused write; never reset) and, once ALL calls of the
+    assistant's message have run, ends the simulation when `num_errors >= max_errors` (`_check_termination`),
+    before the agent speaks again. evaluate_simulation scores that termination 0. longhaul counts every error
+    observation, including a call whose arguments were not a JSON object (τ²'s LLM client raises on those instead
+    of executing anything)."""
+    return limit is not None and num_tool_errors >= limit
+
+
 @dataclass(frozen=True)
 class EpisodeLimits:
     """The horizon of one episode (spec.environment)."""
@@ -104,6 +118,9 @@ class EpisodeLimits:
     #: τ-bench 1's rule: a successful `transfer_to_human_agents` ends the episode. Default: τ²'s, where the
     #: transfer is an ordinary tool and the user simulator (`###TRANSFER###`) or the agent ends the episode.
     transfer_ends_episode: bool = False
+    #: End the episode as `too_many_errors` (scored 0) once this many tool calls of the episode have returned an
+    #: error observation; None = no limit. The default is τ²'s (`TAU2_MAX_ERRORS`); see `tool_error_limit_reached`.
+    max_tool_errors: int | None = TAU2_MAX_ERRORS
 
     @classmethod
     def from_spec(cls, exp: Any) -> EpisodeLimits:
@@ -121,6 +138,7 @@ class EpisodeLimits:
             abort_repeated_calls=env.abort_repeated_calls,
             date_line=env.date_line,
             transfer_ends_episode=env.transfer_ends_episode,
+            max_tool_errors=env.max_tool_errors,
         )
 
 
@@ -231,6 +249,7 @@ async def run_episode(
 
     turns: list[Turn] = []
     call_counts: Counter[str] = Counter()
+    tool_errors = 0
     first_prompt_tokens: int | None = None
     completion_total = 0
     termination: Termination | None = Termination.USER_STOP if is_user_stop(first) else None
@@ -281,7 +300,7 @@ async def run_episode(
                     ],
                 }
             )
-            env.note_assistant_text(pt.content)
+            env.note_assistant_text(visible_text(pt.content))
             done_calls: list[ToolCall] = []
             for cid, call in zip(ids, pt.tool_calls, strict=True):
                 if termination is not None:
@@ -302,6 +321,8 @@ async def run_episode(
                     )
                 )
                 await append({"role": "tool", "tool_call_id": cid, "name": call.name, "content": shown})
+                if res.is_error:
+                    tool_errors += 1
                 if res.done:
                     termination = Termination(res.termination or Termination.TRANSFER)
                     break
@@ -309,9 +330,16 @@ async def run_episode(
                 if limits.abort_repeated_calls is not None and call_counts[_call_key(call)] >= limits.abort_repeated_calls:
                     termination = Termination.LOOP
             turns.append(Turn(index, pt.content, done_calls, False, pt.completion_tokens, pt.finish_reason))
+            if termination is None and tool_error_limit_reached(tool_errors, limits.max_tool_errors):
+                # τ²: checked after the whole turn's calls ran (a limit reached mid-turn lets the rest execute);
+                # an earlier terminal event of the same turn (τ-bench 1 transfer, loop) stays the first one.
+                termination = Termination.TOO_MANY_ERRORS
             continue
 
-        if not pt.content.strip():
+        # What the turn says to the user: a thinking policy's <think> block stays in the transcript (the policy's
+        # context) but is never shown to the user simulator or graded as communicated.
+        said = visible_text(pt.content)
+        if not said.strip():
             turns.append(Turn(index, pt.content, [], False, pt.completion_tokens, pt.finish_reason))
             await append({"role": "assistant", "content": pt.content})
             termination = Termination.POLICY_FORMAT_ERROR
@@ -320,8 +348,8 @@ async def run_episode(
         # A message to the user.
         turns.append(Turn(index, pt.content, [], True, pt.completion_tokens, pt.finish_reason))
         await append({"role": "assistant", "content": pt.content})
-        res = env.step(MessageAction(pt.content))
-        conversation.append({"role": "assistant", "content": pt.content})
+        res = env.step(MessageAction(said))
+        conversation.append({"role": "assistant", "content": said})
         if res.done:
             termination = Termination(res.termination or Termination.AGENT_STOP)
             break

@@ -11,6 +11,10 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+#: τ²'s limit on tool errors per episode (tau2-bench a2c0247: `tau2.config.DEFAULT_MAX_ERRORS`, the default
+#: `max_errors` of `tau2.orchestrator.orchestrator.Orchestrator`, of `RunConfig` and of `tau2 run --max-errors`).
+TAU2_MAX_ERRORS = 10
+
 
 class Termination(StrEnum):
     """Why an episode ended. Only `user_stop`, `agent_stop` and `transfer` are normal ends that get graded on
@@ -25,6 +29,7 @@ class Termination(StrEnum):
     LOOP = "loop"  # the same call repeated spec.environment.abort_repeated_calls times
     CONTEXT_OVERFLOW = "context_overflow"  # the policy server refused the prompt as too long
     POLICY_FORMAT_ERROR = "policy_format_error"  # the policy produced neither text nor a tool call
+    TOO_MANY_ERRORS = "too_many_errors"  # spec.environment.max_tool_errors error observations (τ²'s max_errors)
 
 
 #: Terminations that are graded on their merits; all others score 0.
@@ -121,7 +126,7 @@ class Trajectory:
 
     @property
     def aborted(self) -> bool:
-        """True when the episode ended prematurely (limit, loop, overflow, format error)."""
+        """True when the episode ended prematurely (limit, loop, overflow, format error, too many tool errors)."""
         return self.termination not in {t.value for t in NORMAL_TERMINATIONS}
 
     @property

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from longhaul import bounded
 from longhaul import constants as C
 from longhaul.k8s import status as S
+from longhaul.memory.load import memory_summary
 from longhaul.render.kubernetes import render_configmap, render_stage, run_name, spec_hash, stage_job_name
 from longhaul.spec import SpecError, build_experiment, parse_spec_text, seed_runs
 from longhaul.spec.models import Experiment
@@ -183,7 +184,7 @@ def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | 
     return patch or None
 
 
-_OPERATOR_KEYS = {"phase", "observedGeneration", "runName", "specHash", "stage", "jobName", "mlflowRunId", "mlflowUrl",
+_OPERATOR_KEYS = {"memoryPlan", "phase", "observedGeneration", "runName", "specHash", "stage", "jobName", "mlflowRunId", "mlflowUrl",
                   "startTime", "completionTime", "lastCheckpointStep", "message", "conditions", "seeds", "seedRuns"}
 
 
@@ -223,6 +224,7 @@ async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit
                                invalid=decision.refused_invalid)
     else:
         new = S.clear_refusal(new, now=now, generation=generation)
+    new = {**new, "memoryPlan": memory_summary(exp)}
     if new.get("phase") != previous.get("phase") and new.get("phase") in (S.Phase.SUCCEEDED, S.Phase.FAILED):
         emit("Normal" if new["phase"] == S.Phase.SUCCEEDED else "Warning", new["phase"], new.get("message", ""))
     await _write(api, ns, name, previous, new)

@@ -11,7 +11,7 @@ from typing import TextIO
 import httpx
 
 from longhaul.launcher.console import quiet
-from longhaul.launcher.processes import ManagedProcess, wait_until
+from longhaul.launcher.processes import ManagedProcess, describe_exit, wait_until
 from longhaul.render.plan import ServerPlan
 
 
@@ -93,6 +93,18 @@ class ManagedServer:
         self.startup_seconds.append(took)
         return took
 
+    @property
+    def crashed(self) -> bool:
+        """True when the server was started and has exited since (nobody stopped it)."""
+        return self.process is not None and self.process.poll() is not None
+
+    def describe_crash(self, stage: str) -> str:
+        """`simulator server (pid N) exited (killed by SIGKILL) during stage 'grpo'; its log: …` for messages."""
+        proc = self.process
+        rc = proc.poll() if proc is not None else None
+        return (f"{self.role} server (pid {proc.pid if proc else '?'}) exited ({describe_exit(rc)}) during stage "
+                f"'{stage}'; its log: {self._logs_dir / (self.role + '.log')}")
+
     def stop(self) -> None:
         """Stop by PID (process group); safe to call twice."""
         if self.process is not None:
@@ -100,7 +112,8 @@ class ManagedServer:
             self.process = None
 
     def restart(self, abort: Callable[[], bool] | None = None) -> float:
-        """Stop, start, wait healthy; returns the start-up seconds."""
+        """Stop (what is left of its process group), start with the same command, wait healthy; returns the
+        start-up seconds."""
         self.stop()
         self.start()
         return self.wait_healthy(abort)
@@ -113,7 +126,8 @@ class PolicyServer(ManagedServer):
     its weights in place from `src` (vLLM's development endpoint `POST /collective_rpc` with method
     `reload_weights`, enabled by VLLM_SERVER_DEV_MODE=1 on loopback only, then `POST /reset_prefix_cache`);
     if that is not available it restarts the server on `src`. The seconds taken and the way are recorded in
-    `self.updates` (logged as `timing/serve_weights_s`).
+    `self.updates` (logged as `timing/serve_weights_s`). Either way the server's command then names `src`, so a
+    restart after a crash (`restart`) serves the same weights.
     """
 
     #: Environment that enables the in-place reload endpoints (the server binds 127.0.0.1 only).
@@ -153,6 +167,8 @@ class PolicyServer(ManagedServer):
             self.plan = replace_model(self.plan, str(src))
             self.start()
             self.wait_healthy(abort)
+        else:
+            self.plan = replace_model(self.plan, str(src))  # a restart after a crash serves these weights too
         took = time.monotonic() - t0
         self.serving = label
         self.updates.append({"label": label, "how": how, "seconds": round(took, 3)})

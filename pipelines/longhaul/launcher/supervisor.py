@@ -15,8 +15,14 @@ from typing import Any, TextIO
 from longhaul import constants as C
 from longhaul.launcher.console import STEP_COLUMNS, grpo_console
 from longhaul.launcher.control import RequeueRequested, StopControl, StopRequested, handle_signals
-from longhaul.launcher.files import atomic_write_json, atomic_write_text
-from longhaul.launcher.processes import ManagedProcess
+from longhaul.launcher.files import LockBusy, atomic_write_json, atomic_write_text, exclusive_lock
+from longhaul.launcher.processes import (
+    ENV_SUPERVISED_BY,
+    NO_SPACE_MARKERS,
+    ManagedProcess,
+    describe_exit,
+    kill_supervised,
+)
 from longhaul.launcher.protocol import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
 from longhaul.launcher.servers import ManagedServer, PolicyServer, ServerStartError
 from longhaul.render.plan import LaunchPlan, StagePlan, render_plan
@@ -29,15 +35,35 @@ ENV_SIMULATOR_BASE_URL = "LONGHAUL_SIMULATOR_BASE_URL"
 ENV_SIMULATOR_MODEL = "LONGHAUL_SIMULATOR_MODEL"
 ENV_POLICY_BASE_URL = "LONGHAUL_POLICY_BASE_URL"
 ENV_POLICY_MODEL = "LONGHAUL_POLICY_MODEL"
+#: MLflow's switch for its "View run … at: <tracking URI>" line (set when the URI carries credentials).
+ENV_MLFLOW_QUIET_URL = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 #: Stages implemented inside the launcher process (they need the server handles and the stop control).
 IN_PROCESS_STAGES = {
     (): "longhaul.launcher.evaluate:run_eval_stage",
 }
 STATE_DIR = ".longhaul"
+#: Held (flock) by the launcher for its whole life: one launcher per run directory.
+LOCK_FILE = "launcher.lock"
+#: How many times one launch restarts a server that crashed during a stage (all servers together) and runs the
+#: interrupted stage again (the veRL stage resumes from its newest complete checkpoint); one more crash fails
+#: the run with a message that says how to resume.
+MAX_SERVER_RESTARTS = 2
 
 
 class StageFailed(RuntimeError):
     """A stage exited non-zero or raised; the message names it and carries the tail of its log."""
+
+    def __init__(self, message: str, *, no_space: bool = False) -> None:
+        super().__init__(message)
+        self.no_space = no_space
+
+
+class ServerCrashed(RuntimeError):
+    """A server the launcher started exited during a stage; `servers` are the ones that did."""
+
+    def __init__(self, message: str, servers: list[ManagedServer]) -> None:
+        super().__init__(message)
+        self.servers = servers
 
 
 @dataclass
@@ -89,11 +115,9 @@ def _done_marker(run_dir: Path, stage: str) -> Path:
 
 
 def _mark_requeued(uri: str, run_id: str) -> None:
-    from longhaul.tracking.runs import client_for
+    from longhaul.tracking.runs import mark_requeued
 
-    client = client_for(uri)
-    client.set_tag(run_id, "longhaul.phase", "requeued")
-    client.update_run(run_id, status="SCHEDULED")
+    mark_requeued(uri, run_id)
 
 
 def stage_command(argv: tuple[str, ...]) -> list[str]:
@@ -106,13 +130,23 @@ def stage_command(argv: tuple[str, ...]) -> list[str]:
     return list(argv)
 
 
+def _crashed(servers: list[ManagedServer]) -> list[ManagedServer]:
+    return [s for s in servers if s.crashed]
+
+
 def _run_subprocess_stage(stage: StagePlan, env: dict[str, str], run_dir: Path, control: StopControl,
-                          echo: TextIO, console: Any = None) -> None:
+                          echo: TextIO, console: Any = None, servers: list[ManagedServer] | None = None) -> None:
+    """Run a stage as a child process; stop it (SIGTERM to its group) on a stop or checkpoint request, or as soon
+    as one of `servers` exits (ServerCrashed: the stage would only fail its requests until it gave up)."""
     proc = ManagedProcess(stage.name, stage_command(stage.argv), {**env, **stage.env},
                           log_path=run_dir / "logs" / f"{stage.name}.log", echo=echo, console=console).start()
     forwarded_ckpt = forwarded_stop = False
+    crashed: list[ManagedServer] = []
     try:
         while proc.poll() is None:
+            crashed = _crashed(servers or [])
+            if crashed:
+                break
             if control.checkpoint.is_set() and not forwarded_ckpt:
                 forwarded_ckpt = True
                 # veRL has no "save now" hook: it is stopped and its newest periodic checkpoint (save_freq)
@@ -122,16 +156,21 @@ def _run_subprocess_stage(stage: StagePlan, env: dict[str, str], run_dir: Path, 
                 forwarded_stop = True
                 proc.send_signal(signal.SIGTERM)
             time.sleep(0.2)
-        rc = proc.wait()
+        rc = proc.stop() if crashed else proc.wait()
     finally:
         proc.stop()
     if control.stop.is_set():
         raise StopRequested(control.signal_name or "stop")
     if control.checkpoint.is_set() or rc == EXIT_REQUEUE:
         raise RequeueRequested(stage.name)
+    crashed = crashed or (_crashed(servers or []) if rc != 0 else [])
+    if crashed:
+        raise ServerCrashed(f"{'; '.join(s.describe_crash(stage.name) for s in crashed)} (the stage was stopped)",
+                            crashed)
     if rc != 0:
-        raise StageFailed(f"stage '{stage.name}' exited with code {rc}: {' '.join(stage.argv[:4])} …\n"
-                          f"--- last lines of {run_dir / 'logs' / (stage.name + '.log')} ---\n{proc.tail()}")
+        raise StageFailed(f"stage '{stage.name}' {describe_exit(rc)}: {' '.join(stage.argv[:4])} …\n"
+                          f"--- last lines of {run_dir / 'logs' / (stage.name + '.log')} ---\n{proc.tail()}",
+                          no_space=proc.no_space_seen)
 
 
 def _prepare_verl_stage(exp: Experiment, plan: LaunchPlan, env: Mapping[str, str], say: Any) -> None:
@@ -142,6 +181,86 @@ def _prepare_verl_stage(exp: Experiment, plan: LaunchPlan, env: Mapping[str, str
     require_trainer_env(env)
     written = write_verl_inputs(exp, plan.paths)
     say(f"veRL inputs written: {', '.join(p.name for p in written)}")
+
+
+def _prepare_resume(ctx: StageContext, say: Any) -> None:
+    """Before veRL starts: its tracker names the newest complete checkpoint, a save cut short is cleared
+    (`longhaul.checkpoints.prepare_resume`); says where training resumes."""
+    from longhaul.checkpoints import prepare_resume
+
+    point = prepare_resume(ctx.checkpoint_dir)
+    for change in point.changes:
+        say(f"checkpoints: {change}")
+    say(f"veRL resumes from step {point.step} ({ctx.checkpoint_dir})" if point.step is not None
+        else f"no complete checkpoint in {ctx.checkpoint_dir}: veRL trains from step 0")
+
+
+def _newest_checkpoint(ctx: StageContext) -> str:
+    """`step N (<dir>)` or `none`, for failure messages (never raises)."""
+    from longhaul.checkpoints import latest_step, step_dir
+
+    try:
+        step = latest_step(ctx.checkpoint_dir)
+    except (OSError, ValueError):
+        step = None
+    return "none" if step is None else f"step {step} ({step_dir(ctx.checkpoint_dir, step)})"
+
+
+def _space(ctx: StageContext) -> tuple[Path, int | None, int | None]:
+    """(where, free bytes, bytes of the newest complete checkpoint) for the checkpoint filesystem; never raises."""
+    import shutil
+
+    from longhaul.checkpoints import latest_step, step_dir
+
+    where = ctx.checkpoint_dir if ctx.checkpoint_dir.exists() else ctx.run_dir
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        free = None
+    try:
+        step = latest_step(ctx.checkpoint_dir)
+        size = None if step is None else sum(f.stat().st_size for f in step_dir(ctx.checkpoint_dir, step).rglob("*")
+                                             if f.is_file())
+    except (OSError, ValueError):
+        size = None
+    return where, free, size
+
+
+#: With less than this free (or less than one checkpoint), a failed save is taken for a full disk.
+_LOW_SPACE_BYTES = 16 * 2**20
+
+
+def _looks_like_no_space(exc: BaseException, ctx: StageContext) -> bool:
+    """ENOSPC named in the error or the stage's output, or the checkpoint filesystem has less room than one more
+    checkpoint (torch's zip writer reports a short write only as `unexpected pos …`, without the errno)."""
+    if isinstance(exc, OSError) and exc.errno == 28:
+        return True
+    if isinstance(exc, StageFailed) and exc.no_space:
+        return True
+    if any(m in str(exc) for m in NO_SPACE_MARKERS):
+        return True
+    _, free, size = _space(ctx)
+    return free is not None and free < max(size or 0, _LOW_SPACE_BYTES)
+
+
+def _disk_full_hint(ctx: StageContext, backend: str) -> str:
+    """What to do when the disk under the run directory is full."""
+    from longhaul.checkpoints import latest_step
+
+    where, free, size = _space(ctx)
+    try:
+        step = latest_step(ctx.checkpoint_dir)
+    except (OSError, ValueError):
+        step = None
+    room = "free space unknown" if free is None else f"{free / 2**20:.1f} MiB free"
+    if size is not None:
+        room += f"; one checkpoint takes {size / 2**20:.1f} MiB"
+    kept = (f"the newest complete checkpoint, step {step}, is intact" if step is not None
+            else "no complete checkpoint was saved yet")
+    again = "`longhaul run SPEC`" if backend == "local" else "`longhaul submit SPEC`"
+    return (f"no space left on device under the run directory {ctx.run_dir} ({where}: {room}); {kept}. "
+            f"Free space there (or point the backend's output_dir at a larger disk), then start the run again "
+            f"with {again}: it resumes from {'step ' + str(step) if step is not None else 'the start'}")
 
 
 def _record_checkpoints(ctx: StageContext, say: Any) -> None:
@@ -187,25 +306,57 @@ def launch(
         return EXIT_USAGE
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with exclusive_lock(run_dir / STATE_DIR / LOCK_FILE, f"run directory {run_dir}"):
+            return _launch_locked(exp, plan, stages, spec_path, backend, run_dir, environ, echo, say)
+    except LockBusy as exc:
+        say(f"refused: {exc}")
+        return EXIT_FAILED
+    except OSError as exc:
+        if exc.errno != 28:
+            raise
+        say(f"FAILED: no space left on device under the run directory {run_dir} ({exc}); free space there, then "
+            "start the run again: it resumes from its newest complete checkpoint")
+        return EXIT_FAILED
+
+
+def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], spec_path: str | Path, backend: str,
+                   run_dir: Path, environ: dict[str, str], echo: TextIO, say: Any) -> int:
+    """`launch` once it holds the run directory's lock."""
+    leftovers = kill_supervised(run_dir)
+    if leftovers:
+        say(f"killed {len(leftovers)} leftover processes of an earlier launcher of this run (it died without "
+            f"stopping them): pids {', '.join(map(str, leftovers))}")
     spec_file = Path(plan.paths.spec_file)
     if not spec_file.exists() or spec_file.resolve() != Path(spec_path).resolve():
         atomic_write_text(spec_file, resolved_yaml(exp))
     atomic_write_json(run_dir / STATE_DIR / "plan.json", plan.to_dict())
 
     from longhaul.tracking.config import ENV_TRACKING_URI, tracking_env
+    from longhaul.tracking.provenance import redact_uri
     from longhaul.tracking.runs import finish_run, start_or_resume_run
 
     tenv = tracking_env(exp, run_dir, backend, environ=environ)
     uri = tenv[ENV_TRACKING_URI]
+    quiet: dict[str, str] = {}
+    if redact_uri(uri) != uri:
+        # MLflow prints "View run … at: <tracking URI>" when a run ends: with credentials in the URI (Slurm and local
+        # take it from $MLFLOW_TRACKING_URI) that line would put them into the job log. Here and in every stage.
+        quiet = {ENV_MLFLOW_QUIET_URL: "true"}
+        os.environ.update(quiet)
     tracked = start_or_resume_run(exp, uri, run_dir, backend, environ=environ)
     say(f"run {plan.run_name} ({'resumed, attempt ' + str(tracked.attempts) if tracked.resumed else 'new'}); "
-        f"MLflow run {tracked.run_id} in {uri}")
+        f"MLflow run {tracked.run_id} in {redact_uri(uri)}")
+    from longhaul.tracking.relay import start_relay  # a server is relayed: training never waits for it
 
-    env = {**environ, **plan.env, **tracking_env(exp, run_dir, backend, run_id=tracked.run_id, environ=environ)}
+    relay = start_relay(uri, tracked.run_id, run_dir, say=say)
+    env = {**environ, **plan.env, **tracking_env(exp, run_dir, backend, run_id=tracked.run_id, environ=environ),
+           **relay.trainer_env, **quiet}
     env[ENV_SIMULATOR_BASE_URL] = plan.simulator_base_url
     env[ENV_SIMULATOR_MODEL] = exp.spec.user_simulator.model.name
     env[ENV_POLICY_BASE_URL] = plan.policy_server.base_url
     env[ENV_POLICY_MODEL] = plan.policy_server.served_model_name
+    env[ENV_SUPERVISED_BY] = str(run_dir)
     logs_dir = Path(plan.paths.logs_dir)
     servers: list[ManagedServer] = []
     control = StopControl()
@@ -222,6 +373,45 @@ def launch(
 
     ctx = StageContext(exp, plan, run_dir, uri, tracked.run_id, env, control, plan.simulator_base_url,
                        exp.spec.user_simulator.model.name, echo, _policy_factory=make_policy)
+    restarts = 0
+
+    def run_stage(s: StagePlan) -> None:
+        target = _in_process_target(s)
+        if target is not None:
+            _load_target(target)(ctx)
+            return
+        console = None
+        if s.name == "grpo":
+            _prepare_verl_stage(exp, plan, env, say)
+            _prepare_resume(ctx, say)
+            console = grpo_console(exp.spec.algorithm.total_steps)
+        say(f"stage {s.name}: log in {logs_dir / (s.name + '.log')}")
+        _run_subprocess_stage(s, env, run_dir, control, echo, console, servers)
+        if s.name == "grpo":
+            _record_checkpoints(ctx, say)
+
+    def restart_crashed(s: StagePlan, exc: BaseException) -> bool:
+        """After a stage failed: restart the servers that crashed and say so (True), within the launch's budget;
+        raise ServerCrashed past it; False when no server crashed (the failure is the stage's own)."""
+        nonlocal restarts
+        crashed = exc.servers if isinstance(exc, ServerCrashed) else _crashed(servers)
+        if not crashed:
+            return False
+        what = "; ".join(sv.describe_crash(s.name) for sv in crashed)
+        if restarts >= MAX_SERVER_RESTARTS:
+            raise ServerCrashed(
+                f"{what}, after {restarts} restarts in this launch (at most "
+                f"{MAX_SERVER_RESTARTS}). The checkpoints are intact; the newest complete one: {_newest_checkpoint(ctx)}. "
+                f"Look at the server's log, then start the run again: it resumes from there", crashed) from exc
+        restarts += 1
+        for sv in crashed:
+            say(f"{sv.describe_crash(s.name)}: restarting it ({restarts}/{MAX_SERVER_RESTARTS} restarts in this "
+                "launch)")
+            took = sv.restart(abort=lambda: control.requested)
+            say(f"{sv.role} server healthy again after {took:.0f} s")
+        say(f"stage {s.name}: starting again (newest complete checkpoint: {_newest_checkpoint(ctx)})")
+        return True
+
     status, rc = "FAILED", EXIT_FAILED
     with handle_signals(control):
         try:
@@ -246,43 +436,52 @@ def launch(
                     raise RequeueRequested(s.name)
                 say(f"stage {s.name}: start")
                 t0 = time.monotonic()
-                target = _in_process_target(s)
-                if target is not None:
-                    _load_target(target)(ctx)
-                else:
-                    console = None
-                    if s.name == "grpo":
-                        _prepare_verl_stage(exp, plan, env, say)
-                        console = grpo_console(exp.spec.algorithm.total_steps)
-                    say(f"stage {s.name}: log in {logs_dir / (s.name + '.log')}")
-                    _run_subprocess_stage(s, env, run_dir, control, echo, console)
-                    if s.name == "grpo":
-                        _record_checkpoints(ctx, say)
+                while True:
+                    try:
+                        run_stage(s)
+                        break
+                    except (StopRequested, RequeueRequested, KeyboardInterrupt, InterruptedError):
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - re-raised unless a server crash explains it
+                        if control.requested or not restart_crashed(s, exc):
+                            raise
                 atomic_write_text(_done_marker(run_dir, s.name), f"{time.time():.0f}\n")
                 say(f"stage {s.name}: done in {time.monotonic() - t0:.0f} s")
             status, rc = "FINISHED", EXIT_OK
         except RequeueRequested as exc:
-            from longhaul.checkpoints import latest_step
-
-            say(f"checkpoint requested (SIGUSR1) during {exc}: stopped; the newest checkpoint (step "
-                f"{latest_step(ctx.checkpoint_dir) or 0}) is the resume point, exiting {EXIT_REQUEUE} (requeue me)")
+            say(f"checkpoint requested (SIGUSR1) during {exc}: stopped; the newest complete checkpoint "
+                f"({_newest_checkpoint(ctx)}) is the resume point, exiting {EXIT_REQUEUE} (requeue me)")
             status, rc = "SCHEDULED", EXIT_REQUEUE
         except (StopRequested, KeyboardInterrupt, InterruptedError):
             control.request_stop("SIGINT")
             say(f"stopped by {control.signal_name}: servers stopped, run marked KILLED")
             status, rc = "KILLED", control.stop_exit_code
-        except (ServerStartError, StageFailed) as exc:
-            say(f"FAILED: {exc}")
-        except Exception as exc:  # noqa: BLE001 - reported with its type; the run must be marked FAILED
-            import traceback
+        except Exception as exc:  # noqa: BLE001 - reported; the run must be marked FAILED
+            if _looks_like_no_space(exc, ctx):
+                say(f"FAILED: {_disk_full_hint(ctx, backend)}\n--- the error ---\n{exc}")
+            elif isinstance(exc, ServerCrashed):
+                say(f"FAILED: {exc}")
+            elif isinstance(exc, ServerStartError | StageFailed):
+                say(f"FAILED: {exc}")
+                if any(st.name == "grpo" for st in plan.stages):
+                    say(f"checkpoints: the newest complete one is {_newest_checkpoint(ctx)}; starting the run again "
+                        "resumes from it")
+            else:
+                import traceback
 
-            traceback.print_exc(file=echo)
-            say(f"FAILED: {type(exc).__name__}: {exc}")
+                from longhaul.checkpoints import CheckpointError
+
+                if not isinstance(exc, CheckpointError):
+                    traceback.print_exc(file=echo)
+                say(f"FAILED: {type(exc).__name__}: {exc}")
         finally:
             for server in reversed(servers):
                 server.stop()
             if servers:
                 say("servers stopped")
+            stray = kill_supervised(run_dir, timeout_s=10)
+            if stray:
+                say(f"killed {len(stray)} processes its children left behind: pids {', '.join(map(str, stray))}")
             try:
                 if status == "SCHEDULED":
                     _mark_requeued(uri, tracked.run_id)
@@ -290,6 +489,7 @@ def launch(
                     finish_run(uri, tracked.run_id, status)
             except Exception as exc:  # noqa: BLE001 - the exit code must still reach the scheduler
                 say(f"warning: could not set MLflow run status {status}: {exc}")
+            relay.close()
     ctx.results["status"] = status
     _print_summary(ctx, echo)
     return rc
@@ -328,5 +528,7 @@ def _print_summary(ctx: StageContext, echo: TextIO) -> None:
             t.add_row(*[f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in cols])
         console.print(t)
     console.print(f"status: {ctx.results.get('status')}; run directory: {ctx.run_dir}")
-    console.print(f"MLflow UI: mlflow ui --backend-store-uri {ctx.tracking_uri}   (run id {ctx.run_id})",
+    from longhaul.tracking.provenance import redact_uri
+
+    console.print(f"MLflow UI: mlflow ui --backend-store-uri {redact_uri(ctx.tracking_uri)}   (run id {ctx.run_id})",
                   soft_wrap=True)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from longhaul import bounded
-from longhaul.memory.plan import MemoryPlan, compute_memory_plan
+from longhaul.memory.plan import MemoryPlan, compute_memory_plan, summarize_memory_plan
 from longhaul.memory.shapes import BUILTIN_CONFIGS, ModelShape, ShapeError, builtin_shape, shape_from_config
 from longhaul.spec.models import Experiment, ModelRef, Placement
 
@@ -52,3 +52,12 @@ def load_memory_plan(exp: Experiment, *, cwd: Path | None = None) -> MemoryPlan:
     if exp.spec.user_simulator.placement == Placement.COLOCATED:
         simulator = load_model_shape(exp.spec.user_simulator.model, field="spec.user_simulator.model", cwd=cwd)
     return compute_memory_plan(exp, policy, simulator)
+
+
+def memory_summary(exp: Experiment, *, cwd: Path | None = None) -> str:
+    """The plan in one line (`summarize_memory_plan`) for `longhaul status` and the Experiment status, or why there
+    is none (a model without a local config.json outside the built-in table)."""
+    try:
+        return summarize_memory_plan(load_memory_plan(exp, cwd=cwd))
+    except UnknownModel as exc:
+        return f"unavailable: {exc}"

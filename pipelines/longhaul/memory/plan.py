@@ -516,6 +516,19 @@ def _phase_issues(p: Phase, exp: Experiment, t: TrainerEstimate, host_capacity: 
 # Text
 
 
+def summarize_memory_plan(plan: MemoryPlan) -> str:
+    """One line for `longhaul status` and the Experiment status: per phase the fullest column's total against
+    its capacity and the verdict, e.g. `rollout 72.75/80.00 GiB fits · training 77.1/80.00 GiB tight`."""
+    parts = []
+    for p in plan.phases:
+        if not p.applies:
+            continue
+        total = max(p.totals(), default=0)
+        parts.append(f"{p.name} {gib(total)}/{gib(p.capacity)} GiB {verdict(total, p.capacity)}")
+    overall = "DOES NOT FIT" if plan.blocking else "fits"
+    return f"{overall}: " + " · ".join(parts)
+
+
 def render_memory_plan(plan: MemoryPlan) -> str:
     """The plan as aligned text (columns of identical GPUs are merged)."""
     lines = [plan.title]

@@ -22,8 +22,9 @@ import shlex
 from typing import Any
 
 from longhaul import constants as C
+from longhaul.agentloop.config import USER_SIM_API_KEY_ENV
 from longhaul.spec import naming
-from longhaul.spec.models import Experiment, MultiNodeEngine, Stage
+from longhaul.spec.models import TRAINER_HOME, TRAINER_SCRATCH, Experiment, MultiNodeEngine, Placement, Stage
 from longhaul.spec.naming import resolved_yaml
 
 #: Kubernetes label values and Job names (the Job controller copies them into a label) are ≤ 63 characters.
@@ -34,6 +35,8 @@ SPEC_VOLUME = "spec"
 SHM_VOLUME = "dshm"
 RUNS_VOLUME = "runs"
 TMP_VOLUME = "tmp"
+HOME_VOLUME = "home"
+SCRATCH_VOLUME = "scratch"
 RAYJOB_API = "ray.io/v1"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 #: Where the ConfigMap key lands inside the container (constants say the directory and the file name).
@@ -190,6 +193,11 @@ def _env(exp: Experiment, stage: Stage | str, job_name: str) -> list[dict[str, A
     elif tracking.uri_secret:
         ref = {"name": tracking.uri_secret.name, "key": tracking.uri_secret.key}
         env.append({"name": "MLFLOW_TRACKING_URI", "valueFrom": {"secretKeyRef": ref}})
+    sim = exp.spec.user_simulator
+    if sim.placement == Placement.EXTERNAL and sim.api_key_secret:
+        # Secrets only by reference: the key reaches the pod from its Secret, never through a rendered file.
+        ref = {"name": sim.api_key_secret.name, "key": sim.api_key_secret.key}
+        env.append({"name": USER_SIM_API_KEY_ENV, "valueFrom": {"secretKeyRef": ref}})
     return env
 
 
@@ -207,6 +215,8 @@ def _container_security() -> dict[str, Any]:
         "runAsNonRoot": True,
         "allowPrivilegeEscalation": False,
         "privileged": False,
+        # Writable: only the mounted volumes (/tmp, /dev/shm, the run directory, HOME and the caches in /scratch).
+        "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
@@ -218,11 +228,15 @@ def _volumes(exp: Experiment) -> tuple[list[dict[str, Any]], list[dict[str, Any]
         {"name": SPEC_VOLUME, "configMap": {"name": configmap_name(exp)}},
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": res.shm_size}},
         {"name": TMP_VOLUME, "emptyDir": {}},
+        {"name": HOME_VOLUME, "emptyDir": {}},
+        {"name": SCRATCH_VOLUME, "emptyDir": {}},
     ]
     mounts: list[dict[str, Any]] = [
         {"name": SPEC_VOLUME, "mountPath": C.CONTAINER_SPEC_DIR, "readOnly": True},
         {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
         {"name": TMP_VOLUME, "mountPath": "/tmp"},
+        {"name": HOME_VOLUME, "mountPath": TRAINER_HOME},
+        {"name": SCRATCH_VOLUME, "mountPath": TRAINER_SCRATCH},
     ]
     vol = k8s.checkpoint_volume
     if vol:

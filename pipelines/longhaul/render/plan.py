@@ -191,6 +191,25 @@ def render_simulator_server(exp: Experiment, python: str = "python") -> ServerPl
                       LOOPBACK, sim.port, sim.model.name, sim.startup_timeout_s)
 
 
+def render_chat_args(exp: Experiment) -> tuple[str, ...]:
+    """The policy server's chat template and its default keyword arguments (`spec.policy.thinking`), so that
+    evaluation renders every turn's context as training built it (`longhaul.chat.thinking`): the template is
+    passed as text (vLLM takes a literal template), the keyword arguments as JSON. Nothing for models without a
+    thinking mode."""
+    import json
+
+    from longhaul.chat.thinking import chat_template_kwargs, chat_template_override
+
+    args: list[str] = []
+    template = chat_template_override(exp.spec.policy)
+    if template is not None:
+        args += ["--chat-template", template]
+    kwargs = chat_template_kwargs(exp.spec.policy)
+    if kwargs:
+        args += ["--default-chat-template-kwargs", json.dumps(kwargs, sort_keys=True)]
+    return tuple(args)
+
+
 def render_policy_server(exp: Experiment, model_dir: str | None = None, python: str = "python") -> ServerPlan:
     """The policy server used for evaluation (and CPU rollouts): serves `model_dir` or the base policy."""
     pol = exp.spec.policy
@@ -203,7 +222,7 @@ def render_policy_server(exp: Experiment, model_dir: str | None = None, python: 
         python, model, pol.model.name, port, tp=roll.tensor_parallel_size, mem=roll.gpu_memory_utilization,
         max_model_len=roll.max_model_len, max_num_seqs=roll.max_num_seqs, dtype=str(pol.dtype),
         enforce_eager=roll.enforce_eager, quantization=None, cpu=cpu, tool_calls=True,
-        batched_tokens=roll.max_num_batched_tokens,
+        batched_tokens=roll.max_num_batched_tokens, extra=render_chat_args(exp),
     )
     if exp.spec.backends.local.policy_server_cmd and cpu:
         argv = (*exp.spec.backends.local.policy_server_cmd, *argv[3:])
@@ -230,7 +249,7 @@ def render_job_env(exp: Experiment, backend: str, paths: Paths) -> dict[str, str
 
 def render_stages(exp: Experiment, backend: str, paths: Paths) -> tuple[StagePlan, ...]:
     """The stages in order; the veRL stage carries its full Hydra override list."""
-    from longhaul.render.verl import render_verl_overrides
+    from longhaul.render.verl import _q, render_verl_overrides
 
     common = ("--spec", paths.spec_file, "--run-dir", paths.run_dir)
     stages: list[StagePlan] = []
@@ -241,7 +260,7 @@ def render_stages(exp: Experiment, backend: str, paths: Paths) -> tuple[StagePla
             overrides = render_verl_overrides(exp, paths)
             env = cpu_job_env() if exp.spec.resources.gpus_per_node == 0 else {}
             # Hydra's own output directory goes to the run's logs, not the working directory.
-            hydra_dir = f"hydra.run.dir={paths.logs_dir}/hydra"
+            hydra_dir = f"hydra.run.dir={_q(paths.logs_dir + '/hydra')}"
             stages.append(StagePlan("grpo", ("python", "-m", VERL_TRAINER_MODULE, *overrides, hydra_dir), env))
         else:
             stages.append(StagePlan("eval", ()))

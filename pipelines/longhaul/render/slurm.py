@@ -4,7 +4,9 @@ The script, top to bottom:
 
 1. `#SBATCH` lines from `spec.resources` and `spec.backends.slurm` (job name = run name; output under the run
    directory, which the submit step creates because Slurm does not).
-2. Site setup lines (`spec.backends.slurm.setup`, user shell by design, one command per line), then the offline
+2. Site setup lines (`spec.backends.slurm.setup`, user shell by design, one command per line, each run on its own
+   with `eval`, so that an unclosed quote, heredoc or block fails its line instead of swallowing the rest of the
+   script), then the offline
    environment and longhaul's own variables (set after setup so that setup cannot unset them).
 3. Multi-node (`resources.nodes > 1`): a Ray head on the first node and one Ray worker per other node, each
    started with `srun`, the driver attached through `RAY_ADDRESS` — the layout veRL documents for Slurm.
@@ -15,6 +17,12 @@ The script, top to bottom:
    launcher, which saves a checkpoint and exits with EXIT_REQUEUE (75); the script then runs
    `scontrol requeue $SLURM_JOB_ID`. The requeued job runs the same command on the same run directory and the
    launcher resumes from the newest checkpoint; `--open-mode=append` keeps every run in one log file.
+6. The requeue limit (`spec.backends.slurm.max_requeues`, null = none): a job restarted more often than the
+   limit exits EXIT_REQUEUE_LIMIT (79) at its start, before anything runs (requeues by preemption, node failure
+   or `scontrol requeue` come from Slurm, not from the script), and the script does not requeue a job that has
+   already been restarted `max_requeues` times: it exits 79 after the launcher's checkpoint instead of running
+   `scontrol requeue`. Either way the job ends FAILED with exit code 79:0, which `longhaul status` reports as
+   "requeue limit reached"; the checkpoint is kept, so submitting the same spec again resumes the run.
 
 Training seeds (`spec.algorithm.seeds`): one script for the whole group, a job array with one task per seed
 run (`longhaul.spec.seed_runs`). The job is named after the group's run name; `#SBATCH --array=0-<n-1>`; logs
@@ -42,6 +50,9 @@ from longhaul.spec.naming import run_name, seed_runs
 
 #: Mirrors `longhaul.launcher.protocol.EXIT_REQUEUE` (render may not import the launcher; a unit test pins it).
 EXIT_REQUEUE = 75
+#: The job's exit code when the requeue limit (`spec.backends.slurm.max_requeues`) stops it (module docstring).
+#: Outside sysexits' 64-78 and not used by the launcher, so it cannot be mistaken for anything else.
+EXIT_REQUEUE_LIMIT = 79
 #: Mirrors `longhaul.launcher.protocol.CHECKPOINT_SIGNAL` (SIGUSR1).
 CHECKPOINT_SIGNAL = "USR1"
 #: Variable that names the virtualenv to activate (runtime `none` without `spec.backends.slurm.venv`); the submit
@@ -145,6 +156,10 @@ def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str |
         spec_path = _Expand(f'"$LH_RUN_DIR"/{shlex.quote(C.SPEC_FILENAME)}', f"$LH_RUN_DIR/{C.SPEC_FILENAME}")
         job_id = '${SLURM_ARRAY_JOB_ID:-}_$LH_TASK'
     lines += _env_block(task_name, task_dir, spec_path, job_id, stage)
+    job_var = "LONGHAUL_JOB_ID" if array else "SLURM_JOB_ID"
+    limit = slurm.max_requeues if slurm.requeue else None
+    if limit is not None:
+        lines += _requeue_limit_block(limit, job_var)
     if res.nodes > 1:
         lines += _ray_env_block(exp)
     lines += _runtime_block(exp)
@@ -153,7 +168,7 @@ def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str |
         launch += ["--stage", stage]
     if res.nodes > 1:
         lines += _ray_start_block(exp)
-    lines += _launch_block(exp, launch, requeue=slurm.requeue, job_var="LONGHAUL_JOB_ID" if array else "SLURM_JOB_ID")
+    lines += _launch_block(exp, launch, requeue=slurm.requeue, job_var=job_var, max_requeues=limit)
     return "\n".join(lines) + "\n"
 
 
@@ -195,12 +210,14 @@ def _directive(key: str, value: str | None) -> str:
 def _setup_block(setup: list[str]) -> list[str]:
     if not setup:
         return []
-    out = ["# Site setup (spec.backends.slurm.setup). Module scripts often read unset variables: relax -u here."]
+    out = ["# Site setup (spec.backends.slurm.setup). Module scripts often read unset variables: relax -u here.",
+           "# Each line is run on its own (eval of the quoted line): an unclosed quote, heredoc or block in one line",
+           "# fails that line instead of swallowing the rest of the script."]
     out.append("set +u")
     for i, line in enumerate(setup):
         if "\n" in line or "\r" in line or "\x00" in line:
             raise ValueError(f"spec.backends.slurm.setup.{i}: one command per line (no newline/CR/NUL)")
-        out.append(line)
+        out.append(f"eval {shlex.quote(line)}")
     out += ["set -u", ""]
     return out
 
@@ -329,17 +346,49 @@ def _ray_start_block(exp: Experiment) -> list[str]:
     ]
 
 
-def _launch_block(exp: Experiment, launch: list[_Word], *, requeue: bool, job_var: str) -> list[str]:
-    """Run the launcher and act on its exit code; `job_var` names this job (an array task: `<array id>_<index>`)."""
+def _requeue_limit_block(limit: int, job_var: str) -> list[str]:
+    """Stop a job that Slurm restarted more than `limit` times, before anything runs (module docstring, 6)."""
+    return [
+        f"# Requeue limit (spec.backends.slurm.max_requeues={limit}): a job restarted more often stops here with exit",
+        f"# code {EXIT_REQUEUE_LIMIT}, whoever requeued it (this script, preemption, a node failure, scontrol requeue).",
+        f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt {limit} ]; then',
+        f'  echo "longhaul: requeue limit reached: job ${job_var} was requeued ${{SLURM_RESTART_COUNT}} times, more '
+        f'than spec.backends.slurm.max_requeues={limit}; stopping with exit code {EXIT_REQUEUE_LIMIT} without running. '
+        'The checkpoints are kept: submit the same spec again to resume, or raise the limit." >&2',
+        f"  exit {EXIT_REQUEUE_LIMIT}",
+        "fi",
+        "",
+    ]
+
+
+def _launch_block(exp: Experiment, launch: list[_Word], *, requeue: bool, job_var: str,
+                  max_requeues: int | None = None) -> list[str]:
+    """Run the launcher and act on its exit code; `job_var` names this job (an array task: `<array id>_<index>`).
+
+    `max_requeues`: no `scontrol requeue` once the job has been restarted that many times (exit 79 instead)."""
     if exp.spec.resources.nodes > 1:
         prefix = 'on_node "$LH_HEAD" '
     elif exp.spec.backends.slurm.container.runtime == ContainerRuntime.PYXIS:
         prefix = 'srun --overlap --nodes=1 --ntasks=1 "${PYXIS[@]}" '
     else:
         prefix = '"${CONTAINER[@]}" '
+    at_limit = (
+        [
+            f'  if [ "${{SLURM_RESTART_COUNT:-0}}" -ge {max_requeues} ]; then',
+            f'    echo "longhaul: checkpoint saved; requeue limit reached: job ${job_var} was already requeued '
+            f'${{SLURM_RESTART_COUNT:-0}} times (spec.backends.slurm.max_requeues={max_requeues}); not requeueing, '
+            f'stopping with exit code {EXIT_REQUEUE_LIMIT}. Submit the same spec again to resume from the checkpoint, '
+            'or raise the limit." >&2',
+            f"    exit {EXIT_REQUEUE_LIMIT}",
+            "  fi",
+        ]
+        if max_requeues is not None
+        else []
+    )
     after = (
         [
             f'if [ "$rc" -eq {EXIT_REQUEUE} ] && [ "$checkpoint_requested" = 1 ]; then',
+            *at_limit,
             f'  echo "longhaul: checkpoint saved; requeueing job ${job_var} (restart ${{SLURM_RESTART_COUNT:-0}})" >&2',
             f'  scontrol requeue "${job_var}"',
             "  exit 0",
@@ -386,5 +435,5 @@ def _dq_echo(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
 
 
-__all__ = ["ARRAY_LOG_NAME", "CHECKPOINT_SIGNAL", "ENV_VENV", "EXIT_REQUEUE", "TASK_JOB_ID_FILE", "Stage", "memory_mib",
-           "render_slurm", "slurm_run_dir"]
+__all__ = ["ARRAY_LOG_NAME", "CHECKPOINT_SIGNAL", "ENV_VENV", "EXIT_REQUEUE", "EXIT_REQUEUE_LIMIT", "TASK_JOB_ID_FILE",
+           "Stage", "memory_mib", "render_slurm", "slurm_run_dir"]

@@ -7,6 +7,7 @@ against veRL's real Hydra config and `validate_config` in the tests.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from longhaul.agentloop.config import AGENT_LOOP_NAME, sampler_overrides
@@ -36,8 +37,12 @@ def _b(v: bool) -> str:
 
 
 def _q(s: str) -> str:
-    """Quote a string value for Hydra's override grammar (single quotes, escaped)."""
-    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """Quote a string value for Hydra's override grammar: single quotes, a quote escaped with a backslash, and
+    backslashes doubled only where Hydra reads them as escapes (before a quote, at the end); Hydra keeps every
+    other backslash as it is (a chat template's `'\\n'` must reach veRL unchanged)."""
+    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", s)
+    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
+    return "'" + body + "'"
 
 
 def policy_model_path(exp: Experiment, paths: Paths) -> str:
@@ -71,7 +76,7 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"{a}.model.lora_rank={pol.lora.rank}",
         f"{a}.model.lora_alpha={pol.lora.alpha}",
         f"{a}.model.target_modules="
-        + (pol.lora.target_modules if isinstance(pol.lora.target_modules, str) else "[" + ",".join(pol.lora.target_modules) + "]"),
+        + (pol.lora.target_modules if isinstance(pol.lora.target_modules, str) else "[" + ",".join(_q(m) for m in pol.lora.target_modules) + "]"),
         f"{a}.model.enable_gradient_checkpointing={_b(pol.gradient_checkpointing)}",
         f"{a}.model.use_fused_kernels={_b(pol.use_fused_kernels)}",
         f"+{a}.model.override_config.attn_implementation={pol.attn_implementation}",
@@ -140,12 +145,27 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"trainer.rollout_data_dir={_q(paths.logs_dir + '/' + VERL_ROLLOUT_DUMP_SUBDIR)}",
         f"trainer.device={'cpu' if cpu else 'cuda'}",
     ]
+    out += render_chat_overrides(exp)
     if cpu:
         out += render_cpu_overrides(exp)
     # The estimator name and its `algorithm.longhaul.*` settings come from the algos package (one definition).
     # A failed trajectory drops its whole group, which is refilled (longhaul.agentloop.sampler).
     out += sampler_overrides(exp)
     return [*out, "algorithm.use_kl_in_reward=false", *render_algorithm_overrides(exp)]
+
+
+def render_chat_overrides(exp: Experiment) -> list[str]:
+    """The policy's chat template and its keyword arguments (`spec.policy.thinking`, `longhaul.chat.thinking`):
+    veRL's agent-loop worker installs `model.custom_chat_template` on the rollout tokenizer, and its
+    continuous-token builder renders the first prompt and every appended message with
+    `data.apply_chat_template_kwargs`. Nothing for models without a thinking mode."""
+    from longhaul.chat.thinking import chat_template_kwargs, chat_template_override
+
+    out = [f"+data.apply_chat_template_kwargs.{k}={_b(v)}" for k, v in chat_template_kwargs(exp.spec.policy).items()]
+    template = chat_template_override(exp.spec.policy)
+    if template is not None:
+        out.append(f"actor_rollout_ref.model.custom_chat_template={_q(template)}")
+    return out
 
 
 def render_cpu_overrides(exp: Experiment) -> list[str]:

@@ -32,8 +32,11 @@ def build_sft_rows(
     max_length: int,
     min_label_tokens: int,
     test_task_ids: Iterable[str] = (),
+    chat_template: str | None = None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], Dropped]], BuildStats]:
-    """Rows for every record that survives masking; dropped records are returned with the reason and counted."""
+    """Rows for every record that survives masking; dropped records are returned with the reason and counted.
+    `chat_template` / `template_kwargs`: the policy's (`longhaul.chat.thinking`), as training renders it."""
     test = {str(t) for t in test_task_ids}
     rows: list[dict[str, Any]] = []
     dropped: list[tuple[dict[str, Any], Dropped]] = []
@@ -44,7 +47,8 @@ def build_sft_rows(
             raise TestTaskInDataError(f"record {n}: task {tid} is a test task of the spec's split; test tasks must "
                                       "never be in SFT data (re-collect with the spec's split)")
         result = build_supervised_example(tokenizer, rec["messages"], rec.get("tools"), max_length=max_length,
-                                          min_label_tokens=min_label_tokens)
+                                          min_label_tokens=min_label_tokens, chat_template=chat_template,
+                                          template_kwargs=template_kwargs)
         stats.add(result)
         if isinstance(result, Dropped):
             dropped.append((rec, result))

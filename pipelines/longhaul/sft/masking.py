@@ -88,10 +88,13 @@ class BuildStats:
 
 
 def render_ids(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: list[dict] | None, *,
-               add_generation_prompt: bool) -> list[int]:
-    """Token ids of the chat-template rendering (no extra BOS/EOS: the template is the whole truth)."""
+               add_generation_prompt: bool, chat_template: str | None = None,
+               template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """Token ids of the chat-template rendering (no extra BOS/EOS: the template is the whole truth). `chat_template`
+    replaces the tokenizer's; `template_kwargs` are the template's variables (`longhaul.chat.thinking`)."""
     text = tokenizer.apply_chat_template(
-        list(messages), tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False
+        list(messages), tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False,
+        chat_template=chat_template, **(template_kwargs or {}),
     )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -103,19 +106,23 @@ def build_supervised_example(
     *,
     max_length: int,
     min_label_tokens: int = 1,
+    chat_template: str | None = None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> SupervisedExample | Dropped:
-    """Render-Twice-Diff labels for one conversation, or the reason it is dropped."""
+    """Render-Twice-Diff labels for one conversation, or the reason it is dropped. `chat_template` and
+    `template_kwargs` are the policy's (`longhaul.chat.thinking`), as training and evaluation render it."""
     assistant_at = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     if not assistant_at:
         return Dropped(DropReason.NO_ASSISTANT, "the conversation has no assistant message")
-    full = render_ids(tokenizer, messages, tools, add_generation_prompt=False)
+    chat = {"chat_template": chat_template, "template_kwargs": template_kwargs}
+    full = render_ids(tokenizer, messages, tools, add_generation_prompt=False, **chat)
     if len(full) > max_length:
         return Dropped(DropReason.TOO_LONG, f"{len(full)} tokens > max_length {max_length}")
     labels = [IGNORE_INDEX] * len(full)
     spans: list[tuple[int, int]] = []
     for ai in assistant_at:
-        before = render_ids(tokenizer, messages[:ai], tools, add_generation_prompt=True)
-        upto = render_ids(tokenizer, messages[: ai + 1], tools, add_generation_prompt=False)
+        before = render_ids(tokenizer, messages[:ai], tools, add_generation_prompt=True, **chat)
+        upto = render_ids(tokenizer, messages[: ai + 1], tools, add_generation_prompt=False, **chat)
         for name, ids in (("generation prompt", before), ("assistant turn", upto)):
             if full[: len(ids)] != ids:
                 at = next((j for j, (a, b) in enumerate(zip(ids, full, strict=False)) if a != b), len(full))
@@ -142,6 +149,8 @@ def build_supervised_dataset(
     *,
     max_length: int,
     min_label_tokens: int = 1,
+    chat_template: str | None = None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> tuple[list[SupervisedExample], list[Dropped], BuildStats]:
     """Examples for every (messages, tools) pair; drops are returned and counted, never silently lost."""
     kept: list[SupervisedExample] = []
@@ -149,7 +158,8 @@ def build_supervised_dataset(
     stats = BuildStats()
     for messages, tools in conversations:
         result = build_supervised_example(
-            tokenizer, messages, tools, max_length=max_length, min_label_tokens=min_label_tokens
+            tokenizer, messages, tools, max_length=max_length, min_label_tokens=min_label_tokens,
+            chat_template=chat_template, template_kwargs=template_kwargs,
         )
         stats.add(result)
         (dropped if isinstance(result, Dropped) else kept).append(result)

@@ -131,6 +131,8 @@ STATUS_SCHEMA: dict[str, Any] = {
         "completionTime": {"type": "string", "format": "date-time"},
         "lastCheckpointStep": {"type": "integer"},
         "message": {"type": "string"},
+        "memoryPlan": {"type": "string",
+                       "description": "`longhaul plan` in one line: per phase the fullest GPU against its capacity."},
         "conditions": {"type": "array", "items": _CONDITION},
         "seeds": {"type": "string",
                   "description": "Multi-seed Experiments: seed runs succeeded / seed runs ('2/3'); absent otherwise."},

@@ -6,13 +6,17 @@ become the CRD's `kubectl explain` text and the README's field reference, so wri
 
 from __future__ import annotations
 
+import json
+import posixpath
 import re
 from enum import StrEnum
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from longhaul.constants import ANNOTATION_SEED_GROUP, API_GROUP, API_VERSION, KIND
+from longhaul.constants import ANNOTATION_GIT_COMMIT, ANNOTATION_SEED_GROUP, API_GROUP, API_VERSION, KIND
+from longhaul.envs.trajectory import TAU2_MAX_ERRORS
 from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
 
 # ---------------------------------------------------------------------------------------------------------
@@ -35,8 +39,115 @@ TIME_LIMIT = r"^(\d+-)?\d{1,3}:\d{2}:\d{2}$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$"
 URL = r"^(https?|file|sqlite|postgresql|mysql|databricks)(\+[a-z0-9]+)?:/{0,4}[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]*$"
 
+#: Free text that travels through YAML and logs: no control characters, and none of the characters YAML reads as
+#: line breaks (NEL, LS, PS), which would not come back unchanged from the resolved spec a job re-reads.
+ONE_LINE_TEXT = r"^[^\x00-\x1f\x7f-\x9f" + "\u2028\u2029" + r"]*$"
+#: Annotation values may span lines (Kubernetes allows any text); NUL and YAML's extra line breaks are refused.
+ANNOTATION_TEXT = r"^[^\x00\x85" + "\u2028\u2029" + r"]*$"
+#: A commit or revision as GitOps tools record it (a SHA, `main@sha1:<sha>`): it becomes a container variable.
+GIT_REVISION = r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,199}$"
+
+#: Pseudo-filesystems: reading them yields the process environment, kernel state or devices, never run data.
+PSEUDO_DIRS = ("/proc", "/sys", "/dev")
+#: The system's own directories: nothing of a run is written or mounted there.
+SYSTEM_DIRS = (*PSEUDO_DIRS, "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/usr", "/run", "/var/run")
+#: The trainer image's writable directories besides /tmp and /runs (Dockerfile: HOME, the caches under /scratch);
+#: the trainer pod mounts an emptyDir on each, its root filesystem being read-only (longhaul.render.kubernetes).
+TRAINER_HOME = "/home/longhaul"
+TRAINER_SCRATCH = "/scratch"
+#: Directories the trainer pod mounts itself: a checkpoint volume cannot go there.
+POD_OWN_MOUNTS = ("/tmp", TRAINER_HOME, TRAINER_SCRATCH)
+
+
+def _path_problem(value: str, *, write: bool) -> str | None:
+    """Why a path from the spec is refused (None: fine). Paths reach argv, sbatch lines, mounts and the run
+    directory: an option in disguise, an unexpanded `~`, a climb out with `..` or a system directory are refused."""
+    if value.startswith("-"):
+        return f"starts with '-', which a command would read as an option; write ./{value} for a relative path"
+    if value.startswith("~"):
+        return "'~' is not expanded (paths are passed quoted, never through a shell); write the full path"
+    if any(len(part.encode()) > 255 for part in value.split("/")):
+        return "has a path component longer than 255 bytes, which no filesystem stores"
+    if ".." in value.split("/"):
+        return ("'..' is not allowed: name the directory itself (a path in a spec must not climb out of the "
+                "submit, working or run directory)")
+    if value.startswith("/"):
+        norm = posixpath.normpath(re.sub("/+", "/", value))
+        if write and norm == "/":
+            return "is the root directory; name a directory of its own"
+        for d in SYSTEM_DIRS if write else PSEUDO_DIRS:
+            if norm == d or norm.startswith(d + "/"):
+                why = "nothing of a run is written or mounted there" if write else \
+                    "it holds the process environment, kernel state and devices, not data"
+                return f"is inside {d}, a system directory: {why}"
+    return None
+
+
+def _read_path(value: str) -> str:
+    problem = _path_problem(value, write=False)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _write_path(value: str) -> str:
+    problem = _path_problem(value, write=True)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _mount_path(value: str) -> str:
+    _write_path(value)
+    if not value.startswith("/"):
+        raise ValueError("a mount path inside the pod must be absolute (start with /)")
+    norm = posixpath.normpath(re.sub("/+", "/", value))
+    for d in POD_OWN_MOUNTS:
+        if norm == d or norm.startswith(d + "/") or d.startswith(norm + "/"):
+            raise ValueError(f"collides with {d}, which the trainer pod mounts itself; use e.g. /checkpoints")
+    return value
+
+
+def _bind(value: str) -> str:
+    """SRC[:DST[:OPTS]] of apptainer -B / pyxis --container-mounts."""
+    if "," in value:
+        raise ValueError("',' separates mounts in apptainer -B and pyxis --container-mounts: give each mount its "
+                         "own entry")
+    src, *rest = value.split(":")
+    for part, what in ((src, "source"), *([(rest[0], "destination")] if rest else [])):
+        problem = _path_problem(part, write=False) if what == "destination" or part != "/" else \
+            "is the host's root directory; bind the directories the job needs"
+        if what == "source" and problem and problem.startswith("is inside"):
+            problem = None  # host devices and system files are bound on purpose (/dev/infiniband, /etc/slurm)
+        if problem:
+            raise ValueError(f"bind {what} {part!r} {problem}")
+    if rest and (not rest[0].startswith("/") or posixpath.normpath(rest[0]) == "/"):
+        raise ValueError(f"bind destination {rest[0]!r} must be an absolute directory inside the container, not /")
+    return value
+
+
+def _url(value: str) -> str:
+    try:
+        netloc = urlsplit(value).netloc
+    except ValueError as exc:
+        raise ValueError(f"not a URL ({exc})") from None
+    if "@" in netloc:
+        raise ValueError("credentials in the URL would be written in plain text into rendered manifests, the "
+                         "resolved spec and logs; keep them in a Secret (spec.tracking.uri_secret, "
+                         "user_simulator.api_key_secret) or in MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD")
+    if "$(" in value:
+        raise ValueError("'$(' would be expanded by Kubernetes in the container's environment; write '$' as %24")
+    return value
+
+
 SafeToken = Annotated[str, Field(pattern=SAFE_TOKEN, max_length=128)]
-SafePath = Annotated[str, Field(pattern=SAFE_PATH, max_length=1024)]
+#: A path that is read (models, datasets, images, virtualenvs).
+SafePath = Annotated[str, Field(pattern=SAFE_PATH, max_length=1024), AfterValidator(_read_path)]
+#: A directory that is written (run outputs).
+WritePath = Annotated[str, Field(pattern=SAFE_PATH, max_length=1024), AfterValidator(_write_path)]
+#: One word of a command line (options allowed).
+ArgvWord = Annotated[str, Field(pattern=SAFE_PATH, max_length=1024)]
+Url = Annotated[str, Field(pattern=URL, max_length=2048), AfterValidator(_url)]
 ModelName = Annotated[str, Field(pattern=MODEL_NAME, max_length=256)]
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -167,6 +278,23 @@ class Backend(StrEnum):
     LOCAL = "local"
 
 
+class ThinkingMode(StrEnum):
+    DISABLED = "disabled"
+    KEEP = "keep"
+    STRIP = "strip"
+
+
+#: Policy models whose chat template has a thinking mode (`<think>` blocks, `enable_thinking`): the Qwen3 hybrid
+#: release (`Qwen/Qwen3-8B`, `…/tiny-qwen3-policy`), read from `policy.model.name`. The 2507 Instruct / Thinking
+#: releases (one mode only) and later families (Qwen3.5) have other templates and are not matched.
+THINKING_MODEL_NAME = re.compile(r"(?i)(^|[/-])qwen3-(?!.*2507)")
+
+
+def model_thinks(model_name: str) -> bool:
+    """Whether a policy model's chat template has Qwen3's hybrid thinking mode (by its name)."""
+    return bool(THINKING_MODEL_NAME.search(model_name))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Metadata
 
@@ -182,7 +310,7 @@ class Metadata(_Model):
     labels: dict[QualifiedName, K8sLabelValue] = Field(
         default_factory=dict, description="Labels (not part of the run hash)."
     )
-    annotations: dict[str, str] = Field(
+    annotations: dict[QualifiedName, Annotated[str, Field(pattern=ANNOTATION_TEXT)]] = Field(
         default_factory=dict,
         description="Annotations (not part of the run hash); `longhaul.dev/git-commit` records the specs "
         "repository commit set by GitOps tooling.",
@@ -200,6 +328,16 @@ class Metadata(_Model):
             )
         return v
 
+    @field_validator("annotations")
+    @classmethod
+    def _git_commit(cls, v: dict[str, str]) -> dict[str, str]:
+        commit = v.get(ANNOTATION_GIT_COMMIT)
+        if commit is not None and not re.fullmatch(GIT_REVISION, commit):
+            raise FieldError(ANNOTATION_GIT_COMMIT, f"annotation {ANNOTATION_GIT_COMMIT} must be a commit as GitOps "
+                             "tools record it (e.g. 0123abc or main@sha1:0123abc): it becomes the job's "
+                             "LONGHAUL_GIT_COMMIT variable and an MLflow tag")
+        return v
+
 
 # ---------------------------------------------------------------------------------------------------------
 # Models and serving
@@ -212,6 +350,7 @@ class ModelRef(_Model):
     revision: str | None = Field(
         default=None,
         pattern=REVISION,
+        max_length=128,
         description="Pinned revision (40-hex commit or a version tag) baked into the image; null = as baked.",
     )
     path: SafePath | None = Field(
@@ -266,6 +405,30 @@ class PolicySpec(_Model):
     param_offload: bool = Field(default=True, description="FSDP parameter offload.")
     optimizer_offload: bool = Field(default=True, description="FSDP optimizer offload.")
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rollout engine settings.")
+    thinking: ThinkingMode = Field(
+        default=ThinkingMode.DISABLED,
+        description="Reasoning (`<think>`) blocks of a Qwen3 hybrid-thinking policy, the same in training, "
+        "evaluation and SFT. disabled: every generation prompt opens with an empty think block "
+        "(`enable_thinking=false`) and every assistant turn is rendered with it, so the policy answers without "
+        "thinking; the only value for models without a thinking mode (e.g. Qwen2.5), where it changes nothing. "
+        "keep: the policy thinks, and every earlier turn's think block stays in its context verbatim (as "
+        "token-in/token-out training keeps it; evaluation and SFT render it with longhaul's Qwen3 template), "
+        "and SFT labels include the think blocks. strip: Qwen3's own multi-turn rendering, which drops earlier "
+        "turns' think blocks; then a turn's context is not a prefix of the conversation that follows it, so "
+        "training, evaluation and SFT masks cannot agree: evaluation-only specs (stages: [eval]). Default "
+        "disabled: it is valid for every model, keeps the response budget for tool calls (the airline tools "
+        "include `think` for explicit reasoning) and keeps runs comparable with non-thinking policies. A Qwen3 "
+        "policy is recognised by its model name (`Qwen/Qwen3-8B`, `org/qwen3-8b-agent`; not the 2507 releases).",
+    )
+
+    @model_validator(mode="after")
+    def _thinking(self) -> PolicySpec:
+        if self.thinking != ThinkingMode.DISABLED and not model_thinks(self.model.name):
+            raise FieldError(
+                "thinking", f"'{self.thinking}' needs a Qwen3 hybrid-thinking policy (a model name like "
+                f"Qwen/Qwen3-8B); '{self.model.name}' has no thinking mode: use thinking: disabled"
+            )
+        return self
 
 
 class SecretRef(_Model):
@@ -298,8 +461,8 @@ class SimulatorSpec(_Model):
         description="colocated only. shared: the simulator shares GPUs 0..tp-1 with the trainer; "
         "dedicated: it gets its own GPUs and the trainer the rest.",
     )
-    url: str | None = Field(
-        default=None, pattern=URL, max_length=2048, description="Base URL (…/v1) of an external server."
+    url: Url | None = Field(
+        default=None, description="Base URL (…/v1) of an external server."
     )
     api_key_secret: SecretRef | None = Field(default=None, description="Secret holding the external server's key.")
     port: int = Field(default=8001, ge=1024, le=65535, description="Port of the colocated server.")
@@ -378,10 +541,17 @@ class EnvironmentSpec(_Model):
         "'transfer'). Default false = τ²: the transfer is an ordinary tool, the user simulator or the agent ends "
         "the episode, and later writes and messages count.",
     )
+    max_tool_errors: PositiveInt | None = Field(
+        default=TAU2_MAX_ERRORS,
+        description="End the episode (reason 'too_many_errors', scored 0) once this many tool calls have returned "
+        "an error, counted over the whole episode and checked after each assistant turn's calls; null = no limit. "
+        "The default is τ²'s: tau2-bench a2c0247, tau2.config.DEFAULT_MAX_ERRORS, checked by "
+        "Orchestrator._check_termination.",
+    )
     date_line: str = Field(
         default="The current date is 2024-05-15 (Wednesday).",
         max_length=200,
-        pattern=r"^[^\x00-\x1f]*$",
+        pattern=ONE_LINE_TEXT,
         description="Date grounding appended to the policy text in the system prompt.",
     )
 
@@ -514,9 +684,7 @@ class TeacherSpec(_Model):
     model: ModelRef = Field(
         default_factory=lambda: ModelRef(name="Qwen/Qwen2.5-72B-Instruct-AWQ"), description="Teacher policy."
     )
-    url: str | None = Field(
-        default=None, pattern=URL, max_length=2048, description="Teacher endpoint; null = the simulator server."
-    )
+    url: Url | None = Field(default=None, description="Teacher endpoint; null = the simulator server.")
     samples_per_task: PositiveInt = Field(default=16, description="Best-of-N attempts per training task.")
     temperatures: list[Annotated[float, Field(ge=0.0, le=2.0)]] = Field(
         default_factory=lambda: [0.0] * 4 + [0.5] * 4 + [0.8] * 4 + [1.0] * 4,
@@ -574,17 +742,15 @@ class EvaluationSpec(_Model):
 
 
 class TrackingSpec(_Model):
-    uri: str | None = Field(
+    uri: Url | None = Field(
         default=None,
-        pattern=URL,
-        max_length=2048,
         description="MLflow tracking URI; null = local sqlite store under the run directory (local backend).",
     )
     uri_secret: SecretRef | None = Field(default=None, description="Secret holding the tracking URI (Kubernetes).")
     experiment: SafeToken | None = Field(
         default=None, description="MLflow experiment; null = 'longhaul/<metadata.name>' (the spec family)."
     )
-    tags: dict[SafeToken, Annotated[str, Field(max_length=500, pattern=r"^[^\x00-\x1f]*$")]] = Field(
+    tags: dict[SafeToken, Annotated[str, Field(max_length=500, pattern=ONE_LINE_TEXT)]] = Field(
         default_factory=dict, description="Extra MLflow tags."
     )
     early_stop_on_collapse: bool = Field(
@@ -603,11 +769,11 @@ class ResourcesSpec(_Model):
     gpus_per_node: int = Field(default=2, ge=0, description="GPUs per node (0 = CPU-only smoke run).")
     gpu_type: SafeToken | None = Field(default=None, description="GPU type for scheduling (e.g. a800, h100).")
     cpus_per_node: PositiveInt = Field(default=16, description="CPUs per node.")
-    memory: str = Field(default="256Gi", pattern=QUANTITY, description="Memory per node (Kubernetes quantity).")
+    memory: str = Field(default="256Gi", pattern=QUANTITY, max_length=32, description="Memory per node (Kubernetes quantity).")
     time_limit: str = Field(
-        default="3-00:00:00", pattern=TIME_LIMIT, description="Wall-clock limit, [D-]HH:MM:SS (both backends)."
+        default="3-00:00:00", pattern=TIME_LIMIT, max_length=32, description="Wall-clock limit, [D-]HH:MM:SS (both backends)."
     )
-    shm_size: str = Field(default="32Gi", pattern=QUANTITY, description="/dev/shm size (NCCL, Ray).")
+    shm_size: str = Field(default="32Gi", pattern=QUANTITY, max_length=32, description="/dev/shm size (NCCL, Ray).")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -623,7 +789,8 @@ class Toleration(_Model):
 
 class CheckpointVolume(_Model):
     claim_name: SafeToken = Field(description="PersistentVolumeClaim for checkpoints and run outputs.")
-    mount_path: SafePath = Field(default="/checkpoints", description="Mount path in the pod.")
+    mount_path: Annotated[str, Field(pattern=SAFE_PATH, max_length=1024), AfterValidator(_mount_path)] = Field(
+        default="/checkpoints", description="Mount path in the pod (absolute).")
 
 
 class KubernetesSpec(_Model):
@@ -637,10 +804,10 @@ class KubernetesSpec(_Model):
         description="Trainer image (models baked in).",
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(default="IfNotPresent")
-    service_account: str | None = Field(default=None, pattern=DNS1123_LABEL, description="Pod service account.")
+    service_account: str | None = Field(default=None, pattern=DNS1123_LABEL, max_length=63, description="Pod service account.")
     node_selector: dict[QualifiedName, K8sLabelValue] = Field(default_factory=dict, description="Pod node selector.")
     tolerations: list[Toleration] = Field(default_factory=list, description="Pod tolerations.")
-    priority_class: str | None = Field(default=None, pattern=DNS1123_LABEL, description="PriorityClass name.")
+    priority_class: str | None = Field(default=None, pattern=DNS1123_LABEL, max_length=63, description="PriorityClass name.")
     checkpoint_volume: CheckpointVolume | None = Field(
         default=None, description="PVC for checkpoints; null = emptyDir (lost with the pod)."
     )
@@ -655,7 +822,7 @@ class ContainerSpec(_Model):
     image: SafePath | None = Field(
         default=None, description="apptainer: path of the .sif; pyxis: image reference/squashfs; none: unused."
     )
-    binds: list[Annotated[str, Field(pattern=BIND, max_length=2048)]] = Field(
+    binds: list[Annotated[str, Field(pattern=BIND, max_length=2048), AfterValidator(_bind)]] = Field(
         default_factory=list, description="Extra bind mounts (SRC[:DST[:OPTS]])."
     )
 
@@ -673,11 +840,20 @@ class SlurmSpec(_Model):
         default_factory=list,
         description="Shell lines run before the launcher (e.g. 'module load cuda/12.4'); one command per line.",
     )
-    output_dir: SafePath = Field(default="runs", description="Run outputs (relative to the submit directory).")
+    output_dir: WritePath = Field(default="runs", description="Run outputs (relative to the submit directory).")
     signal_lead_s: Annotated[int, Field(ge=30, le=3600)] = Field(
         default=300, description="Seconds before the time limit at which the job is told to checkpoint."
     )
     requeue: bool = Field(default=True, description="Requeue on preemption / after the pre-limit checkpoint.")
+    max_requeues: Annotated[int, Field(ge=0, le=10000)] | None = Field(
+        default=10,
+        description=(
+            "Requeues after which the job stops (state FAILED, exit code 79, `longhaul status` says why) instead "
+            "of requeueing again: a run that never gets past its time limit or keeps being preempted would "
+            "otherwise requeue forever. 10 x the time limit is weeks of training at the usual 1-3 day limits; "
+            "raise it for short limits. The checkpoint is kept: submitting the same spec resumes. null = unlimited."
+        ),
+    )
 
     @field_validator("setup")
     @classmethod
@@ -691,8 +867,8 @@ class SlurmSpec(_Model):
 
 
 class LocalSpec(_Model):
-    output_dir: SafePath = Field(default="runs", description="Run outputs (relative to the working directory).")
-    policy_server_cmd: list[SafePath] | None = Field(
+    output_dir: WritePath = Field(default="runs", description="Run outputs (relative to the working directory).")
+    policy_server_cmd: list[ArgvWord] | None = Field(
         default=None, description="argv prefix that starts an OpenAI-compatible server (CPU vLLM)."
     )
     policy_port: int = Field(default=8000, ge=1024, le=65535, description="Port of the local policy server.")
@@ -734,6 +910,15 @@ class ExperimentSpec(_Model):
             raise FieldError("stages", f"stages must be distinct and in the order sft, grpo, eval (got {[str(s) for s in self.stages]})")
         if Stage.SFT in self.stages and self.sft is None:
             raise FieldError("sft", "stages include 'sft' but the `sft` section is missing")
+        trains = [str(s) for s in self.stages if s in (Stage.SFT, Stage.GRPO)]
+        if self.policy.thinking == ThinkingMode.STRIP and trains:
+            raise FieldError(
+                "policy.thinking", f"'strip' cannot train (stages include {', '.join(trains)}): it re-renders earlier "
+                "turns without their <think> blocks, so the context a turn was generated from is not a prefix of "
+                "the training sequence (token-in/token-out rollouts and Render-Twice-Diff SFT masks need that) and "
+                "evaluation would see other contexts than training; use keep or disabled (strip is for "
+                "evaluation-only specs, stages: [eval])"
+            )
         if self.algorithm.seed_compat and self.reward.credit == Credit.TURN:
             raise FieldError(
                 "reward.credit", "seed_compat reproduces the original, which had no per-turn credit (its PRM-Lite score "
@@ -840,3 +1025,42 @@ class Experiment(_Model):
                                  f"reach {longest} characters; shorten metadata.name to at most "
                                  f"{MAX_NAME_LEN - len(f'-s{max(seeds)}')} characters")
         return self
+
+    @model_validator(mode="after")
+    def _rereadable(self) -> Experiment:
+        """Every job, the launcher and the operator re-read the resolved spec (defaults filled in) under the bounds
+        of any spec file (`longhaul.bounded.SPEC`): refuse now what they would refuse then."""
+        from longhaul import bounded
+
+        doc = self.model_dump(mode="json")
+        try:
+            bounded.check_data(doc, "", bounded.SPEC)
+        except bounded.InputError as exc:
+            verb = "has" if exc.message.startswith("more than") else "is"
+            raise FieldError(exc.path or "spec", f"with its defaults filled in (the form every job and the operator "
+                             f"re-read), the spec {verb} {exc.message.removeprefix('nested ')}; {exc.hint}") from None
+        limit = bounded.SPEC.max_bytes
+        # The JSON form bounds the YAML one well enough to skip dumping YAML for every spec of normal size.
+        if len(json.dumps(doc, ensure_ascii=False).encode()) > limit // 2:
+            from longhaul.spec.naming import resolved_yaml
+
+            size = len(resolved_yaml(self).encode())
+            if size > limit:
+                path, longest = _longest_string(doc)
+                raise FieldError(path, f"the resolved spec (defaults filled in), which every job and the operator "
+                                 f"re-read, would be {size:,} bytes, above the {limit // 1024} KiB limit of a spec; "
+                                 f"{path} alone is {longest:,} characters: shorten it")
+        return self
+
+
+def _longest_string(doc: object, path: str = "") -> tuple[str, int]:
+    """The dotted path and length of the longest string (key or value) in a JSON-like document."""
+    best = (path, len(doc) if isinstance(doc, str) else 0)
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for k, v in items:
+        sub = f"{path}.{k}" if path else str(k)
+        cand = (sub, len(k)) if isinstance(k, str) else (sub, 0)
+        for c in (cand, _longest_string(v, sub)):
+            if c[1] > best[1]:
+                best = c
+    return best

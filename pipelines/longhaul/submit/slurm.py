@@ -13,31 +13,54 @@ seed run gets its own run directory (`<output_dir>/<group>-s<seed>`: resolved sp
 job-completion log (`sacct -c`) knows array tasks only by their raw job id, which each task writes to
 `<run dir>/slurm-task-job-id`.
 
+One job per run, even when several `longhaul submit` of the same spec start at the same moment: the whole of
+"is a job of this run already queued or running? → write the script and resolved spec → sbatch → write
+submit.json" runs under an exclusive `fcntl.flock` on `<run dir>/.submit.lock` (a job array: on the group's
+directory). The loser waits for the lock (at most LOCK_TIMEOUT_S; the holder only runs bounded Slurm commands),
+then finds the winner's live job and refuses with the usual "already has job N" message. The kernel drops the
+lock when its holder exits, so a killed submit leaves no stale lock. The run directory must be on a filesystem
+with working locks (local disks, NFS with its lock manager, Lustre mounted with `-o flock`); where locking
+fails, submit refuses with that error rather than submit unserialised. When Slurm cannot say whether the
+recorded job is still live (a command timed out), submit refuses too: a duplicate job is worse than a retry.
+
+The requeue limit (`spec.backends.slurm.max_requeues`, enforced by the batch script, see `longhaul.render.slurm`)
+ends a job FAILED with exit code 79 (EXIT_REQUEUE_LIMIT); `fetch_status` reports it as "requeue limit reached",
+with the limit recorded in submit.json.
+
 No Python binding to Slurm is used on purpose (pyslurm does not build against Slurm 22.05): the CLI behaves
 the same on CI and on real clusters, and sbatch's own error text becomes our error message.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from longhaul import constants as C
-from longhaul.render.slurm import ENV_VENV, TASK_JOB_ID_FILE, render_slurm, slurm_run_dir
+from longhaul.render.slurm import ENV_VENV, EXIT_REQUEUE_LIMIT, TASK_JOB_ID_FILE, render_slurm, slurm_run_dir
 from longhaul.spec.models import ContainerRuntime, Experiment
 from longhaul.spec.naming import resolved_yaml, run_name, seed_runs
 from longhaul.submit import SubmitResult
 
 RECORD = "submit.json"
 CMD_TIMEOUT_S = 60
+#: Held (flock) by `longhaul submit` from the live-job check to submit.json: one job per run (module docstring).
+LOCK_FILE = ".submit.lock"
+#: How long a second submit waits for the lock: the holder runs at most scontrol, squeue, two sacct and sbatch,
+#: each bounded by CMD_TIMEOUT_S.
+LOCK_TIMEOUT_S = 6 * CMD_TIMEOUT_S
 
 #: Slurm job state → (longhaul phase, terminal?). Phases are the Experiment CRD's status phases.
 PHASES: dict[str, tuple[str, bool]] = {
@@ -157,9 +180,44 @@ def _live_job(record: Mapping[str, object], run_dir: Path, runner: Runner) -> Jo
         return None
     try:
         st = fetch_job_status(previous, raw_id=_raw_job_id(record, run_dir), runner=runner)
-    except SlurmError:
-        return None
+    except SlurmError as exc:
+        raise SlurmError(f"cannot tell whether job {previous} of {run_dir} is still queued or running ({exc}); "
+                         "nothing was submitted (a second job of the same run would train it twice): retry when "
+                         "Slurm answers") from exc
     return None if st.terminal else st
+
+
+@contextmanager
+def submit_lock(run_dir: Path, what: str, *, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold an exclusive flock on `<run_dir>/.submit.lock` (created with `run_dir`) for the duration.
+
+    Waits up to `timeout_s` for another holder; SlurmError when that runs out or the filesystem cannot lock."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = path.read_text(encoding="utf-8", errors="replace").strip() or "another process"
+                    raise SlurmError(f"{what}: another `longhaul submit` ({holder}) has held {path} for more than "
+                                     f"{timeout_s:.0f} s; nothing was submitted. Retry, or check that process") from None
+                time.sleep(0.05)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                raise SlurmError(f"{what}: cannot lock {path} ({exc.strerror}); nothing was submitted. The run "
+                                 "directory needs a filesystem with file locks (NFS with its lock manager, Lustre "
+                                 "mounted with -o flock) so that two submits of one spec make one job") from exc
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # drops the lock
 
 
 def _write_record(run_dir: Path, record: Mapping[str, object]) -> None:
@@ -191,32 +249,80 @@ def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path
         return SubmitResult("slurm", name, str(run_dir), None, script, True,
                             f"dry run: would write {run_dir}/{name}.sbatch and run `sbatch --parsable` there")
     env = _job_environment(exp, os.environ if environ is None else environ, submit_dir)
-    record = load_record(run_dir) or {}
-    live = _live_job(record, run_dir, runner)
-    if live is not None:
-        previous = live.job_id
-        raise SlurmError(f"run {name} already has job {previous} ({live.state}); follow it with "
-                         f"`longhaul status {run_dir}` or cancel it with `scancel {previous}` first")
-    # Slurm does not create the --output directory: a missing one fails the job at launch (ExitCode 0:53).
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / C.SPEC_FILENAME).write_text(resolved_yaml(exp), encoding="utf-8")
     script_path = run_dir / f"{name}.sbatch"
-    script_path.write_text(script, encoding="utf-8")
-    job_id = _sbatch(script_path, submit_dir, env, runner)
-    history = [str(j) for j in record.get("history", [])] + [job_id]  # type: ignore[union-attr]
-    new_record = {
-        "backend": "slurm",
-        "run_name": name,
-        "job_id": job_id,
-        "history": history,
-        "script": script_path.name,
-        "submit_dir": str(submit_dir),
-        "log": str(run_dir / f"slurm-{job_id}.out"),
-    }
-    _write_record(run_dir, new_record)
+    # Slurm does not create the --output directory (a missing one fails the job at launch, ExitCode 0:53);
+    # submit_lock creates it.
+    with submit_lock(run_dir, f"run {name}"):
+        record = load_record(run_dir) or {}
+        live = _live_job(record, run_dir, runner)
+        if live is not None:
+            previous = live.job_id
+            raise SlurmError(f"run {name} already has job {previous} ({live.state}); follow it with "
+                             f"`longhaul status {run_dir}` or cancel it with `scancel {previous}` first")
+        (run_dir / C.SPEC_FILENAME).write_text(resolved_yaml(exp), encoding="utf-8")
+        script_path.write_text(script, encoding="utf-8")
+        job_id = _sbatch(script_path, submit_dir, env, runner)
+        history = [str(j) for j in record.get("history", [])] + [job_id]  # type: ignore[union-attr]
+        new_record = {
+            "backend": "slurm",
+            "run_name": name,
+            "job_id": job_id,
+            "history": history,
+            "script": script_path.name,
+            "submit_dir": str(submit_dir),
+            "log": str(run_dir / f"slurm-{job_id}.out"),
+            "max_requeues": _requeue_limit(exp),
+        }
+        _write_record(run_dir, new_record)
     return SubmitResult("slurm", name, str(run_dir), job_id, script, False,
                         f"submitted job {job_id} for run {name}; follow: longhaul status {run_dir} / "
                         f"longhaul logs {run_dir} --follow", script_path=str(script_path))
+
+
+def _requeue_limit(exp: Experiment) -> int | None:
+    """The requeue limit the rendered script enforces (None: unlimited, or requeue is off)."""
+    slurm = exp.spec.backends.slurm
+    return slurm.max_requeues if slurm.requeue else None
+
+
+def _submit_array_locked(exp: Experiment, script: str, script_path: Path, group_dir: Path, run_dirs: list[Path],
+                         submit_dir: Path, env: Mapping[str, str], runner: Runner) -> str:
+    """`submit_seed_array` under the group's lock: refuse while any task is live, else write, sbatch, record."""
+    group = run_name(exp)
+    runs = seed_runs(exp)
+    records = [load_record(d) or {} for d in run_dirs]
+    live = [(run_name(r), d, st) for r, d, rec in zip(runs, run_dirs, records, strict=True)
+            if (st := _live_job(rec, d, runner)) is not None]
+    if live:
+        listed = "; ".join(f"{n} has job {st.job_id} ({st.state}) in {d}" for n, d, st in live)
+        arrays = sorted({st.job_id.split("_")[0] for _, _, st in live})
+        raise SlurmError(f"run group {group} is still queued or running: {listed}; follow it with "
+                         f"`longhaul status SPEC` or cancel it with `scancel {' '.join(arrays)}` first "
+                         "(the whole group is submitted again, as one array)")
+    # Slurm does not create the --output directory: every seed run's must exist.
+    for r, d in zip(runs, run_dirs, strict=True):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / C.SPEC_FILENAME).write_text(resolved_yaml(r), encoding="utf-8")
+        (d / TASK_JOB_ID_FILE).unlink(missing_ok=True)  # an earlier task's raw id; the new task writes its own
+    script_path.write_text(script, encoding="utf-8")
+    array_id = _sbatch(script_path, submit_dir, env, runner)
+    for i, (r, d, rec) in enumerate(zip(runs, run_dirs, records, strict=True)):
+        job_id = f"{array_id}_{i}"
+        _write_record(d, {
+            "backend": "slurm",
+            "run_name": run_name(r),
+            "job_id": job_id,
+            "history": [str(j) for j in rec.get("history", [])] + [job_id],  # type: ignore[union-attr]
+            "script": os.path.relpath(script_path, d),
+            "submit_dir": str(submit_dir),
+            "log": str(group_dir / f"slurm-{job_id}.out"),
+            "seed": r.spec.algorithm.seed,
+            "seed_group": group,
+            "array_job_id": array_id,
+            "array_task": i,
+            "max_requeues": _requeue_limit(exp),
+        })
+    return array_id
 
 
 def submit_seed_array(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path | None = None,
@@ -238,38 +344,9 @@ def submit_seed_array(exp: Experiment, *, dry_run: bool = False, submit_dir: str
                             f"runs ({', '.join(str(d) for d in run_dirs)}) and run `sbatch --parsable` once "
                             f"(a job array, one task per seed)")
     env = _job_environment(exp, os.environ if environ is None else environ, submit_dir)
-    records = [load_record(d) or {} for d in run_dirs]
-    live = [(run_name(r), d, st) for r, d, rec in zip(runs, run_dirs, records, strict=True)
-            if (st := _live_job(rec, d, runner)) is not None]
-    if live:
-        listed = "; ".join(f"{n} has job {st.job_id} ({st.state}) in {d}" for n, d, st in live)
-        arrays = sorted({st.job_id.split("_")[0] for _, _, st in live})
-        raise SlurmError(f"run group {group} is still queued or running: {listed}; follow it with "
-                         f"`longhaul status SPEC` or cancel it with `scancel {' '.join(arrays)}` first "
-                         "(the whole group is submitted again, as one array)")
-    # Slurm does not create the --output directory: the group's (task logs) and every seed run's must exist.
-    group_dir.mkdir(parents=True, exist_ok=True)
-    for r, d in zip(runs, run_dirs, strict=True):
-        d.mkdir(parents=True, exist_ok=True)
-        (d / C.SPEC_FILENAME).write_text(resolved_yaml(r), encoding="utf-8")
-        (d / TASK_JOB_ID_FILE).unlink(missing_ok=True)  # an earlier task's raw id; the new task writes its own
-    script_path.write_text(script, encoding="utf-8")
-    array_id = _sbatch(script_path, submit_dir, env, runner)
-    for i, (r, d, rec) in enumerate(zip(runs, run_dirs, records, strict=True)):
-        job_id = f"{array_id}_{i}"
-        _write_record(d, {
-            "backend": "slurm",
-            "run_name": run_name(r),
-            "job_id": job_id,
-            "history": [str(j) for j in rec.get("history", [])] + [job_id],  # type: ignore[union-attr]
-            "script": os.path.relpath(script_path, d),
-            "submit_dir": str(submit_dir),
-            "log": str(group_dir / f"slurm-{job_id}.out"),
-            "seed": r.spec.algorithm.seed,
-            "seed_group": group,
-            "array_job_id": array_id,
-            "array_task": i,
-        })
+    # One lock for the group, on its directory (created by submit_lock; Slurm does not create --output dirs).
+    with submit_lock(group_dir, f"run group {group}"):
+        array_id = _submit_array_locked(exp, script, script_path, group_dir, run_dirs, submit_dir, env, runner)
     listed = ", ".join(f"{run_name(r)} (task {i})" for i, r in enumerate(runs))
     return SubmitResult("slurm", group, str(group_dir), array_id, script, False,
                         f"submitted job array {array_id} for run group {group}, one task per training seed: {listed}; "
@@ -300,11 +377,31 @@ def phase_of(state: str, requeue: bool = True) -> tuple[str, bool]:
     return PHASES.get(base, ("Unknown", False))
 
 
-def fetch_job_status(job_id: str, *, raw_id: str | None = None, runner: Runner = subprocess.run) -> JobStatus:
+def requeue_limit_reason(st: JobStatus, max_requeues: int | None = None) -> str | None:
+    """The status reason of a job that the requeue limit stopped (exit code 79), None for any other job."""
+    if not st.terminal or st.exit_code.split(":")[0] != str(EXIT_REQUEUE_LIMIT):
+        return None
+    limit = f"spec.backends.slurm.max_requeues={max_requeues}" if max_requeues is not None else \
+        "spec.backends.slurm.max_requeues"
+    times = f" after {st.restarts} requeue{'' if st.restarts == 1 else 's'}" if st.restarts else ""
+    return (f"requeue limit reached{times} ({limit}): stopped instead of requeueing again; the checkpoints are "
+            "kept, submit the same spec again to resume (or raise the limit)")
+
+
+def _explained(st: JobStatus, max_requeues: int | None = None) -> JobStatus:
+    reason = requeue_limit_reason(st, max_requeues)
+    if reason is not None:
+        st.reason = reason
+    return st
+
+
+def fetch_job_status(job_id: str, *, raw_id: str | None = None, max_requeues: int | None = None,
+                     runner: Runner = subprocess.run) -> JobStatus:
     """State of one job: scontrol, else squeue, else accounting (sacct with slurmdbd, or `sacct -c`).
 
     `job_id` may be an array task, `<array id>_<index>`; `raw_id` is that task's own job id when known (the
-    only id a job-completion log has for it)."""
+    only id a job-completion log has for it). A job stopped by the requeue limit (exit code 79) gets the reason
+    "requeue limit reached" (naming `max_requeues` when given)."""
     proc = _run(["scontrol", "show", "job", "-o", job_id], check=False, runner=runner)
     if proc.returncode == 0 and "JobState=" in proc.stdout:
         kv = parse_scontrol(proc.stdout.splitlines()[0])
@@ -314,9 +411,10 @@ def fetch_job_status(job_id: str, *, raw_id: str | None = None, runner: Runner =
         restarts = int(kv.get("Restarts", "0") or 0)
         if state == "PENDING" and restarts and reason in ("BeginTime", "None"):
             reason = f"requeued ({reason})"
-        return JobStatus(job_id, state, phase, terminal, "" if reason == "None" else reason,
-                         kv.get("ExitCode", ""), restarts, "scontrol", kv.get("StdOut", ""),
-                         {k: kv[k] for k in ("RunTime", "TimeLimit", "NodeList", "StartTime", "EndTime") if k in kv})
+        return _explained(JobStatus(
+            job_id, state, phase, terminal, "" if reason == "None" else reason, kv.get("ExitCode", ""), restarts,
+            "scontrol", kv.get("StdOut", ""),
+            {k: kv[k] for k in ("RunTime", "TimeLimit", "NodeList", "StartTime", "EndTime") if k in kv}), max_requeues)
     sq = _run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], check=False, runner=runner)
     if sq.returncode == 0 and sq.stdout.strip():
         state, _, reason = sq.stdout.strip().splitlines()[0].partition(" ")
@@ -324,7 +422,7 @@ def fetch_job_status(job_id: str, *, raw_id: str | None = None, runner: Runner =
         return JobStatus(job_id, state, phase, terminal, "" if reason == "None" else reason, source="squeue")
     acct = fetch_accounting(job_id, raw_id=raw_id, runner=runner)
     if acct is not None:
-        return acct
+        return _explained(acct, max_requeues)
     return JobStatus(job_id, "UNKNOWN", "Unknown", False,
                      "Slurm no longer knows this job (older than MinJobAge) and no accounting is configured",
                      source="none")
@@ -361,7 +459,9 @@ def fetch_status(run_dir: str | Path, *, runner: Runner = subprocess.run) -> dic
     if record is None or record.get("backend") != "slurm":
         raise SlurmError(f"{run_dir}: no Slurm submission recorded ({RECORD} missing); submit with "
                          "`longhaul submit --backend slurm SPEC`")
-    job = fetch_job_status(str(record["job_id"]), raw_id=_raw_job_id(record, run_dir), runner=runner)
+    limit = record.get("max_requeues")
+    job = fetch_job_status(str(record["job_id"]), raw_id=_raw_job_id(record, run_dir),
+                           max_requeues=limit if isinstance(limit, int) else None, runner=runner)
     seed = {k: record[k] for k in ("seed", "seed_group") if k in record}
     return {"run_name": record.get("run_name"), "run_dir": str(run_dir), "backend": "slurm",
             "job": job.to_dict(), "history": record.get("history", []), **seed, **read_run_progress(run_dir)}

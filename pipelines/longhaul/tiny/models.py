@@ -1,4 +1,5 @@
-"""Tiny Qwen2 architectures for the CPU smoke run (policy and user simulator share the tokenizer).
+"""Tiny Qwen2 architectures for the CPU smoke run (policy and user simulator share the tokenizer), and a tiny
+Qwen3 one for the thinking-mode tests (`longhaul.tiny.qwen3`).
 
 Sizes: vLLM's CPU attention needs a head dimension of at least 32; the context must hold the system prompt
 (policy text + 14 tool schemas, about 4k tokens with the tiny tokenizer) plus a short conversation.
@@ -51,11 +52,35 @@ def build_qwen2_config(arch: TinyArch, *, vocab_size: int, eos_token_id: int, pa
     )
 
 
-def build_model(arch: TinyArch, *, vocab_size: int, eos_token_id: int, pad_token_id: int, seed: int) -> Any:
-    """A randomly initialised `Qwen2ForCausalLM` (seeded)."""
-    import torch
-    from transformers import Qwen2ForCausalLM
+def build_qwen3_config(arch: TinyArch, *, vocab_size: int, eos_token_id: int, pad_token_id: int) -> Any:
+    """A `Qwen3Config` for `arch` (explicit head_dim, q/k norms, no attention bias; tied embeddings, float32)."""
+    from transformers import Qwen3Config
 
-    config = build_qwen2_config(arch, vocab_size=vocab_size, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+    if arch.head_dim < 32:
+        raise ValueError(f"head dimension {arch.head_dim} < 32: vLLM's CPU attention needs at least 32")
+    return Qwen3Config(
+        **asdict(arch),
+        head_dim=arch.head_dim,
+        vocab_size=vocab_size,
+        rope_theta=10000.0,
+        attention_bias=False,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        use_sliding_window=False,
+        torch_dtype="float32",
+    )
+
+
+def build_model(arch: TinyArch, *, vocab_size: int, eos_token_id: int, pad_token_id: int, seed: int,
+                family: str = "qwen2") -> Any:
+    """A randomly initialised `Qwen2ForCausalLM` (or `Qwen3ForCausalLM` for family "qwen3"), seeded."""
+    import torch
+    from transformers import Qwen2ForCausalLM, Qwen3ForCausalLM
+
+    build_config, cls = {"qwen2": (build_qwen2_config, Qwen2ForCausalLM),
+                         "qwen3": (build_qwen3_config, Qwen3ForCausalLM)}[family]
+    config = build_config(arch, vocab_size=vocab_size, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config).float()
+    return cls(config).float()

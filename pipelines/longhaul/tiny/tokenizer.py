@@ -26,6 +26,8 @@ IM_END = "<|im_end|>"
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
 #: Hermes markup: single tokens, but not "special" so decoded text keeps them (vLLM's hermes parser reads them).
 MARKUP_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+#: Qwen3's reasoning markup: single tokens, not "special" (decoded text keeps them, as Qwen3's tokenizer does).
+THINK_TOKENS = ("<think>", "</think>")
 
 DEFAULT_VOCAB_SIZE = 4096
 
@@ -35,9 +37,11 @@ def load_chat_template() -> str:
     return resources.files("longhaul.tiny").joinpath("chat_template.jinja").read_text(encoding="utf-8")
 
 
-def build_bpe_tokenizer(corpus: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE) -> Tokenizer:
+def build_bpe_tokenizer(corpus: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE,
+                        markup: tuple[str, ...] = MARKUP_TOKENS) -> Tokenizer:
     """Train a byte-level BPE on `corpus` behind Qwen's pre-tokenizer; special and markup tokens get fixed ids
-    0..6 in the order ENDOFTEXT, IM_START, IM_END, <tool_call>, </tool_call>, <tool_response>, </tool_response>."""
+    0..6 in the order ENDOFTEXT, IM_START, IM_END, <tool_call>, </tool_call>, <tool_response>, </tool_response>
+    (then any further `markup`, e.g. THINK_TOKENS)."""
     tok = Tokenizer(BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False,
                         byte_fallback=False))
     tok.normalizer = normalizers.NFC()
@@ -50,20 +54,22 @@ def build_bpe_tokenizer(corpus: Iterable[str], vocab_size: int = DEFAULT_VOCAB_S
         vocab_size=vocab_size,
         min_frequency=2,
         show_progress=False,
-        special_tokens=[*SPECIAL_TOKENS, *MARKUP_TOKENS],
+        special_tokens=[*SPECIAL_TOKENS, *markup],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(list(corpus), trainer=trainer)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKUP_TOKENS])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in markup])
     return tok
 
 
-def build_hf_tokenizer(corpus: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE):
-    """The trained BPE wrapped as a transformers `Qwen2Tokenizer` with the chat template attached."""
+def build_hf_tokenizer(corpus: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, *,
+                       markup: tuple[str, ...] = MARKUP_TOKENS, chat_template: str | None = None):
+    """The trained BPE wrapped as a transformers `Qwen2Tokenizer` with a chat template attached (default:
+    longhaul's Qwen2.5-style one)."""
     from transformers import PreTrainedTokenizerFast
 
-    bpe = build_bpe_tokenizer(corpus, vocab_size)
+    bpe = build_bpe_tokenizer(corpus, vocab_size, markup)
     hf = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token=IM_END,
@@ -73,5 +79,5 @@ def build_hf_tokenizer(corpus: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SI
         model_max_length=32768,
         clean_up_tokenization_spaces=False,
     )
-    hf.chat_template = load_chat_template()
+    hf.chat_template = load_chat_template() if chat_template is None else chat_template
     return hf

@@ -24,6 +24,7 @@ from longhaul.tracking import tags as T
 from longhaul.tracking.config import RUN_ID_FILE
 from longhaul.tracking.evalmetrics import build_eval_metrics
 from longhaul.tracking.provenance import build_params, collect_provenance
+from longhaul.tracking.relay import enqueue_if_relayed, mirror_of, needs_relay, probe_server, queue_offline
 from longhaul.tracking.selection import Selection, build_selection_tags
 
 #: MLflow's per-request limits for log_batch.
@@ -181,8 +182,11 @@ def start_or_resume_run(
     client = client_for(tracking_uri)
     run_dir = Path(run_dir)
     name, digest, family = run_name(exp), spec_hash(exp), experiment_family(exp)
-    experiment_id = ensure_experiment(client, family)
     provenance = collect_provenance(exp, backend, environ=environ)
+    offline = _resume_offline(client.tracking_uri, run_dir, digest, provenance)
+    if offline is not None:
+        return offline
+    experiment_id = ensure_experiment(client, family)
 
     run_id = _existing_from_run_dir(client, run_dir, digest) or find_training_run(
         client, experiment_id, name, digest
@@ -207,6 +211,32 @@ def start_or_resume_run(
         resumed = True
     tracked = TrackedRun(run_id, experiment_id, family, name, digest, resumed, attempts)
     _write_run_info(run_dir, tracked)
+    return tracked
+
+
+#: How long `start_or_resume_run` waits for a tracking server's /health before resuming from the run directory.
+PROBE_TIMEOUT_S = 10.0
+
+
+def _resume_offline(uri: str, run_dir: Path, digest: str, provenance: Mapping[str, str]) -> TrackedRun | None:
+    """The recorded run of `run_dir` when the tracking server does not answer (None: it answers, or nothing is
+    recorded — then the caller talks to the server, and fails clearly if it is down). The resume bookkeeping
+    (status RUNNING, attempt counter, job ids, provenance tags) is queued for the run's relay."""
+    if not needs_relay(uri):
+        return None
+    info = _read_run_info(run_dir)
+    if not info or not info.get("run_id") or info.get("spec_hash") not in (None, digest):
+        return None
+    down = probe_server(uri, PROBE_TIMEOUT_S)
+    if down is None:
+        return None
+    attempts = int(info.get("attempts") or 1) + 1
+    tracked = TrackedRun(info["run_id"], str(info.get("experiment_id", "")), str(info.get("experiment_name", "")),
+                         str(info.get("run_name", "")), digest, True, attempts)
+    queue_offline(run_dir, "resume_run", provenance=dict(provenance), token=f"{provenance[T.JOB_ID]}:{now_ms()}")
+    _write_run_info(run_dir, tracked)
+    print(f"MLflow server {uri} unreachable ({down}): resuming run {tracked.run_id} from {run_dir / RUN_INFO_FILE}; "
+          "its MLflow records are buffered in the run directory until the server answers", file=sys.stderr)
     return tracked
 
 
@@ -247,9 +277,44 @@ def ensure_seed_group_run(client: MlflowClient, experiment_id: str, group: str, 
 
 
 def finish_run(tracking_uri: str | MlflowClient, run_id: str, status: str = "FINISHED") -> None:
-    """Mark a run FINISHED, FAILED or KILLED (MLflow's "View run" links go to stderr, not stdout)."""
+    """Mark a run FINISHED, FAILED or KILLED (MLflow's "View run" links go to stderr, not stdout). Queued while
+    the run is relayed."""
+    if enqueue_if_relayed(tracking_uri, run_id, "finish_run", status=status):
+        return
+    _apply_finish_run(client_for(tracking_uri), run_id, status=status)
+
+
+def _apply_finish_run(client: MlflowClient, run_id: str, *, status: str) -> None:
     with contextlib.redirect_stdout(sys.stderr):
-        client_for(tracking_uri).set_terminated(run_id, status=status)
+        client.set_terminated(run_id, status=status)
+
+
+def mark_requeued(tracking_uri: str | MlflowClient, run_id: str) -> None:
+    """Mark a run SCHEDULED with `longhaul.phase=requeued` (the job stopped to be requeued). Queued while the run
+    is relayed."""
+    if enqueue_if_relayed(tracking_uri, run_id, "mark_requeued"):
+        return
+    _apply_mark_requeued(client_for(tracking_uri), run_id)
+
+
+def _apply_mark_requeued(client: MlflowClient, run_id: str) -> None:
+    client.set_tag(run_id, "longhaul.phase", "requeued")
+    client.update_run(run_id, status="SCHEDULED")
+
+
+def _apply_resume_run(client: MlflowClient, run_id: str, *, provenance: Mapping[str, str], token: str) -> None:
+    """The bookkeeping `start_or_resume_run` does for a resumed run, applied later (once per `token`)."""
+    run = client.get_run(run_id)
+    if run.data.tags.get(T.RESUME_TOKEN) == token:
+        return
+    attempts = int(run.data.tags.get(T.ATTEMPTS, "1")) + 1
+    jobs = [j for j in run.data.tags.get(T.JOB_IDS, "").split(",") if j]
+    if provenance.get(T.JOB_ID) and provenance[T.JOB_ID] not in jobs:
+        jobs.append(provenance[T.JOB_ID])
+    if run.info.status != RunStatus.to_string(RunStatus.RUNNING):
+        client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+    log_batch(client, run_id, tags={**provenance, T.ATTEMPTS: str(attempts), T.JOB_IDS: ",".join(jobs),
+                                    T.RESUME_TOKEN: token})
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -264,9 +329,17 @@ def log_checkpoint(
     *,
     upload_dir: str | Path | None = None,
 ) -> None:
-    """Record a saved checkpoint by URI (tag + `checkpoints/step_<N>.json`); small ones can be uploaded too."""
-    client = client_for(tracking_uri)
-    record = {"step": step, "uri": uri, "time_ms": now_ms()}
+    """Record a saved checkpoint by URI (tag + `checkpoints/step_<N>.json`); small ones can be uploaded too.
+    Queued while the run is relayed."""
+    args = {"step": step, "uri": uri, "time_ms": now_ms(), "upload_dir": None if upload_dir is None else str(upload_dir)}
+    if enqueue_if_relayed(tracking_uri, run_id, "log_checkpoint", **args):
+        return
+    _apply_log_checkpoint(client_for(tracking_uri), run_id, **args)
+
+
+def _apply_log_checkpoint(client: MlflowClient, run_id: str, *, step: int, uri: str, time_ms: int,
+                          upload_dir: str | None) -> None:
+    record = {"step": step, "uri": uri, "time_ms": time_ms}
     log_batch(
         client,
         run_id,
@@ -290,11 +363,14 @@ def fetch_checkpoints(tracking_uri: str | MlflowClient, run_id: str) -> dict[int
 
 def fetch_step_metrics(tracking_uri: str | MlflowClient, run_id: str, keys: list[str]) -> dict[int, dict[str, float]]:
     """`{step: {key: value}}` of a run's metric histories for `keys` (the newest value per step wins, so a
-    resumed run that repeated a step shows the repetition's value)."""
-    client = client_for(tracking_uri)
+    resumed run that repeated a step shows the repetition's value). For a run relayed by this process the
+    trainer's metrics are read from the relay's buffer store (complete, and there when the server is not)."""
+    mirror = mirror_of(run_id)
+    client = client_for(mirror[0] if mirror else tracking_uri)
     out: dict[int, dict[str, float]] = {}
     for key in keys:
-        for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.timestamp):
+        history = [m for rid in (mirror[1] if mirror else [run_id]) for m in client.get_metric_history(rid, key)]
+        for m in sorted(history, key=lambda m: m.timestamp):
             out.setdefault(int(m.step), {})[key] = float(m.value)
     return dict(sorted(out.items()))
 
@@ -322,15 +398,25 @@ def log_evaluation(
     jsonl_path: str | Path | None,
     *,
     tracking_uri: str | MlflowClient | None = None,
-) -> str:
-    """Log one checkpoint's evaluation as a child run of the training run; returns the child's run id.
+) -> str | None:
+    """Log one checkpoint's evaluation as a child run of the training run; returns the child's run id (None when
+    queued: the training run is relayed and the relay creates the child when the server answers).
 
     The child (named `<run name>-eval-step<N>`, reused when the same checkpoint is evaluated again) gets the
     flattened metrics at step N, the summary as `eval/summary.json`, the per-task JSONL under `eval/`, and the
     parent's grouping tags. The parent gets the same `eval/…` metrics at step N (progression charts) and a tag
     pointing at the child. `tracking_uri` defaults to MLFLOW_TRACKING_URI.
     """
+    args = {"checkpoint_step": checkpoint_step, "summary": dict(summary), "time_ms": now_ms(),
+            "jsonl_path": None if jsonl_path is None else str(Path(jsonl_path).absolute())}
+    if enqueue_if_relayed(tracking_uri, parent_run_id, "log_evaluation", **args):
+        return None
     client = client_for(tracking_uri) if tracking_uri is not None else MlflowClient()
+    return _apply_log_evaluation(client, parent_run_id, **args)
+
+
+def _apply_log_evaluation(client: MlflowClient, parent_run_id: str, *, checkpoint_step: int, summary: Mapping[str, Any],
+                          jsonl_path: str | None, time_ms: int) -> str:
     try:
         parent = client.get_run(parent_run_id)
     except MlflowException as exc:
@@ -342,6 +428,7 @@ def log_evaluation(
     inherited = {k: v for k, v in ptags.items() if k.startswith(T.PREFIX) and not k.startswith(
         (T.CHECKPOINT_URI_PREFIX, T.ALERT_PREFIX, T.VERSION_PREFIX, "longhaul.eval_run."))}
     inherited.pop(T.ALERTS, None)
+    inherited.pop(T.RESUME_TOKEN, None)
     child_tags = {
         **inherited,
         T.KIND: T.KIND_EVAL,
@@ -362,8 +449,7 @@ def log_evaluation(
         log_batch(client, child_id, tags=child_tags)
 
     flat = build_eval_metrics(summary)
-    now = now_ms()
-    metrics = [Metric(k, v, now, checkpoint_step) for k, v in flat.items()]
+    metrics = [Metric(k, v, time_ms, checkpoint_step) for k, v in flat.items()]
     log_batch(client, child_id, metrics=metrics)
     client.log_dict(child_id, dict(summary), f"{T.EVAL_ARTIFACT_DIR}/summary.json")
     if jsonl_path is not None:
@@ -384,18 +470,47 @@ def log_selection(
     """Record the checkpoint selection on the training run (`longhaul.tracking.selection`): tags
     `longhaul.select_on`, `longhaul.selected_step` and `longhaul.selected_pass_hat_1`, and the metric
     `selection/pass_hat_1` at the selected step. Without a selection, `longhaul.selection_note` says why and an
-    earlier `longhaul.selected_step` is removed."""
-    client = client_for(tracking_uri)
-    tags = build_selection_tags(select_on, selection, reason)
+    earlier `longhaul.selected_step` is removed. Queued while the run is relayed."""
+    args = {"select_on": select_on, "selection": None if selection is None else asdict(selection), "reason": reason,
+            "time_ms": now_ms()}
+    if enqueue_if_relayed(tracking_uri, run_id, "log_selection", **args):
+        return
+    _apply_log_selection(client_for(tracking_uri), run_id, **args)
+
+
+def _apply_log_selection(client: MlflowClient, run_id: str, *, select_on: str, selection: Mapping[str, Any] | None,
+                         reason: str | None, time_ms: int) -> None:
+    sel = None if selection is None else Selection(**selection)
+    tags = build_selection_tags(select_on, sel, reason)
     metrics = []
-    if selection is None:
+    if sel is None:
         stale = client.get_run(run_id).data.tags
         for key in (T.SELECTED_STEP, T.SELECTED_PASS_HAT_1):
             if key in stale:
                 client.delete_tag(run_id, key)
     else:
-        metrics = [Metric(T.SELECTED_PASS_HAT_1_METRIC, selection.pass_hat_1, now_ms(), selection.step)]
+        metrics = [Metric(T.SELECTED_PASS_HAT_1_METRIC, sel.pass_hat_1, time_ms, sel.step)]
     log_batch(client, run_id, metrics=metrics, tags=tags)
+
+
+#: The operations a relay applies (`longhaul.tracking.relay`): name → function(client, run_id, **args).
+OPERATIONS = {
+    "log_checkpoint": _apply_log_checkpoint,
+    "log_evaluation": _apply_log_evaluation,
+    "log_selection": _apply_log_selection,
+    "finish_run": _apply_finish_run,
+    "mark_requeued": _apply_mark_requeued,
+    "resume_run": _apply_resume_run,
+}
+
+
+def apply_operation(client: MlflowClient, run_id: str, op: str, args: Mapping[str, Any]) -> None:
+    """Apply one queued operation to the server (idempotent: see the relay's module docstring)."""
+    try:
+        fn = OPERATIONS[op]
+    except KeyError:
+        raise TrackingError(f"unknown queued MLflow operation {op!r}; valid: {', '.join(OPERATIONS)}") from None
+    fn(client, run_id, **args)
 
 
 def fetch_eval_runs(tracking_uri: str | MlflowClient, parent_run_id: str) -> dict[int, str]:

@@ -22,6 +22,10 @@ BACKEND = "longhaul.backend"
 JOB_ID = "longhaul.job_id"
 JOB_IDS = "longhaul.job_ids"
 ATTEMPTS = "longhaul.attempts"
+#: Set when a resume queued while the server was down is applied (`longhaul.tracking.runs`: applied once).
+RESUME_TOKEN = "longhaul.resume_token"
+#: On a mirror run in a relay's buffer store: the server's run it is relayed to (`longhaul.tracking.relay`).
+RELAY_REMOTE_RUN_ID = "longhaul.relay.remote_run_id"
 #: The training seed of a run, and (on seed runs) the run name of its multi-seed group.
 SEED = "longhaul.seed"
 SEED_GROUP = "longhaul.seed_group"

@@ -166,17 +166,25 @@ class Operator:
         self.cluster, self.namespace, self.workdir = cluster, namespace, workdir
         self.proc: subprocess.Popen[Any] | None = None
         self.starts = 0
+        #: Extra environment of the operator process (overrides, e.g. LONGHAUL_OPERATOR_RESYNC_S).
+        self.env: dict[str, str] = {}
+
+    def kopf_args(self, port: int) -> list[str]:
+        """The `kopf run …` arguments (after `python -m kopf`)."""
+        return ["run", "--standalone", f"--namespace={self.namespace}", f"--liveness=http://127.0.0.1:{port}/healthz",
+                "--log-format=json", str(OPERATOR_FILE)]
+
+    def process_env(self) -> dict[str, str]:
+        return {**self.cluster.env, "LONGHAUL_OPERATOR_RESYNC_S": "5", **self.env}
 
     def start(self) -> None:
         port = _free_port()
         self.starts += 1
         self.log = self.workdir / f"operator-{self.starts}.log"
-        env = {**self.cluster.env, "LONGHAUL_OPERATOR_RESYNC_S": "5"}
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kopf", "run", "--standalone", f"--namespace={self.namespace}",
-                 f"--liveness=http://127.0.0.1:{port}/healthz", "--log-format=json", str(OPERATOR_FILE)],
-                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
+                [sys.executable, "-m", "kopf", *self.kopf_args(port)],
+                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=self.process_env(),
             )
         _wait_http(f"http://127.0.0.1:{port}/healthz", self.proc, 60, self.log)
 
@@ -189,6 +197,55 @@ class Operator:
 
     def logs(self) -> str:
         return "\n".join(p.read_text() for p in sorted(self.workdir.glob("operator-*.log")))
+
+
+#: Run by WarmOperator's spare: import what the operator imports, wait for a line on stdin, then run the kopf CLI
+#: (`kopf.cli.main()`, what `python -m kopf` runs) with the arguments after `-c CODE`.
+_WARM_KOPF = """
+import sys
+import kopf.cli, longhaul.k8s.api, longhaul.k8s.reconcile
+sys.stdin.readline()
+kopf.cli.main()
+"""
+
+
+class WarmOperator(Operator):
+    """An Operator that keeps its next process ready: Python started and the operator's imports done, waiting
+    before `kopf run` begins. A restart after SIGKILL then costs kopf's startup only (the imports take seconds on a
+    loaded machine), which keeps tests with many kill/restart cycles short. What runs is the same `kopf run` with
+    the same arguments as `Operator.start`."""
+
+    def __init__(self, cluster: Cluster, namespace: str, workdir: Path) -> None:
+        super().__init__(cluster, namespace, workdir)
+        self.spare: tuple[subprocess.Popen[Any], int, Path] | None = None
+
+    def _spawn(self) -> tuple[subprocess.Popen[Any], int, Path]:
+        port = _free_port()
+        self.starts += 1
+        log = self.workdir / f"operator-{self.starts}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen([sys.executable, "-c", _WARM_KOPF, *self.kopf_args(port)], stdin=subprocess.PIPE,
+                                    stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=self.process_env())
+        return proc, port, log
+
+    def start(self, wait: bool = True) -> None:
+        """Let the spare run (spawning one first if there is none) and spawn the next spare.
+
+        `wait`: return once the liveness endpoint answers (else at once)."""
+        proc, port, log = self.spare or self._spawn()
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
+        self.proc, self.log = proc, log
+        self.spare = self._spawn()
+        if wait:
+            _wait_http(f"http://127.0.0.1:{port}/healthz", proc, 60, log)
+
+    def stop(self) -> None:
+        super().stop()
+        if self.spare is not None:
+            stop(self.spare[0], signal.SIGKILL)
+            self.spare = None
 
 
 @pytest.fixture

@@ -25,6 +25,8 @@ pytestmark = pytest.mark.demo
 
 ROOT = Path(__file__).resolve().parents[3]
 HEALTH_TIMEOUT_S = 900
+#: KV-cache space given to the vLLM-CPU server (GiB); the KV check below compares what vLLM makes of it.
+KV_SPACE_GIB = 1
 
 
 def _vllm_python() -> Path:
@@ -49,10 +51,15 @@ def policy_dir() -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(policy_dir, tmp_path_factory):
+def server_log(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("vllm") / "server.log"
+
+
+@pytest.fixture(scope="module")
+def server(policy_dir, server_log):
     port = _free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
+    log = server_log
+    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB), "HF_HUB_OFFLINE": "1",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_SERVER_DEV_MODE": "1"}
     argv = [str(_vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(policy_dir),
             "--served-model-name", "tiny-policy", "--host", "127.0.0.1", "--port", str(port),
@@ -171,3 +178,23 @@ def test_weights_reload_in_place(server, policy_dir, tmp_path):
     assert lps(changed) != lps(before)
     assert said(again) == said(before)
     assert lps(again) == pytest.approx(lps(before), abs=1e-4)
+
+
+def test_kv_cache_tokens_match_the_memory_plan(server, server_log, policy_dir):
+    """`longhaul plan`'s KV bytes per token (layers × KV heads × head dim × K and V × dtype) against what vLLM
+    reports for the tiny policy: the tokens that fit in the KV space it was given (issue 18: within 15%)."""
+    import re
+
+    from longhaul.memory.estimate import dtype_bytes, kv_bytes_per_token
+    from longhaul.memory.shapes import shape_from_config
+
+    text = server_log.read_text()
+    space = re.search(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache", text)
+    tokens = re.search(r"CPU KV cache size: ([\d,]+) tokens", text)
+    assert space and tokens, text[-3000:]
+    given = float(space.group(1)) * 2**30
+    assert given == KV_SPACE_GIB * 2**30
+    shape = shape_from_config(json.loads((policy_dir / "config.json").read_text()), str(policy_dir))
+    predicted = given / kv_bytes_per_token(shape, 1, dtype_bytes("float32"))
+    measured = int(tokens.group(1).replace(",", ""))
+    assert abs(predicted - measured) / measured <= 0.15, (predicted, measured)

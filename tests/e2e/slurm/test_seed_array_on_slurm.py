@@ -90,7 +90,7 @@ def test_seeds_run_as_one_array_and_one_task_requeues_alone(slurm_cluster, tmp_p
 
     st = longhaul("status", str(spec), cwd=tmp_path)
     assert st.returncode == 0, st.stderr
-    lines = st.stdout.splitlines()
+    lines = [line for line in st.stdout.splitlines() if not line.startswith("  memory plan: ")]
     assert [line.split()[0] for line in lines] == [d.name for d in run_dirs]
     assert all("phase=Succeeded" in line and "state=COMPLETED" in line for line in lines), lines
     st_json = json.loads(longhaul("status", "--json", str(spec), cwd=tmp_path).stdout)

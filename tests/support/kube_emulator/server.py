@@ -18,7 +18,9 @@ collection, discovery fixes). This subclass takes over every Kubernetes request 
 - custom objects pruned, defaulted and validated against the CRD's openAPIV3Schema → 422 Invalid;
 - built-in kinds validated strictly with kubernetes-validate (unknown or mistyped fields → 422);
 - list/watch with label and field selectors, resourceVersion resume, timeoutSeconds; Table output for
-  `kubectl get` with the CRD's printer columns.
+  `kubectl get` with the CRD's printer columns;
+- fault injection (`faults.py`): late answers (`delays`), error answers (409/410/429/5xx), hung or reset
+  requests, expired and dropped watches — set at start or through the control endpoint `/emulator/faults`.
 
 Not emulated: authn/authz (RBAC), admission webhooks, controllers (nothing runs Pods: tests patch Job status
 as the Job controller would), protobuf bodies, strategic-merge list semantics (lists are replaced).
@@ -43,6 +45,7 @@ import yaml
 from kmock._internal import rendering
 
 from . import patches, schema
+from .faults import REASONS, FaultRule, Faults
 from .selectors import parse_field_selector, parse_label_selector
 
 K8S_VERSION = "1.32"
@@ -61,14 +64,22 @@ STRICT_KINDS = {
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
 }
 STATUS_SUBRESOURCE_BUILTINS = {"jobs", "deployments", "namespaces", "customresourcedefinitions", "pods"}
+#: Test-only control endpoint of the fault injection (GET: rules and counters; PUT/POST: a `Faults.configure` doc).
+CONTROL_PATH = "/emulator/faults"
 
 
 class ApiError(Exception):
     """Rendered as a `Status` body with the HTTP code, like kube-apiserver."""
 
-    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details or {}
+        self.headers = headers or {}
+
+
+class _DropConnection(Exception):
+    """Close the client's connection without an answer (fault injection: `timeout`, `reset`)."""
 
 
 @dataclass
@@ -156,6 +167,12 @@ class KubeEmulator(kmock.KubernetesEmulator):
     #: Fault injection: {("POST", "jobs"): 2.0} answers such requests 2 s late (the write happens first), so a
     #: test can kill a client between the server's write and the client seeing the answer.
     delays: dict[tuple[str, str], float] = attrs.field(factory=dict)
+    #: Fault injection: error answers, hung/reset requests, expired and dropped watches (see faults.py).
+    faults: Faults = attrs.field(factory=Faults)
+    #: Bumped to cut every open watch stream now (control endpoint `{"drop_watches_now": true}`).
+    _watch_epoch: int = attrs.field(default=0, init=False)
+    #: Bumped on every fault configuration, so open watches re-read `faults.drop_watches_s`.
+    _faults_rev: int = attrs.field(default=0, init=False)
     types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False)
     store: dict[tuple[str, str, str | None, str], dict[str, Any]] = attrs.field(factory=dict, init=False)
     log: list[tuple[int, tuple[str, str], str, dict[str, Any]]] = attrs.field(factory=list, init=False)
@@ -234,7 +251,14 @@ class KubeEmulator(kmock.KubernetesEmulator):
                                         headers=dict(raw_request.headers), body=await raw_request.read(), text=text)
         self._requests.append(request)
         try:
-            response = await self._handle(request)
+            try:
+                response = await self._handle(request)
+            except _DropConnection:
+                if self.access_log:
+                    print(f"{raw_request.method} {raw_request.path_qs} -> connection closed (injected)", flush=True)
+                if raw_request.transport is not None:
+                    raw_request.transport.close()
+                return aiohttp.web.Response(status=499)  # never reaches the client
             if self.access_log:
                 extra = f" {getattr(response, 'text', '')[:300]}" if response.status >= 400 else ""
                 print(f"{raw_request.method} {raw_request.path_qs} -> {response.status}{extra}", flush=True)
@@ -251,15 +275,22 @@ class KubeEmulator(kmock.KubernetesEmulator):
         raw = request._raw_request
         path = request.url.path
         try:
+            if path.rstrip("/") == CONTROL_PATH:
+                return await self._control(request)
             if raw is not None and request.method.value.upper() == "GET" and request.params.get("watch") in ("true", "1"):
                 req = self._parse(request)
+                rule = self.faults.pick("WATCH", req.rtype.plural, req.subresource, _agent(req))
+                if rule is not None:
+                    return await self._watch_fault(rule, req, raw)
+                self.faults.answered("WATCH", req.rtype.plural, req.subresource, 200, _agent(req))
                 return await self._watch(req, raw)
             body = await self._dispatch(request, path)
             created = request.method.value.upper() == "POST" and isinstance(body, dict) and body.get("kind") != "Status"
             return aiohttp.web.json_response(body, status=201 if created else 200,
                                              dumps=lambda o: json.dumps(o, separators=(",", ":")))
         except ApiError as exc:
-            return aiohttp.web.json_response(_status(exc.code, exc.reason, exc.message, exc.details), status=exc.code)
+            return aiohttp.web.json_response(_status(exc.code, exc.reason, exc.message, exc.details), status=exc.code,
+                                             headers=exc.headers or None)
 
     async def _dispatch(self, request: rendering.Request, path: str) -> Any:
         method = request.method.value.upper()
@@ -269,12 +300,105 @@ class KubeEmulator(kmock.KubernetesEmulator):
             if found is not None:
                 return found
         req = self._parse(request)
-        async with self._lock:
-            result = await self._serve_resource(req, request)
+        agent = _agent(req)
+        try:
+            rule = self.faults.pick(method, req.rtype.plural, req.subresource, agent)
+            if rule is not None:
+                await self._fault(rule, req, request)
+            async with self._lock:
+                result = await self._serve_resource(req, request)
+        except ApiError as exc:
+            self.faults.answered(method, req.rtype.plural, req.subresource, exc.code, agent)
+            raise
+        created = method == "POST" and isinstance(result, dict) and result.get("kind") != "Status"
+        self.faults.answered(method, req.rtype.plural, req.subresource, 201 if created else 200, agent)
         delay = self.delays.get((method, req.rtype.plural))
         if delay:
             await asyncio.sleep(delay)
         return result
+
+    # ----------------------------------------------------------------------------------------------------
+    # Fault injection (faults.py)
+
+    async def _control(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        method = request.method.value.upper()
+        if method in ("PUT", "POST"):
+            try:
+                doc = json.loads(request.text or "{}")
+                self.faults.configure(doc)
+                if "delays" in doc:  # {"POST:jobs": 2.0, …}: replaces the --delay rules
+                    self.delays = {(k.partition(":")[0].upper(), k.partition(":")[2]): float(v)
+                                   for k, v in (doc["delays"] or {}).items()}
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise ApiError(400, "BadRequest", str(exc)) from exc
+            if doc.get("drop_watches_now"):
+                await self.drop_watches()
+            elif self.changed is not None:  # open watches re-read drop_watches_s
+                self._faults_rev += 1
+                async with self.changed:
+                    self.changed.notify_all()
+        elif method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"{CONTROL_PATH}: GET, PUT or POST")
+        delays = {f"{m}:{p}": v for (m, p), v in sorted(self.delays.items())}
+        return aiohttp.web.json_response({**self.faults.to_dict(), "delays": delays})
+
+    async def drop_watches(self) -> None:
+        """Cut every open watch stream now (each counts as a dropped watch)."""
+        if self.changed is None:
+            self.changed = asyncio.Condition()
+        self._watch_epoch += 1
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def _fault(self, rule: FaultRule, req: Request, request: rendering.Request) -> None:
+        """Answer a non-watch request with `rule`'s fault (always raises)."""
+        if rule.fault == "reset":
+            raise _DropConnection()
+        if rule.fault == "timeout":
+            await asyncio.sleep(self.faults.hold_s)
+            raise _DropConnection()
+        code = rule.status
+        assert code is not None
+        res = f"{req.rtype.plural}.{req.rtype.group}" if req.rtype.group else req.rtype.plural
+        name = req.name or ""
+        note = f" (fault injected by the test API server: {rule.spec})"
+        if code == 409 and req.method == "POST":
+            # Another writer won the race: the object exists now, and this client is told so.
+            async with self._lock:
+                created = await self._serve_resource(req, request)
+            name = (created.get("metadata") or {}).get("name", "") if isinstance(created, dict) else ""
+            raise ApiError(409, "AlreadyExists", f'{res} "{name}" already exists' + note,
+                           {"name": name, "group": req.rtype.group, "kind": req.rtype.plural})
+        if code == 409:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {res} "{name}": the object has been '
+                                            "modified; please apply your changes to the latest version and try again"
+                                            + note, {"name": name, "group": req.rtype.group, "kind": req.rtype.plural})
+        if code == 429:
+            after = self.faults.retry_after_s
+            raise ApiError(429, "TooManyRequests", "the server has received too many requests and has asked us to try "
+                                                   "again later" + note, {"retryAfterSeconds": after},
+                           headers={"Retry-After": str(after)})
+        raise ApiError(code, REASONS.get(code, "InternalError"), f"injected HTTP {code}" + note)
+
+    async def _watch_fault(self, rule: FaultRule, req: Request,
+                           raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """A faulted watch request: 410 as an ERROR event in an opened stream (as kube-apiserver), else `_fault`."""
+        if rule.status == 410:
+            self.faults.answered("WATCH", req.rtype.plural, req.subresource, 410, _agent(req))
+            resp = aiohttp.web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+            await resp.prepare(raw)
+            since = req.params.get("resourceVersion") or "0"
+            event = {"type": "ERROR", "object": _status(410, "Expired", f"too old resource version: {since} ({self.rv})"
+                                                                         f" (fault injected: {rule.spec})")}
+            await resp.write(json.dumps(event, separators=(",", ":")).encode() + b"\n")
+            await resp.write_eof()
+            return resp
+        try:
+            await self._fault(rule, req, None)  # type: ignore[arg-type]  (no body needed: never a POST)
+        except ApiError as exc:
+            self.faults.answered("WATCH", req.rtype.plural, req.subresource, exc.code, _agent(req))
+            raise
+        raise AssertionError("unreachable")
 
     def _serve_static(self, path: str) -> Any:
         if path == "/":
@@ -815,6 +939,19 @@ class KubeEmulator(kmock.KubernetesEmulator):
         timeout = float(req.params.get("timeoutSeconds") or 1800)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        # Fault injection: cut the stream (no end of stream: the client sees a broken connection) once it is
+        # `faults.drop_watches_s` old (read on every turn: it can be set while the stream is open), or when
+        # `drop_watches()` is called.
+        opened = loop.time()
+        epoch = self._watch_epoch
+
+        def drop_in() -> float | None:
+            after = self.faults.drop_watches_s
+            return None if not after else opened + after - loop.time()
+
+        def cut() -> bool:
+            left = drop_in()
+            return epoch != self._watch_epoch or (left is not None and left <= 0)
         try:
             if start in ("0", ""):
                 for obj in self._selected(Request("GET", req.rtype, req.namespace, None, None, {}, {}, "")):
@@ -830,11 +967,21 @@ class KubeEmulator(kmock.KubernetesEmulator):
                     cursor += 1
                     if k == key and matches(obj):
                         await send(kind, obj)
+                if cut():
+                    self.faults.dropped_watches += 1
+                    if raw.transport is not None:
+                        raw.transport.close()
+                    return resp
                 assert self.changed is not None
+                left = drop_in()
+                limit = min(5.0, deadline - loop.time(), *(() if left is None else (left,)))
+                rev = self._faults_rev
                 async with self.changed:
                     try:
-                        await asyncio.wait_for(self.changed.wait_for(lambda c=cursor: c < len(self.log)),
-                                               timeout=max(0.0, min(5.0, deadline - loop.time())))
+                        await asyncio.wait_for(
+                            self.changed.wait_for(lambda c=cursor, r=rev: c < len(self.log) or r != self._faults_rev
+                                                  or epoch != self._watch_epoch),
+                            timeout=max(0.0, limit))
                     except TimeoutError:
                         pass
             await resp.write_eof()
@@ -852,6 +999,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def list_objects(self, group: str, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
         return [copy.deepcopy(o) for (g, p, ns, _), o in self.store.items()
                 if g == group and p == plural and (namespace is None or ns == namespace)]
+
+
+def _agent(req: Request) -> str:
+    return req.headers.get("user-agent", "")
 
 
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:

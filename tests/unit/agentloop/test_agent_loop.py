@@ -240,6 +240,56 @@ async def test_hallucinated_and_broken_calls_are_counted(verl_config, monkeypatc
     assert info["num_unknown_tool_calls"] == 1 and info["num_unparsed_tool_calls"] == 1
 
 
+async def test_tool_error_limit_ends_the_trajectory_like_evaluation(verl_config, monkeypatch):
+    """τ²'s `too_many_errors` inside a veRL rollout: the runner ends the episode after the turn that brings the tool
+    errors to spec.environment.max_tool_errors (τ²'s 10 by default): no further generation, the user is not asked
+    again, the trajectory is graded once as premature (outcome 0) and trains with its process score."""
+    from longhaul.envs.runner import EpisodeLimits
+    from longhaul.envs.trajectory import TAU2_MAX_ERRORS
+
+    cfg, path = verl_config
+    [entry] = yaml.safe_load(path.read_text())
+    assert entry["limits"]["max_tool_errors"] == TAU2_MAX_ERRORS
+    bad = [
+        '<tool_call>\n{"name": "get_reservation_details", "arguments": {"reservation_id": "ZZZZZZ"}}\n</tool_call>',
+        '<tool_call>\n{"name": "update_user_profile", "arguments": {"user_id": "x"}}\n</tool_call>',
+        '<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": \n</tool_call>',
+    ]
+    errors = [f"Checking.\n{bad[i % 3]}<|im_end|>" for i in range(TAU2_MAX_ERRORS)]
+    _, gold = gold_completions("11")  # would score 1 after the errors, but the episode has ended
+    tok = make_tokenizer()
+    server = ScriptedServer(tok, [*errors, *gold])
+    loop, user = build_loop(verl_config, server, monkeypatch)
+    assert loop.limits == EpisodeLimits(**entry["limits"]) and loop.limits.max_tool_errors == TAU2_MAX_ERRORS
+    graded = []
+    real_make_env = loop.make_env
+
+    def make_env():
+        graded.append(real_make_env())
+        return graded[-1]
+
+    monkeypatch.setattr(loop, "make_env", make_env)
+    out = await loop.run({"temperature": 1.0}, **ROW)
+    info = out.extra_fields["reward_extra_info"]
+    assert out.extra_fields["termination"] == "too_many_errors"
+    assert len(server.calls) == TAU2_MAX_ERRORS and user.calls == 1
+    assert info["num_tool_errors"] == TAU2_MAX_ERRORS and info["aborted"] == 1.0 and info["outcome"] == 0.0
+    assert out.reward_score == pytest.approx(0.3 * info["process"])
+    assert graded[0].grade_computations == 1 and graded[0].termination == "too_many_errors"
+
+
+def test_loop_settings_carry_the_runners_limits():
+    """The agent loop gets the episode runner's own limits (one list, `EpisodeLimits.from_spec`), null included."""
+    from longhaul.agentloop.config import build_loop_settings
+    from longhaul.envs.runner import EpisodeLimits
+    from longhaul.spec.load import parse_spec_text
+
+    for setting, want in (("", 10), ("max_tool_errors: 3, ", 3), ("max_tool_errors: null, ", None)):
+        exp = parse_spec_text(SPEC_YAML.replace("environment: {", "environment: {" + setting))
+        limits = build_loop_settings(exp)["limits"]
+        assert EpisodeLimits(**limits) == EpisodeLimits.from_spec(exp) and limits["max_tool_errors"] == want
+
+
 async def test_estimator_receives_turn_layout(verl_config, monkeypatch):
     """Two rollouts of the same task through the loop, then the registered estimator on their rm_scores."""
     from omegaconf import OmegaConf

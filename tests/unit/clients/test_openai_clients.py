@@ -175,3 +175,71 @@ def test_shared_client_is_one_per_event_loop_and_endpoint(openai_stub):
     assert again is not a and again.requests_sent == 2
     with pytest.raises(RuntimeError, match="no running event loop"):
         shared_chat_client(openai_stub.base_url, "m")
+
+
+@pytest.mark.parametrize(("body", "kind"), [
+    ([], "malformed_response"),
+    ({"choices": None}, "malformed_response"),
+    ({"choices": []}, "empty_choices"),
+    ({"choices": ["text"]}, "malformed_response"),
+    ({"choices": [{"message": None}]}, "malformed_response"),
+    ({"choices": [{"message": {"content": 3}}]}, "malformed_response"),
+    ({"choices": [{"message": {"tool_calls": "f(x)"}}]}, "malformed_response"),
+    ({"choices": [{"message": {"tool_calls": [{"function": {"arguments": "{}"}}]}}]}, "malformed_response"),
+    ({"choices": [{"message": {"tool_calls": [{"function": {"name": "f", "arguments": 3}}]}}]}, "malformed_response"),
+    ({"choices": [{"message": {"content": "hi"}}], "usage": {"completion_tokens": "many"}}, "malformed_response"),
+])
+def test_answers_that_are_not_chat_completions_are_classified(body, kind):
+    from longhaul.clients.openai_compat import _Retryable, check_completion
+
+    with pytest.raises(_Retryable) as info:
+        check_completion(body)
+    assert info.value.kind == kind
+
+
+def test_a_usable_completion_passes_and_empty_text_is_a_fault_only_when_text_is_expected():
+    from longhaul.clients.openai_compat import _Retryable, check_completion
+
+    ok = {"choices": [{"message": {"content": None, "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}}],
+          "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    check_completion(ok)  # invalid JSON arguments are the policy's output, judged by the runner
+    with pytest.raises(_Retryable, match="no text") as info:
+        check_completion(ok, expect_text=True)
+    assert info.value.kind == "empty_reply"
+
+
+@pytest.mark.parametrize(("fault", "kind"), [("null_message", "malformed_response"), ("non_utf8", "non_utf8"),
+                                             ("truncated_json", "invalid_json"), ("reset", "connection_reset")])
+async def test_persistent_faults_raise_endpoint_errors_with_their_kind(openai_stub, fault, kind):
+    openai_stub.set_script("m", hello)
+    openai_stub.inject(fault, FAST.attempts)
+    async with ChatClient(openai_stub.base_url, "m", retry=FAST, role="user simulator") as c:
+        with pytest.raises(EndpointError, match=f"failed after 3 attempts: .*\\(fault: {kind}\\)") as info:
+            await c.chat([{"role": "user", "content": "hi"}])
+    assert (info.value.kind, info.value.role, info.value.attempts) == (kind, "user simulator", 3)
+    assert c.faults == {kind: 3}
+
+
+async def test_user_simulator_retries_an_answer_without_text(openai_stub):
+    openai_stub.set_script("u", lambda b: Reply(content="Hello there"))
+    openai_stub.inject("empty_content", 1)
+
+    class Task:
+        def user_instructions(self):
+            return "Reason for call: test"
+
+    async with ChatClient(openai_stub.base_url, "u", retry=FAST, role="user simulator") as c:
+        assert await OpenAIUserSimulator(c).reply(Task(), []) == "Hello there"
+    assert c.faults == {"empty_reply": 1} and c.retries == 1
+
+
+async def test_refused_connections_are_classified():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with ChatClient(f"http://127.0.0.1:{port}/v1", "m", retry=FAST) as c:
+        with pytest.raises(EndpointError) as info:
+            await c.chat([{"role": "user", "content": "hi"}])
+    assert info.value.kind == "connection_refused" and c.faults == {"connection_refused": 3}

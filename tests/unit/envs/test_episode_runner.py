@@ -20,7 +20,7 @@ from longhaul.envs.runner import (
     run_episode,
     tool_schemas,
 )
-from longhaul.envs.trajectory import Termination, Trajectory
+from longhaul.envs.trajectory import TAU2_MAX_ERRORS, Termination, Trajectory
 
 
 class ScriptPolicy:
@@ -188,6 +188,59 @@ async def test_malformed_tool_json_is_an_error_observation_for_that_turn():
     assert traj.messages[3]["content"].startswith("Error:")
 
 
+async def test_tool_errors_up_to_the_limit_end_the_episode_as_too_many_errors():
+    """τ²'s orchestrator: every error observation counts, over the whole episode; at the limit the episode ends
+    (too_many_errors, premature: 0) before the policy or the user is asked again, graded exactly once."""
+    env = AirlineEnv()
+    policy = ScriptPolicy([
+        call("get_user_details", {"user_id": "nobody_0000"}),  # not found
+        say("Let me try again."),  # a message to the user does not reset the count
+        call("update_user_profile", {"user_id": "emma_kim_9957"}),  # unknown tool
+        call("get_user_details", None, raw='{"user_id": ', err="invalid JSON"),  # unparsable arguments
+        say("unused: the episode ended"),
+    ])
+    user = ScriptUser(["Hi", "Sure."])
+    traj = await run_episode(env, get_task("0"), policy, user, EpisodeLimits(max_tool_errors=3))
+    assert traj.termination == Termination.TOO_MANY_ERRORS and traj.aborted and traj.outcome == 0.0
+    assert len(policy.calls) == 4 and len(user.seen) == 2 and traj.messages[-1]["role"] == "tool"
+    assert traj.num_tool_errors == 3 and env.grade_computations == 1 and traj.grade.details["premature"]
+    # The database matches (nothing was written) and the task needs nothing said: still 0, as in τ².
+    assert traj.grade.db_match and traj.grade.communicated
+
+
+async def test_one_error_below_the_limit_is_graded_on_its_merits():
+    policy = ScriptPolicy([call("get_user_details", {"user_id": "nobody_0000"})] * 2 + [say("Done. ###STOP###")])
+    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), EpisodeLimits(max_tool_errors=3))
+    assert traj.termination == Termination.AGENT_STOP and traj.num_tool_errors == 2 and traj.outcome == 1.0
+
+
+async def test_the_limit_is_checked_after_the_whole_turn_like_tau2():
+    """τ² executes every call of the message that reaches the limit, then ends the episode."""
+    bad = ParsedCall("get_reservation_details", {"reservation_id": "ZZZZZZ"}, '{"reservation_id": "ZZZZZZ"}')
+    ok = ParsedCall("get_user_details", {"user_id": "emma_kim_9957"}, '{"user_id": "emma_kim_9957"}')
+    policy = ScriptPolicy([PolicyTurn("", [bad, bad, ok, bad]), say("unused")])
+    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), EpisodeLimits(max_tool_errors=2))
+    assert [c.is_error for c in traj.turns[0].tool_calls] == [True, True, False, True]
+    assert traj.termination == Termination.TOO_MANY_ERRORS and len(policy.calls) == 1
+    # An earlier terminal event of the same turn stays the first one (τ-bench 1's transfer).
+    transfer = ParsedCall("transfer_to_human_agents", {"summary": "x"}, '{"summary": "x"}')
+    policy = ScriptPolicy([PolicyTurn("", [bad, bad, transfer, bad])])
+    tau1 = EpisodeLimits(max_tool_errors=2, transfer_ends_episode=True)
+    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), tau1)
+    assert traj.termination == Termination.TRANSFER and len(traj.turns[0].tool_calls) == 3
+
+
+async def test_no_error_limit_when_max_tool_errors_is_null():
+    policy = ScriptPolicy([call("nonexistent_tool")] * 25 + [say("###STOP###")])
+    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]),
+                             EpisodeLimits(max_turns=30, max_tool_errors=None))
+    assert traj.termination == Termination.AGENT_STOP and traj.num_tool_errors == 25
+    # τ²'s default limit would have ended it at the 10th error.
+    traj = await run_episode(AirlineEnv, get_task("0"), ScriptPolicy(policy.turns), ScriptUser(["Hi"]),
+                             EpisodeLimits(max_turns=30))
+    assert traj.termination == Termination.TOO_MANY_ERRORS and traj.num_tool_errors == 10 == TAU2_MAX_ERRORS
+
+
 async def test_tool_output_limit_applies_to_what_the_policy_sees():
     policy = ScriptPolicy([call("list_all_airports"), say("###STOP###")])
     traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]),
@@ -265,6 +318,9 @@ def test_limits_from_spec_and_prompt_helpers():
     assert lim.transfer_ends_episode is False and EpisodeLimits().transfer_ends_episode is False  # τ² by default
     tau1 = ExperimentSpec(environment=EnvironmentSpec(transfer_ends_episode=True))
     assert EpisodeLimits.from_spec(tau1).transfer_ends_episode is True
+    assert lim.max_tool_errors == EpisodeLimits().max_tool_errors == TAU2_MAX_ERRORS == 10  # τ²'s limit by default
+    unlimited = ExperimentSpec(environment=EnvironmentSpec(max_tool_errors=None))
+    assert EpisodeLimits.from_spec(unlimited).max_tool_errors is None
     assert lim.max_tokens_per_turn == spec.environment.max_tokens_per_turn
     assert lim.date_line == spec.environment.date_line
     prompt = build_system_prompt("POLICY BODY", "The date is X.")

@@ -337,3 +337,19 @@ async def test_a_finished_single_run_edited_into_a_group_starts_the_group() -> N
     assert st["runName"] == run_name(group_spec()) and st["seeds"] == "0/2"
     patch = api.status_patches[-1]
     assert patch["mlflowRunId"] is None and patch["completionTime"] is None  # the single run's keys are dropped
+
+
+async def test_status_carries_the_memory_plan_and_its_verdict() -> None:
+    from longhaul.memory.load import load_memory_plan
+
+    api, events = FakeApi(), []
+    st = await reconcile(api, body(), events)
+    plan = load_memory_plan(RC.validate_body(body()))
+    assert st["memoryPlan"].startswith("fits: rollout ")
+    for phase in plan.phases:
+        assert f"{phase.name} " in st["memoryPlan"]
+    # Past capacity (a 48 GB L40S for a plan sized for 80 GB A800s), the verdict says so.
+    small = body()
+    small["spec"]["resources"]["gpu_type"] = "l40s"
+    st = await reconcile(FakeApi(), small, [])
+    assert st["memoryPlan"].startswith("DOES NOT FIT: ") and " OVER" in st["memoryPlan"], st["memoryPlan"]

@@ -103,7 +103,8 @@ def test_job_pod_security_resources_and_launcher() -> None:
     assert c["command"] == ["longhaul", "launch", "--spec", "/etc/longhaul/experiment.yaml", "--backend", "kubernetes",
                             "--run-dir", f"/runs/{run_name(exp)}", "--stage", "grpo"]
     assert c["securityContext"] == {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "privileged": False,
-                                    "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+                                    "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+                                    "seccompProfile": {"type": "RuntimeDefault"}}
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["automountServiceAccountToken"] is False
     assert c["resources"]["limits"] == {"cpu": "32", "memory": "512Gi", "nvidia.com/gpu": "2"}
     assert c["resources"]["requests"] == c["resources"]["limits"]

@@ -324,8 +324,9 @@ def test_cli_status_lists_seed_runs_and_logs_asks_for_one(tmp_path: Path, fake_s
     (tmp_path / "runs" / names[2] / "submit.json").unlink()  # as if that seed run were never submitted here
     code, out, err = _cli("status", str(spec))
     assert code == 0, err
-    lines = out.splitlines()
+    lines = [line for line in out.splitlines() if not line.startswith("  memory plan: ")]
     assert len(lines) == 3
+    assert out.count("  memory plan: ") == 2  # one per submitted seed run, from its resolved spec
     assert lines[0].startswith(f"{names[0]}  phase=Succeeded  state=COMPLETED  job=4242_0")
     assert lines[1].startswith(f"{names[1]}  phase=Running  state=RUNNING  job=4242_1")
     assert lines[2] == f"{names[2]}  not submitted from here"
