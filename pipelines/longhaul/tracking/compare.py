@@ -103,9 +103,12 @@ def fetch_records(client: MlflowClient, experiments: Sequence[tuple[str, str]]) 
     return records
 
 
-def fetch_trials(client: MlflowClient, eval_run_id: str, scratch: Path) -> tuple[TrialRecord, ...]:
-    """The per-trial records of one evaluation run (its `eval/*.jsonl` artefact), read with the results bounds."""
+def fetch_trials(client: MlflowClient, eval_run_id: str, scratch: Path) -> tuple[TrialRecord, ...] | None:
+    """The per-trial records of one evaluation run (its `eval/*.jsonl` artefact), read with the results bounds;
+    None when the evaluation logged no results file (only its summary)."""
     found = [a.path for a in client.list_artifacts(eval_run_id, T.EVAL_ARTIFACT_DIR) if a.path.endswith(".jsonl")]
+    if not found:
+        return None
     if len(found) != 1:
         raise TrackingError(f"evaluation run {eval_run_id}: expected one results JSONL under "
                             f"{T.EVAL_ARTIFACT_DIR}/, found {found or 'none'}")
@@ -113,9 +116,10 @@ def fetch_trials(client: MlflowClient, eval_run_id: str, scratch: Path) -> tuple
     return tuple(TrialRecord.from_dict(d) for d in bounded.read_json_records(local, bounded.RESULTS))
 
 
-def fetch_arms(client: MlflowClient, records: Sequence[RunRecord], scratch: Path) -> list[Arm]:
-    """Arms (seed groups, or single runs) with each seed's trial records at its chosen checkpoint."""
-    arms = []
+def fetch_arms(client: MlflowClient, records: Sequence[RunRecord], scratch: Path) -> tuple[list[Arm], list[str]]:
+    """Arms (seed groups, or single runs) with each seed's trial records at its chosen checkpoint, and what was
+    left out (an evaluation without a per-trial results file has no outcomes to pool)."""
+    arms, left_out = [], []
     for key, runs in group_arms(records):
         seeds = []
         for index, r in enumerate(runs):
@@ -123,11 +127,15 @@ def fetch_arms(client: MlflowClient, records: Sequence[RunRecord], scratch: Path
             if chosen is None or not chosen[0].run_id:
                 continue
             point, how = chosen
-            seeds.append(SeedEval(seed_of(r, index), r.run_name, point.step, how,
-                                  fetch_trials(client, point.run_id, scratch)))
+            trials = fetch_trials(client, point.run_id, scratch)
+            if trials is None:
+                left_out.append(f"{r.run_name} step {point.step}: left out — its evaluation run {point.run_id} "
+                                f"logged no per-trial results ({T.EVAL_ARTIFACT_DIR}/*.jsonl)")
+                continue
+            seeds.append(SeedEval(seed_of(r, index), r.run_name, point.step, how, trials))
         if seeds:
             arms.append(Arm(key, runs[0].label, runs[0].method, tuple(seeds)))
-    return arms
+    return arms, left_out
 
 
 def fetch_null_floor() -> dict[str, float] | None:
@@ -159,8 +167,9 @@ def write_comparison(
     markdown = render_markdown(cols, rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    statistics = build_statistics(fetch_arms(client, records, out / ".results"), discover_ks(records)["pass_hat_k"] or [1],
-                                  fetch_null_floor())
+    arms, left_out = fetch_arms(client, records, out / ".results")
+    statistics = build_statistics(arms, discover_ks(records)["pass_hat_k"] or [1], fetch_null_floor(),
+                                  problems=left_out)
     files = (out / TABLE_MD, out / TABLE_CSV, out / COMPARISON_PNG, out / PROGRESSION_PNG,
              out / STATS_MD, out / STATS_JSON)
     files[0].write_text(markdown, encoding="utf-8")

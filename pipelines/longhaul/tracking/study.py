@@ -176,13 +176,14 @@ def _noise(o: stats.Outcomes, baseline: float) -> float:
     return min(f, 2 * baseline * (1 - baseline))
 
 
-def build_statistics(arms: Sequence[Arm], ks: Sequence[int], floor: Mapping[str, float] | None = None) -> Statistics:
+def build_statistics(arms: Sequence[Arm], ks: Sequence[int], floor: Mapping[str, float] | None = None, *,
+                     problems: Sequence[str] = ()) -> Statistics:
     """Rates with hierarchical-bootstrap CIs per arm and subset, and a paired comparison of every pair of arms
     per shared subset (B − A in arm order). An arm whose seeds were evaluated on different designs is reported
     in `problems` and left out; so is a k above an arm's samples per task."""
     rng = np.random.default_rng(RNG_SEED)
     rows: list[RateRow] = []
-    problems: list[str] = []
+    problems = list(problems)
     usable: list[tuple[Arm, dict[str, stats.Outcomes]]] = []
     for arm in arms:
         try:

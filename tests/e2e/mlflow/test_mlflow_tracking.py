@@ -307,6 +307,8 @@ def test_local_backend_uses_an_embedded_sqlite_store_under_the_run_dir(ablation_
     proc = _longhaul("compare", "smoke", "--tracking-uri", uri, "--out", str(tmp_path / "cmp"), "--no-log")
     assert proc.returncode == 0, proc.stderr
     assert f"| {run_name(exp)} |" in proc.stdout
+    # An evaluation logged without its per-trial results cannot be pooled: the statistics say so.
+    assert "logged no per-trial results" in proc.stdout
     assert local.get_experiment_by_name(T.COMPARISON_EXPERIMENT) is None  # --no-log
 
 
