@@ -1713,13 +1713,4 @@ def test_planted_secret_not_in_logs_run_directory_or_mlflow(tmp_path: Path, monk
                 lost_what="places holding the secret")
     assert f"in {server.uri.replace('://', '://lhuser:***@')}" in console.out  # still says where, redacted
     lines = {k: [ln for ln in v.splitlines() if SECRET in ln][:3] for k, v in places.items() if k in leaks}
-    # Known, outside this change: the MLflow relay (longhaul/tracking/relay.py, in progress elsewhere) prints its
-    # remote URI in its "MLflow server … unavailable/reachable" and "MLflow relay to …" lines and stores it in
-    # .longhaul/mlflow-relay/state.json; it must show it through longhaul.tracking.provenance.redact_uri. Any
-    # other leak fails here.
-    relay = {k: v for k, v in lines.items()
-             if k.startswith("run dir: .longhaul/mlflow-relay/")
-             or all("MLflow server " in ln or "MLflow relay to " in ln for ln in v)}
-    assert not set(lines) - set(relay), lines
-    if relay:
-        pytest.xfail(f"the MLflow relay shows the tracking URI unredacted: {relay}")
+    assert not lines, lines

@@ -72,8 +72,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from longhaul.tracking.config import ENV_RUN_ID, ENV_TRACKING_URI, local_store_uri
+from longhaul.tracking.provenance import redact_uri
 from longhaul.tracking.tags import RELAY_REMOTE_RUN_ID
 
 #: Where a run keeps its relay (buffer store, outbox, state), under the run directory.
@@ -213,13 +215,19 @@ class ServerUnavailable(ConnectionError):
     """The tracking server did not answer its health check (the message says how)."""
 
 
+def _without_userinfo(uri: str) -> str:
+    """`uri` without `user:password@` (urllib would take it for part of the host name; /health needs no login)."""
+    parts = urlsplit(uri)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]))
+
+
 def probe_server(tracking_uri: str, timeout_s: float) -> str | None:
     """None when the server answers `GET /health` with 200 within `timeout_s`, else why not. Schemes without a
     health endpoint (databricks, …) are taken as up: the forwarding itself then tells."""
     if not tracking_uri.startswith(("http://", "https://")):
         return None
     try:
-        with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=timeout_s) as r:
+        with urllib.request.urlopen(_without_userinfo(tracking_uri).rstrip("/") + "/health", timeout=timeout_s) as r:
             return None if r.status == 200 else f"/health answered HTTP {r.status}"
     except urllib.error.HTTPError as exc:
         return f"/health answered HTTP {exc.code}"
@@ -306,8 +314,9 @@ class MetricsRelay:
                                    order_by=["attributes.start_time ASC"], max_results=10_000)
         known = list(self.state.get("mirror_run_ids", []))
         self.mirror_run_ids = known + [r.info.run_id for r in found if r.info.run_id not in known]
+        # Credentials never reach the run directory: `flush` takes the full URI from $MLFLOW_TRACKING_URI.
         self.state.update(remote_run_id=self.remote_run_id, mirror_run_ids=self.mirror_run_ids,
-                          remote_uri=self.remote_uri)
+                          remote_uri=redact_uri(self.remote_uri))
         self._save()
         return run_id or (self.mirror_run_ids[-1] if self.mirror_run_ids else "")
 
@@ -391,9 +400,9 @@ class MetricsRelay:
     def _note(self, error: str | None) -> None:
         if error != self.last_error:
             if error is None:
-                self._say(f"MLflow server {self.remote_uri} reachable again; forwarding what was buffered")
+                self._say(f"MLflow server {redact_uri(self.remote_uri)} reachable again; forwarding what was buffered")
             else:
-                self._say(f"MLflow server {self.remote_uri} unavailable ({error}); training goes on, metrics are "
+                self._say(f"MLflow server {redact_uri(self.remote_uri)} unavailable ({error}); training goes on, metrics are "
                           f"buffered in {self.dir}")
         self.last_error = error
 
@@ -537,7 +546,7 @@ class MetricsRelay:
         with self._lock:
             self.state["counts"] = asdict(counts)
             self._save()
-        msg = f"MLflow relay to {self.remote_uri}: {counts.summary()}"
+        msg = f"MLflow relay to {redact_uri(self.remote_uri)}: {counts.summary()}"
         if counts.pending or counts.ops_pending:
             msg += (f"; the rest is kept in {self.dir} and sent by the next launch of this run or by "
                     f"`python -m longhaul.tracking.relay flush {self.dir.parent.parent}`")
@@ -564,8 +573,15 @@ def flush_run_dir(run_dir: str | Path, *, flush_s: float = 300.0, say: Callable[
     state = _read_json(relay_dir(run_dir) / STATE_FILE, None)
     if not state or not state.get("remote_run_id"):
         raise FileNotFoundError(f"{relay_dir(run_dir) / STATE_FILE}: no MLflow relay in this run directory")
-    relay = MetricsRelay(state["remote_uri"], state["remote_run_id"], run_dir, say=say,
-                         force=not needs_relay(state["remote_uri"]), trainer=False)
+    uri = state["remote_uri"]
+    if redact_uri(uri) != uri:  # stored redacted: the full URI comes from the environment, as it did for the job
+        env_uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+        if redact_uri(env_uri) != uri:
+            raise ValueError(f"{relay_dir(run_dir) / STATE_FILE}: the run was relayed to {uri} (credentials are not "
+                             "kept in the run directory); export MLFLOW_TRACKING_URI with that server's full URI and "
+                             "run the flush again")
+        uri = env_uri
+    relay = MetricsRelay(uri, state["remote_run_id"], run_dir, say=say, force=not needs_relay(uri), trainer=False)
     return relay.start().close(flush_s)
 
 
