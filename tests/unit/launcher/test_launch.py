@@ -9,27 +9,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from longhaul.launcher import EXIT_FAILED, EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, supervisor
 from longhaul.launcher.control import RequeueRequested
 from longhaul.launcher.servers import probe_health
-
-ROOT = Path(__file__).resolve().parents[3]
-FAKE = Path(__file__).with_name("fake_vllm.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -43,27 +32,6 @@ def _pid_alive(pid: int) -> bool:
             return fh.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
-
-
-@pytest.fixture()
-def setup(tmp_path, monkeypatch):
-    """A smoke spec on free ports, a fake server python, and an environment for launch()."""
-    doc = yaml.safe_load((ROOT / "specs" / "smoke.yaml").read_text())
-    doc["spec"]["user_simulator"]["port"] = _free_port()
-    doc["spec"]["backends"].setdefault("local", {})["policy_port"] = _free_port()
-    doc["spec"]["user_simulator"]["startup_timeout_s"] = 30
-    spec = tmp_path / "smoke.yaml"
-    spec.write_text(yaml.safe_dump(doc))
-    wrapper = tmp_path / "fake-python"
-    wrapper.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    wrapper.chmod(0o755)
-    log = tmp_path / "fake.jsonl"
-    env = {**os.environ, "LONGHAUL_VLLM_PYTHON": str(wrapper), "FAKE_VLLM_LOG": str(log)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.pop("LONGHAUL_RUN_NAME", None)
-    calls: list[str] = []
-    return {"spec": spec, "env": env, "log": log, "run_dir": tmp_path / "run", "calls": calls, "doc": doc,
-            "monkeypatch": monkeypatch}
 
 
 def _stages(monkeypatch, grpo, ev):

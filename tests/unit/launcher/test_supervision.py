@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from longhaul.launcher import EXIT_FAILED, EXIT_OK, supervisor
 from longhaul.launcher.control import StopControl
@@ -30,13 +28,6 @@ from longhaul.render.plan import StagePlan, render_plan
 from longhaul.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[3]
-FAKE = Path(__file__).with_name("fake_vllm.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _alive(pid: int) -> bool:
@@ -54,25 +45,6 @@ def _wait(pred, timeout_s: float = 20.0) -> bool:
             return True
         time.sleep(0.05)
     return pred()
-
-
-@pytest.fixture()
-def setup(tmp_path, monkeypatch):
-    doc = yaml.safe_load((ROOT / "specs" / "smoke.yaml").read_text())
-    doc["spec"]["user_simulator"]["port"] = _free_port()
-    doc["spec"]["backends"].setdefault("local", {})["policy_port"] = _free_port()
-    doc["spec"]["user_simulator"]["startup_timeout_s"] = 30
-    spec = tmp_path / "smoke.yaml"
-    spec.write_text(yaml.safe_dump(doc))
-    wrapper = tmp_path / "fake-python"
-    wrapper.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    wrapper.chmod(0o755)
-    log = tmp_path / "fake.jsonl"
-    env = {**os.environ, "LONGHAUL_VLLM_PYTHON": str(wrapper), "FAKE_VLLM_LOG": str(log)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.pop("LONGHAUL_RUN_NAME", None)
-    return {"spec": spec, "env": env, "log": log, "run_dir": tmp_path / "run", "monkeypatch": monkeypatch,
-            "tmp": tmp_path}
 
 
 def _server_starts(log: Path) -> list[dict]:
