@@ -6,6 +6,7 @@ outside tests/e2e/slurm imports the fixtures it uses (`slurm_cluster`, `stub_ven
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,26 @@ REPO = Path(__file__).resolve().parents[2]
 #: The protocol stub that stands in for `longhaul launch` (see its docstring).
 STUB_LAUNCHER = REPO / "tests" / "e2e" / "slurm" / "stub_launcher.py"
 TERMINAL = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
+
+
+def sbatch_directives(script: str) -> dict[str, str | None]:
+    """`{option: value}` of a script's `#SBATCH --option[=value]` lines (None for a bare flag)."""
+    out: dict[str, str | None] = {}
+    for line in script.splitlines():
+        m = re.match(r"#SBATCH --([a-z-]+)(?:=(.*))?$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def fake_venv(root: Path, launcher: str) -> Path:
+    """`<root>/venv` whose `bin/activate` puts it on PATH and whose `bin/longhaul` runs the Python text `launcher`."""
+    venv = root / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text(f'export PATH="{venv}/bin:$PATH"\n')
+    (venv / "bin" / "longhaul").write_text(f"#!{sys.executable}\n{launcher}")
+    (venv / "bin" / "longhaul").chmod(0o755)
+    return venv
 
 
 def _cluster_up() -> bool:

@@ -33,44 +33,29 @@ USER_ARCH = TinyArch(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                      num_key_value_heads=1)
 
 
+def _common_config(arch: TinyArch, *, vocab_size: int, eos_token_id: int, pad_token_id: int) -> dict[str, Any]:
+    """The config values both tiny families share (tied embeddings, float32, no sliding window)."""
+    if arch.head_dim < 32:
+        raise ValueError(f"head dimension {arch.head_dim} < 32: vLLM's CPU attention needs at least 32")
+    return {**asdict(arch), "vocab_size": vocab_size, "rope_theta": 10000.0, "tie_word_embeddings": True,
+            "bos_token_id": None, "eos_token_id": eos_token_id, "pad_token_id": pad_token_id,
+            "use_sliding_window": False, "torch_dtype": "float32"}
+
+
 def build_qwen2_config(arch: TinyArch, *, vocab_size: int, eos_token_id: int, pad_token_id: int) -> Any:
     """A `Qwen2Config` for `arch` (tied embeddings, float32 weights)."""
     from transformers import Qwen2Config
 
-    if arch.head_dim < 32:
-        raise ValueError(f"head dimension {arch.head_dim} < 32: vLLM's CPU attention needs at least 32")
-    return Qwen2Config(
-        **asdict(arch),
-        vocab_size=vocab_size,
-        rope_theta=10000.0,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=eos_token_id,
-        pad_token_id=pad_token_id,
-        use_sliding_window=False,
-        torch_dtype="float32",
-    )
+    return Qwen2Config(**_common_config(arch, vocab_size=vocab_size, eos_token_id=eos_token_id,
+                                        pad_token_id=pad_token_id))
 
 
 def build_qwen3_config(arch: TinyArch, *, vocab_size: int, eos_token_id: int, pad_token_id: int) -> Any:
     """A `Qwen3Config` for `arch` (explicit head_dim, q/k norms, no attention bias; tied embeddings, float32)."""
     from transformers import Qwen3Config
 
-    if arch.head_dim < 32:
-        raise ValueError(f"head dimension {arch.head_dim} < 32: vLLM's CPU attention needs at least 32")
-    return Qwen3Config(
-        **asdict(arch),
-        head_dim=arch.head_dim,
-        vocab_size=vocab_size,
-        rope_theta=10000.0,
-        attention_bias=False,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=eos_token_id,
-        pad_token_id=pad_token_id,
-        use_sliding_window=False,
-        torch_dtype="float32",
-    )
+    return Qwen3Config(**_common_config(arch, vocab_size=vocab_size, eos_token_id=eos_token_id,
+                                        pad_token_id=pad_token_id), head_dim=arch.head_dim, attention_bias=False)
 
 
 def build_model(arch: TinyArch, *, vocab_size: int, eos_token_id: int, pad_token_id: int, seed: int,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pydantic import ValidationError
 from longhaul.render.slurm import EXIT_REQUEUE, memory_mib, render_slurm, slurm_run_dir
 from longhaul.spec import load_spec, run_name
 from longhaul.spec.models import Experiment
+from support.slurm import sbatch_directives
 
 REPO = Path(__file__).resolve().parents[3]
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
@@ -36,15 +36,6 @@ def _exp(base: str = "smoke", **changes: object) -> Experiment:
     return Experiment.model_validate(doc)
 
 
-def _directives(script: str) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for line in script.splitlines():
-        m = re.match(r"#SBATCH --([a-z-]+)(?:=(.*))?$", line)
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
-
-
 def _bash_n(script: str, tmp_path: Path) -> None:
     path = tmp_path / "job.sbatch"
     path.write_text(script, encoding="utf-8")
@@ -57,7 +48,7 @@ def test_every_spec_renders_valid_bash(spec: Path, tmp_path: Path) -> None:
     exp = load_spec(spec)
     script = render_slurm(exp)
     _bash_n(script, tmp_path)
-    d = _directives(script)
+    d = sbatch_directives(script)
     assert d["job-name"] == run_name(exp)
     assert d["output"] == f"{slurm_run_dir(exp)}/slurm-%j.out"
     assert d["open-mode"] == "append" and "requeue" in d
@@ -70,23 +61,23 @@ def test_every_spec_renders_valid_bash(spec: Path, tmp_path: Path) -> None:
 
 
 def test_lata_resources() -> None:
-    d = _directives(render_slurm(load_spec(REPO / "specs/lata.yaml")))
+    d = sbatch_directives(render_slurm(load_spec(REPO / "specs/lata.yaml")))
     assert d["gres"] == "gpu:a800:2" and d["cpus-per-task"] == "32" and d["mem"] == "524288M"
     assert d["time"] == "3-00:00:00"
     assert "partition" not in d and "account" not in d and "qos" not in d
 
 
 def test_cpu_spec_has_no_gres_and_untyped_gpus_have_no_type() -> None:
-    assert "gres" not in _directives(render_slurm(_exp()))
+    assert "gres" not in sbatch_directives(render_slurm(_exp()))
     exp = _exp("lata", spec__resources__gpu_type=None)
-    assert _directives(render_slurm(exp))["gres"] == "gpu:2"
+    assert sbatch_directives(render_slurm(exp))["gres"] == "gpu:2"
 
 
 def test_site_fields_and_no_requeue() -> None:
     exp = _exp(spec__backends__slurm={"partition": "gpu", "account": "proj-1", "qos": "high", "requeue": False,
                                       "container": {"runtime": "none"}, "signal_lead_s": 120})
     script = render_slurm(exp)
-    d = _directives(script)
+    d = sbatch_directives(script)
     assert (d["partition"], d["account"], d["qos"]) == ("gpu", "proj-1", "high")
     assert "no-requeue" in d and "requeue" not in d and d["signal"] == "B:USR1@120"
     assert "scontrol requeue" not in script and "requeue is off" in script
@@ -101,7 +92,7 @@ def test_memory_mib(quantity: str, mib: int) -> None:
 def test_stage_and_dependency() -> None:
     exp = _exp()
     script = render_slurm(exp, stage="eval", dependency="afterok:123")
-    d = _directives(script)
+    d = sbatch_directives(script)
     assert d["dependency"] == "afterok:123" and d["output"].endswith("/slurm-eval-%j.out")
     assert "--stage eval &" in script and "export LONGHAUL_STAGE=eval" in script
     with pytest.raises(ValueError, match="valid: grpo, eval"):
@@ -131,7 +122,7 @@ def test_multi_node_ray_layout(tmp_path: Path) -> None:
         "container": {"runtime": "apptainer", "image": "/sif/l.sif"}})
     script = render_slurm(exp)
     _bash_n(script, tmp_path)
-    assert _directives(script)["nodes"] == "2"
+    assert sbatch_directives(script)["nodes"] == "2"
     head = script.index("ray start --head")
     workers = script.index('on_node "$node" ray start --address="$RAY_ADDRESS"')
     launch = script.index('on_node "$LH_HEAD" longhaul launch')

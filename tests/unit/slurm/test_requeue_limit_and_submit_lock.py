@@ -8,7 +8,6 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from longhaul.render.slurm import EXIT_REQUEUE_LIMIT, render_slurm, slurm_run_di
 from longhaul.spec.models import Experiment
 from longhaul.spec.naming import run_name, seed_runs
 from longhaul.submit.slurm import LOCK_FILE, SlurmError, fetch_status, submit_lock, submit_run
+from support.slurm import fake_venv
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -58,15 +58,6 @@ def test_limit_is_rendered_only_when_the_job_requeues() -> None:
     assert "job $LONGHAUL_JOB_ID was requeued" in array and 'scontrol requeue "$LONGHAUL_JOB_ID"' in array
 
 
-def _fake_venv(root: Path, launcher: str) -> Path:
-    venv = root / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "activate").write_text(f'export PATH="{venv}/bin:$PATH"\n')
-    (venv / "bin" / "longhaul").write_text(f"#!{sys.executable}\n{launcher}")
-    (venv / "bin" / "longhaul").chmod(0o755)
-    return venv
-
-
 def _run_script(tmp_path: Path, exp: Experiment, restart: int) -> tuple[subprocess.CompletedProcess[str], str]:
     """Run the rendered script as restart `restart` of job 600 with a recording `scontrol`; (result, its calls)."""
     calls = tmp_path / "scontrol.args"
@@ -93,7 +84,7 @@ SAVE_AND_REQUEUE = ("import os, signal, sys, time\n"
 
 
 def test_own_requeue_stops_at_the_limit(tmp_path: Path) -> None:
-    venv = _fake_venv(tmp_path, SAVE_AND_REQUEUE)
+    venv = fake_venv(tmp_path, SAVE_AND_REQUEUE)
     exp = _exp(max_requeues=2, venv=str(venv), output_dir=str(tmp_path / "runs"))
     for restart in (0, 1):
         proc, calls = _run_script(tmp_path, exp, restart)
@@ -110,7 +101,7 @@ def test_own_requeue_stops_at_the_limit(tmp_path: Path) -> None:
 
 
 def test_requeued_past_the_limit_stops_before_running(tmp_path: Path) -> None:
-    venv = _fake_venv(tmp_path, SAVE_AND_REQUEUE)
+    venv = fake_venv(tmp_path, SAVE_AND_REQUEUE)
     exp = _exp(max_requeues=1, venv=str(venv), output_dir=str(tmp_path / "runs"))
     proc, calls = _run_script(tmp_path, exp, 2)  # e.g. `scontrol requeue` twice from outside
     assert proc.returncode == EXIT_REQUEUE_LIMIT and calls == "", proc.stderr
@@ -182,7 +173,7 @@ def _race(n: int, submit) -> tuple[list[object], list[BaseException]]:
 
 @pytest.mark.parametrize("seeds", [None, [1, 2]], ids=["one run", "job array"])
 def test_concurrent_submits_make_one_job(tmp_path: Path, slurm_on_path: None, seeds: list[int] | None) -> None:
-    venv = _fake_venv(tmp_path, "")
+    venv = fake_venv(tmp_path, "")
     exp = _exp(seeds)
     slurm = FakeSlurm()
     environ = {**os.environ, "LONGHAUL_VENV": str(venv)}
@@ -215,7 +206,7 @@ def test_a_held_lock_times_out_naming_its_holder(tmp_path: Path) -> None:
 
 
 def test_unknown_state_of_the_recorded_job_refuses(tmp_path: Path, slurm_on_path: None) -> None:
-    venv = _fake_venv(tmp_path, "")
+    venv = fake_venv(tmp_path, "")
     exp = _exp()
     environ = {**os.environ, "LONGHAUL_VENV": str(venv)}
     slurm = FakeSlurm(sbatch_s=0)
@@ -241,7 +232,7 @@ def test_unknown_state_of_the_recorded_job_refuses(tmp_path: Path, slurm_on_path
 ])
 def test_status_says_the_requeue_limit_stopped_the_job(tmp_path: Path, slurm_on_path: None, restarts: str,
                                                        exit_code: str, limit: int | None, reason: str) -> None:
-    venv = _fake_venv(tmp_path, "")
+    venv = fake_venv(tmp_path, "")
     exp = _exp(max_requeues=limit)
     res = submit_run(exp, submit_dir=tmp_path, environ={**os.environ, "LONGHAUL_VENV": str(venv)},
                      runner=FakeSlurm(sbatch_s=0))

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from longhaul.render.slurm import TASK_JOB_ID_FILE, render_slurm, slurm_run_dir
 from longhaul.spec import load_spec, parse_spec_text, run_name, seed_runs
 from longhaul.spec.models import Experiment
 from longhaul.submit.slurm import SlurmError, fetch_accounting, fetch_logs, fetch_status, submit_run
+from support.slurm import fake_venv, sbatch_directives
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -39,15 +38,6 @@ def _exp(seeds: list[int], base: str = "smoke", **slurm: object) -> Experiment:
     return parse_spec_text(_seeds_spec(seeds, base, **slurm), file="seeds.yaml")
 
 
-def _directives(script: str) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for line in script.splitlines():
-        m = re.match(r"#SBATCH --([a-z-]+)(?:=(.*))?$", line)
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
-
-
 # ------------------------------------------------------------------------------------------------- render
 
 
@@ -55,7 +45,7 @@ def test_one_array_script_named_after_the_group(tmp_path: Path) -> None:
     exp = _exp([7, 8, 11])
     script = render_slurm(exp)
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
-    d = _directives(script)
+    d = sbatch_directives(script)
     group = run_name(exp)
     assert d["job-name"] == group and d["array"] == "0-2"
     # Task logs in the group's directory, one file per task; everything else as for a single run.
@@ -76,13 +66,13 @@ def test_one_array_script_named_after_the_group(tmp_path: Path) -> None:
 def test_one_seed_is_still_a_seed_run() -> None:
     exp = _exp([5])
     script = render_slurm(exp)
-    assert _directives(script)["array"] == "0-0"
+    assert sbatch_directives(script)["array"] == "0-0"
     assert f"LH_RUN_NAMES=({run_name(exp)}-s5)" in script
 
 
 def test_stage_and_dependency_apply_to_every_task() -> None:
     script = render_slurm(_exp([1, 2]), stage="eval", dependency="afterok:9")
-    d = _directives(script)
+    d = sbatch_directives(script)
     assert d["output"].endswith("/slurm-eval-%A_%a.out") and d["dependency"] == "afterok:9"
     assert "export LONGHAUL_STAGE=eval" in script and "--stage eval &" in script
 
@@ -92,22 +82,13 @@ def test_multi_node_tasks_bring_up_their_own_ray(tmp_path: Path) -> None:
     doc = exp.model_dump(mode="json", exclude_unset=True)
     doc["spec"]["resources"]["nodes"] = 2
     script = render_slurm(Experiment.model_validate(doc))
-    assert _directives(script)["nodes"] == "2" and _directives(script)["array"] == "0-1"
+    assert sbatch_directives(script)["nodes"] == "2" and sbatch_directives(script)["array"] == "0-1"
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     # Token file and launcher in the task's own run directory; the variables are set before the Ray block.
     assert script.index('LH_RUN_DIR="${LH_RUN_DIRS[$LH_TASK]}"') < script.index("export LONGHAUL_RUN_DIR=")
     assert script.index("export LONGHAUL_RUN_DIR=") < script.index('RAY_AUTH_TOKEN_PATH="$LONGHAUL_RUN_DIR/')
     assert 'on_node "$LH_HEAD" longhaul launch --spec "$LH_RUN_DIR"/experiment.yaml' in script
     assert '--env "LONGHAUL_JOB_ID=${LONGHAUL_JOB_ID:-}"' in script
-
-
-def _fake_venv(root: Path, launcher: str) -> Path:
-    venv = root / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "activate").write_text(f'export PATH="{venv}/bin:$PATH"\n')
-    (venv / "bin" / "longhaul").write_text(f"#!{sys.executable}\n{launcher}")
-    (venv / "bin" / "longhaul").chmod(0o755)
-    return venv
 
 
 def _bash(script: Path, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -120,7 +101,7 @@ def test_each_task_runs_its_seed_run_with_values_passed_verbatim(tmp_path: Path)
     the output directory reach argv unchanged), and an index without a seed stops before anything runs."""
     dump = tmp_path / "dump"
     dump.mkdir()
-    venv = _fake_venv(tmp_path, (
+    venv = fake_venv(tmp_path, (
         "import json, os, sys, yaml\n"
         "spec = yaml.safe_load(open(sys.argv[sys.argv.index('--spec') + 1]))\n"
         f"json.dump({{'argv': sys.argv[1:], 'seed': spec['spec']['algorithm']['seed'],"
@@ -165,7 +146,7 @@ def test_checkpoint_signal_requeues_this_task_only(tmp_path: Path, array: bool) 
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
     (bin_dir / "scontrol").chmod(0o755)
     # The launcher asks its batch shell for the pre-limit signal, which the trap forwards back to it.
-    venv = _fake_venv(tmp_path, (
+    venv = fake_venv(tmp_path, (
         "import os, signal, sys, time\n"
         "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(75))\n"
         "os.kill(os.getppid(), signal.SIGUSR1)\n"
@@ -229,7 +210,7 @@ def _submit(exp: Experiment, cwd: Path, venv: Path):
 
 
 def test_submit_prepares_every_seed_run_and_submits_once(tmp_path: Path, fake_slurm: Path) -> None:
-    venv = _fake_venv(tmp_path, "")
+    venv = fake_venv(tmp_path, "")
     exp = _exp([7, 8])
     group = run_name(exp)
     dry = submit_run(exp, dry_run=True, submit_dir=tmp_path)
@@ -255,7 +236,7 @@ def test_submit_prepares_every_seed_run_and_submits_once(tmp_path: Path, fake_sl
 
 
 def test_resubmit_refused_while_a_task_is_live_then_appends_history(tmp_path: Path, fake_slurm: Path) -> None:
-    venv = _fake_venv(tmp_path, "")
+    venv = fake_venv(tmp_path, "")
     exp = _exp([7, 8])
     _submit(exp, tmp_path, venv)
     (fake_slurm / "4242_0.scontrol").write_text(_scontrol_line("4242_0", "COMPLETED", "4243"))
@@ -271,7 +252,7 @@ def test_resubmit_refused_while_a_task_is_live_then_appends_history(tmp_path: Pa
 
 
 def test_status_and_logs_follow_one_task(tmp_path: Path, fake_slurm: Path) -> None:
-    venv = _fake_venv(tmp_path, "")
+    venv = fake_venv(tmp_path, "")
     exp = _exp([7, 8])
     _submit(exp, tmp_path, venv)
     run_dir = tmp_path / slurm_run_dir(seed_runs(exp)[1])
@@ -287,7 +268,7 @@ def test_status_and_logs_follow_one_task(tmp_path: Path, fake_slurm: Path) -> No
 def test_accounting_names_an_array_task_by_its_raw_id(tmp_path: Path, fake_slurm: Path) -> None:
     """After MinJobAge only the completion log answers, and it knows a task by its raw id: asked for
     `4242_1` it would answer for job 4242 (another task). Without the raw id the state stays Unknown."""
-    venv = _fake_venv(tmp_path, "")
+    venv = fake_venv(tmp_path, "")
     exp = _exp([7, 8])
     _submit(exp, tmp_path, venv)
     run_dir = tmp_path / slurm_run_dir(seed_runs(exp)[1])
@@ -317,7 +298,7 @@ def test_cli_status_lists_seed_runs_and_logs_asks_for_one(tmp_path: Path, fake_s
     names = [run_name(r) for r in seed_runs(exp)]
     code, _, err = _cli("status", str(spec))
     assert code == 1 and "no run of this spec has been submitted" in err and f"runs/{names[2]}" in err
-    venv = _fake_venv(tmp_path, "")
+    venv = fake_venv(tmp_path, "")
     _submit(exp, tmp_path, venv)
     for i, state in enumerate(("COMPLETED", "RUNNING")):
         (fake_slurm / f"4242_{i}.scontrol").write_text(_scontrol_line(f"4242_{i}", state))
@@ -352,7 +333,7 @@ def test_cli_single_run_status_is_unchanged(tmp_path: Path, fake_slurm: Path, mo
     code, _, err = _cli("status", str(spec))
     assert code == 1 and "this spec has not been submitted from here" in err
     exp = load_spec(spec)
-    _submit(exp, tmp_path, _fake_venv(tmp_path, ""))
+    _submit(exp, tmp_path, fake_venv(tmp_path, ""))
     (fake_slurm / "4242.scontrol").write_text(_scontrol_line("4242", "RUNNING").replace("ArrayTaskId= ", ""))
     code, out, _ = _cli("status", "--json", str(spec))
     st = json.loads(out)
