@@ -11,8 +11,9 @@ until it is signalled, or STUB_FIRST_RUN_STEPS steps when that is set.
 
 veRL checkpoint mode (env STUB_CKPT_SHARDS=W set; tests/reliability/test_slurm_faults.py): checkpoints are saved
 the way veRL saves them, slowly and deterministically, into `<run dir>/checkpoints` (`longhaul.checkpoints`
-layout): `global_step_N/actor/` with `fsdp_config.json`, `huggingface/config.json` and W shard files, each
-written in STUB_SHARD_CHUNKS (4) chunks STUB_SHARD_WRITE_S (1.0) seconds apart, and then veRL's tracker file
+layout): `global_step_N/actor/` with `fsdp_config.json`, `huggingface/config.json` and, per rank, the model
+shard written in STUB_SHARD_CHUNKS (4) chunks STUB_SHARD_WRITE_S (1.0) seconds apart, then the optimizer and
+extra-state shards (everything `longhaul.checkpoints.step_complete` requires), and then veRL's tracker file
 `latest_checkpointed_iteration.txt`, last, written in place as veRL does. A start resumes from
 `longhaul.checkpoints.latest_step` (the production choice of "newest complete checkpoint") and then loads it:
 every shard must hold exactly the bytes that step wrote (a cut-short shard is still a non-empty file, so the
@@ -48,9 +49,9 @@ def _archive(name: str, payload: bytes) -> bytes:
     return buf.getvalue()
 
 
-def _shard_bytes(step: int, rank: int, chunks: int) -> list[bytes]:
+def _shard_bytes(step: int, rank: int, chunks: int, kind: str = "model") -> list[bytes]:
     """The chunks of one shard file of `step`: what a whole shard holds, in the order it is written."""
-    data = _archive("data.pkl", f"step={step} rank={rank} ".encode() + b"x" * 16384)
+    data = _archive("data.pkl", f"{kind} step={step} rank={rank} ".encode() + b"x" * 16384)
     size = -(-len(data) // chunks)
     return [data[i * size:(i + 1) * size] for i in range(chunks)]
 
@@ -61,6 +62,7 @@ def _verl_mode(run_dir: Path, restart: int, event: Callable[..., None], first: s
         ACTOR_SUBDIR,
         FSDP_CONFIG_FILE,
         HF_SUBDIR,
+        SHARD_KINDS,
         STEP_PREFIX,
         TRACKER_FILE,
         latest_step,
@@ -88,9 +90,10 @@ def _verl_mode(run_dir: Path, restart: int, event: Callable[..., None], first: s
     def load(step: int) -> str | None:
         """None when `step`'s shards hold exactly what a whole save of `step` wrote, else what is wrong."""
         for rank in range(shards):
-            f = shard_dir(ckpt_dir, step) / f"model_world_size_{shards}_rank_{rank}.pt"
-            if not f.is_file() or f.read_bytes() != b"".join(_shard_bytes(step, rank, chunks)):
-                return f"{f.name} of step {step} is not whole"
+            for kind in SHARD_KINDS:
+                f = shard_dir(ckpt_dir, step) / f"{kind}_world_size_{shards}_rank_{rank}.pt"
+                if not f.is_file() or f.read_bytes() != b"".join(_shard_bytes(step, rank, chunks, kind)):
+                    return f"{f.name} of step {step} is not whole"
         return None
 
     def save(step: int) -> None:
@@ -106,6 +109,9 @@ def _verl_mode(run_dir: Path, restart: int, event: Callable[..., None], first: s
                     fh.write(chunk)
                     fh.flush()
                     time.sleep(chunk_s)
+            for kind in SHARD_KINDS[1:]:  # optimizer and extra state: written after the model shard, quickly
+                (actor / f"{kind}_world_size_{shards}_rank_{rank}.pt").write_bytes(
+                    b"".join(_shard_bytes(step, rank, chunks, kind)))
         (step_dir(ckpt_dir, step) / "data.pt").write_bytes(_archive("data.pkl", f"dataloader step={step}".encode()))
         with (ckpt_dir / TRACKER_FILE).open("w") as fh:  # veRL writes the tracker in place, after the step
             fh.write(str(step))
