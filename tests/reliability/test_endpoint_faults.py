@@ -7,9 +7,11 @@ simulator's answers, against the scripted τ² airline server (gold policy, scri
   budget, the evaluation completes, every episode ends as it does without faults (graded on its merits: success).
   A tool call with invalid JSON arguments is the policy's own output: it is not retried but answered with an error
   observation, recorded on the trajectory (`ToolCall.parse_error`), and the episode goes on.
-- **persistent** (every try of one request faulty, past the retry budget): the episode's fate is an explicit
-  `EndpointError` naming the endpoint and the fault kind; the evaluation stops with it and no record of the episode
-  is written (never a zero reward), the episodes finished before it keep their records.
+- **persistent** (every try of one request faulty, past the retry budget): the episode ends `endpoint_error`, its
+  record says so (`scored: false`, no reward, the endpoint's error and fault class) and it is never graded (never a
+  zero reward). A three-trial evaluation allows no such episode (`longhaul.eval.evaluate.UNSCORED_SHARE`): it then
+  stops with `PolicyEndpointError`, the episodes finished before keep their records. A twelve-trial one allows
+  one: it completes, and the summary leaves that task out of every rate and says so.
 
 Lost ("silent failures") = an episode that ended with a zero it did not earn (a failed grade or a premature
 termination where the fault-free run succeeds) or a crash with anything other than the clients' documented errors.
@@ -24,12 +26,13 @@ from typing import Any
 
 import pytest
 
-from longhaul.clients.openai_compat import ChatClient, EndpointError, FaultKind, RetryPolicy
+from longhaul.clients.openai_compat import ChatClient, FaultKind, RetryPolicy
 from longhaul.clients.policy import OpenAIPolicy
 from longhaul.clients.user_simulator import OpenAIUserSimulator
 from longhaul.envs.airline.splits import Split
-from longhaul.envs.runner import EpisodeLimits
+from longhaul.envs.runner import EpisodeLimits, PolicyEndpointError
 from longhaul.eval.evaluate import EvalPlan, evaluate
+from longhaul.eval.metrics import TrialRecord, compute_summary
 from support.airline_scripts import ScriptedUser, gold_plan
 from support.openai_stub import FAULTS, Reply, StubServer
 
@@ -108,20 +111,20 @@ def _split() -> Split:
     return Split(train=list(TASKS), test=[], subsets={"train": list(TASKS)}, name="faults")
 
 
-async def _evaluate(server: StubServer, inject, results: Path) -> tuple[list[dict], list[Any], dict, dict]:
-    """One evaluation of TASKS (one trial each, one at a time); `inject()` runs before each episode."""
+async def _evaluate(server: StubServer, inject, results: Path, samples: int = 1) -> tuple[list[dict], list[Any], dict, dict]:
+    """One evaluation of TASKS (`samples` trials each, one at a time); `inject()` runs before each episode."""
     trajectories: list[Any] = []
     async with ChatClient(server.base_url, "policy", retry=RETRY, role="policy") as pc, \
             ChatClient(server.base_url, "user", retry=RETRY, role="user simulator") as uc:
 
         def done(traj: Any) -> None:
             trajectories.append(traj)
-            if len(trajectories) < len(TASKS):
+            if len(trajectories) < len(TASKS) * samples:
                 inject()
 
         inject()
         try:
-            records = await evaluate(EvalPlan(list(TASKS), 1, [1]), policy=OpenAIPolicy(pc), user=OpenAIUserSimulator(uc),
+            records = await evaluate(EvalPlan(list(TASKS), samples, [1]), policy=OpenAIPolicy(pc), user=OpenAIUserSimulator(uc),
                                      limits=EpisodeLimits(max_turns=12), split=_split(), concurrency=1,
                                      results_path=results, on_done=done)
         finally:
@@ -188,35 +191,62 @@ def _persistent_fault_kinds() -> list[tuple[str, str]]:
     return [(f, role) for role in ROLES for f, k in _policy_faults(role).items() if k is not None]
 
 
-@pytest.mark.parametrize(("fault", "role"), _persistent_fault_kinds())
-def test_persistent_fault_stops_with_an_explicit_fate_never_a_zero(server, tmp_path, reliability, fault, role):
-    """Every try of one request faulty: an `EndpointError` naming the endpoint and the kind; the finished
-    episodes keep their records, the failed one gets none (it is not scored)."""
+def _unscored_as_expected(rec: dict, fault: str, role: str) -> bool:
+    """The record of the episode a persistent fault ended: explicit, ungraded, naming the endpoint and the fault."""
     kind = _policy_faults(role)[fault]
+    return (rec["termination"] == "endpoint_error" and rec["scored"] is False and rec["reward"] is None
+            and not rec["success"] and rec["endpoint_fault"] == kind
+            and f"{ROLES[role]} endpoint" in rec["endpoint_error"]
+            and f"failed after {RETRY.attempts} attempts" in rec["endpoint_error"])
+
+
+@pytest.mark.parametrize(("fault", "role"), _persistent_fault_kinds())
+def test_persistent_fault_ends_the_episode_unscored_never_a_zero(server, tmp_path, reliability, fault, role):
+    """The second of three episodes meets a dead endpoint: its record is explicit and unscored, and the evaluation
+    (no unscored episode allowed at three trials) stops with `PolicyEndpointError`; the first keeps its record."""
     injected = explicit = lost = 0
     kept: list[list[str]] = []
     for i in range(N_PERSISTENT):
         inject = _second_episode_fails(server, fault, role)
         results = tmp_path / f"r{i}.jsonl"
         injected += 1
+        stopped = False
         try:
             asyncio.run(_evaluate(server, inject, results))
-            lost += 1  # completed despite a dead endpoint: the failed episode was scored
-        except EndpointError as exc:
-            if exc.kind == kind and exc.role == ROLES[role] and f"failed after {RETRY.attempts} attempts" in str(exc):
-                explicit += 1
+        except PolicyEndpointError as exc:
+            stopped = f"1 of {len(TASKS)} episodes ended on an endpoint" in str(exc)
         except Exception:  # noqa: BLE001 - a crash: counted as lost
             lost += 1
         written = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
         kept.append([r["task_id"] for r in written])
-        lost += sum(1 for r in written if _silent(r))
+        failed = [r for r in written if r["scored"] is False]
+        explicit += int(stopped and len(failed) == 1 and _unscored_as_expected(failed[0], fault, role))
+        lost += sum(1 for r in written if r["scored"] and _silent(r))
         if fault == "refuse":
             _wait_listening(server)
-        server.clear_faults()  # what the aborted evaluation did not consume
+        server.clear_faults()  # what the stopped evaluation did not consume
     reliability("endpoints", f"{ROLES[role]}: {fault} past the retry budget", injected=injected, survived=explicit,
                 lost=lost, lost_what="silent failures")
-    assert explicit == injected and lost == 0
-    assert kept == [TASKS[:1]] * N_PERSISTENT  # the finished episode's record only: the failed one is not scored
+    assert explicit == injected and lost == 0, kept
+    assert kept == [TASKS[:2]] * N_PERSISTENT  # the finished episode, then the unscored one; nothing after
+
+
+def test_an_unscored_episode_within_the_budget_leaves_its_task_out_of_the_rates(server, tmp_path, reliability):
+    """Twelve trials allow one unscored episode: the evaluation completes, the summary rates the other tasks on all
+    their trials and lists the incomplete one; nothing is counted as a failure."""
+    records, _, _, _ = asyncio.run(_evaluate(server, _second_episode_fails(server, "status", "policy"),
+                                             tmp_path / "r.jsonl", samples=4))
+    server.clear_faults()
+    unscored = [r for r in records if r["scored"] is False]
+    summary = compute_summary([TrialRecord.from_dict(r) for r in records], [1, 4])
+    ok = (len(records) == 12 and len(unscored) == 1 and _unscored_as_expected(unscored[0], "status", "policy")
+          and summary["unscored_trials"] == 1 and summary["incomplete_tasks"] == [TASKS[0]]
+          and summary["tasks"] == len(TASKS) - 1 and summary["c_over_n"] == "8/8"
+          and summary["pass_hat_k"] == {"1": 1.0, "4": 1.0} and "endpoint_error" not in summary["terminations"])
+    reliability("endpoints", "policy: status past the retry budget, within the evaluation's allowance", injected=1,
+                survived=int(ok), lost=sum(1 for r in records if r["scored"] and _silent(r)),
+                lost_what="silent failures")
+    assert ok, (unscored, summary)
 
 
 def _second_episode_fails(server: StubServer, fault: str, role: str):

@@ -397,15 +397,20 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
                                             messages=transcript)
                 await log_trace(trace_root, ctx, record, failed=True)
             raise
-        if policy.prompt_overflow is not None or traj.termination == Termination.CONTEXT_OVERFLOW:
-            exc = TrajectoryFailed("prompt_over_budget", policy.prompt_overflow or "the first prompt is over budget")
+        if traj.termination == Termination.ENDPOINT_ERROR:  # the harness ended it, not the agent: never trains
+            failed = TrajectoryFailed("endpoint_error", str(traj.metadata.get("endpoint_error", "")))
+        elif policy.prompt_overflow is not None or traj.termination == Termination.CONTEXT_OVERFLOW:
+            failed = TrajectoryFailed("prompt_over_budget", policy.prompt_overflow or "the first prompt is over budget")
+        else:
+            failed = None
+        if failed is not None:
             if trace_root:
                 # `trajectory` stays null for a failure (readers such as `longhaul explain` skip it: it never
                 # trained); the runner's record of what happened is kept beside it
-                record = build_trace_record(ctx, None, task_id=traj.task_id, failed=exc.reason, error=str(exc),
+                record = build_trace_record(ctx, None, task_id=traj.task_id, failed=failed.reason, error=str(failed),
                                             failed_trajectory=traj.to_dict())
                 await log_trace(trace_root, ctx, record, failed=True)
-            raise exc
+            raise failed
         if policy.token_ids is None:
             # The episode ended before the first generation (the user's opening message said ###STOP###): a
             # legitimate, graded ending. veRL still needs a prompt; the response is one masked pad token.

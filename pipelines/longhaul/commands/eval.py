@@ -75,6 +75,9 @@ def print_summary(summary: dict[str, Any]) -> None:
     )
     if summary.get("confidence"):
         out.print(f"[…] = {summary['confidence']:.0%} bootstrap CI over tasks")
+    if summary.get("unscored_trials"):
+        out.print(f"[yellow]{summary['unscored_trials']} trial(s) ended on an endpoint error and are not scored: "
+                  f"tasks {', '.join(summary['incomplete_tasks'])} are left out of every rate above[/yellow]")
 
 
 def summarize_records(
@@ -194,12 +197,12 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from longhaul.bounded import split_ids
-    from longhaul.clients.openai_compat import ChatClient, EndpointError, RetryPolicy
+    from longhaul.clients.openai_compat import ChatClient, RetryPolicy
     from longhaul.clients.policy import OpenAIPolicy, SamplingParams
     from longhaul.clients.user_simulator import OpenAIUserSimulator
     from longhaul.envs.airline.splits import build_split
     from longhaul.envs.airline.tasks import load_tasks
-    from longhaul.envs.runner import EpisodeLimits
+    from longhaul.envs.runner import EpisodeLimits, PolicyEndpointError
     from longhaul.eval.evaluate import EvalPlan, build_run_info, evaluate, select_tasks
 
     ev = exp_spec.evaluation
@@ -263,7 +266,7 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
 
     try:
         records = asyncio.run(go())
-    except EndpointError as exc:
+    except PolicyEndpointError as exc:
         err.print(f"[red]error[/red] evaluation aborted: {exc}")
         err.print(f"finished trials so far are in {results_path}; no summary was written.")
         raise typer.Exit(1) from None

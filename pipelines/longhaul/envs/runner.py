@@ -85,8 +85,9 @@ class ContextOverflowError(RuntimeError):
 
 
 class PolicyEndpointError(RuntimeError):
-    """A policy or user-simulator backend failed after its retries. Never caught by the runner: it aborts the
-    evaluation (or the training batch) instead of becoming a zero reward."""
+    """A policy or user-simulator backend failed after its retries. The runner ends the episode with termination
+    `endpoint_error` and no grade (never a zero reward); the evaluation records it as unscored and stops once too
+    many episodes end that way (`longhaul.eval.evaluate`)."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -230,8 +231,10 @@ async def run_episode(
 
     `on_message(message)` (sync or async) is called for every message appended to the transcript, in order,
     starting with the system prompt and the first user message; adapters use it to track what was added by whom.
-    Exceptions from the policy or user simulator (other than `ContextOverflowError`) propagate: a broken
-    endpoint must abort the run, never turn into a zero reward.
+    A `PolicyEndpointError` of the policy or user simulator (an endpoint down after its retries) ends the episode
+    with termination `endpoint_error`, no grade and the error in `metadata["endpoint_error"]` (its fault class in
+    `metadata["endpoint_fault"]`): its fate is recorded,
+    never turned into a zero reward. Any other exception propagates.
     """
     from longhaul.envs.airline.env import MessageAction, ToolAction
 
@@ -241,18 +244,25 @@ async def run_episode(
     tools = tool_schemas()
 
     conversation: list[dict[str, str]] = []
-    first = await user.reply(task, [])
-    conversation.append({"role": "user", "content": first})
-    messages = build_initial_messages(env.policy_text, limits.date_line, first)
-    for m in messages:
-        await _notify(on_message, m)
-
+    messages: list[dict[str, Any]] = []
     turns: list[Turn] = []
+    endpoint_error: PolicyEndpointError | None = None
+    try:
+        first = await user.reply(task, [])
+    except PolicyEndpointError as exc:
+        endpoint_error, first = exc, ""
+    if endpoint_error is None:
+        conversation.append({"role": "user", "content": first})
+        messages = build_initial_messages(env.policy_text, limits.date_line, first)
+        for m in messages:
+            await _notify(on_message, m)
+
     call_counts: Counter[str] = Counter()
     tool_errors = 0
     first_prompt_tokens: int | None = None
     completion_total = 0
-    termination: Termination | None = Termination.USER_STOP if is_user_stop(first) else None
+    termination: Termination | None = (Termination.ENDPOINT_ERROR if endpoint_error is not None
+                                       else Termination.USER_STOP if is_user_stop(first) else None)
     response_tokens = 0
 
     async def append(msg: dict[str, Any]) -> None:
@@ -268,6 +278,9 @@ async def run_episode(
             pt = await policy.next_turn(list(messages), tools, max_tokens)
         except ContextOverflowError:
             termination = Termination.CONTEXT_OVERFLOW
+            break
+        except PolicyEndpointError as exc:
+            endpoint_error, termination = exc, Termination.ENDPOINT_ERROR
             break
         completion_total += pt.completion_tokens
         if pt.prompt_tokens is not None and first_prompt_tokens is None:
@@ -353,17 +366,24 @@ async def run_episode(
         if res.done:
             termination = Termination(res.termination or Termination.AGENT_STOP)
             break
-        reply = await user.reply(task, list(conversation))
+        try:
+            reply = await user.reply(task, list(conversation))
+        except PolicyEndpointError as exc:
+            endpoint_error, termination = exc, Termination.ENDPOINT_ERROR
+            break
         conversation.append({"role": "user", "content": reply})
         await append({"role": "user", "content": reply})
         if is_user_stop(reply):
             termination = Termination.USER_STOP
 
     env.terminate(termination)
-    grade = env.grade()
+    grade = None if endpoint_error is not None else env.grade()  # the harness cut it short: nothing to grade
     n_calls = sum(len(t.tool_calls) for t in turns)
     n_err = sum(1 for t in turns for c in t.tool_calls if c.is_error)
     meta: dict[str, Any] = {"response_tokens": response_tokens, "date_line": limits.date_line}
+    if endpoint_error is not None:  # the client's message names the endpoint; `kind` is its fault class
+        meta["endpoint_error"] = str(endpoint_error)
+        meta["endpoint_fault"] = getattr(endpoint_error, "kind", None)
     meta.update(metadata or {})
     return Trajectory(
         task_id=str(task.id),

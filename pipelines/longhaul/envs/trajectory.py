@@ -30,6 +30,9 @@ class Termination(StrEnum):
     CONTEXT_OVERFLOW = "context_overflow"  # the policy server refused the prompt as too long
     POLICY_FORMAT_ERROR = "policy_format_error"  # the policy produced neither text nor a tool call
     TOO_MANY_ERRORS = "too_many_errors"  # spec.environment.max_tool_errors error observations (τ²'s max_errors)
+    # The policy or user-simulator endpoint failed past its retries: the episode was cut short by the harness, not
+    # by the agent, so it is never graded (grade None) and never counted as a failure (`scored` is false).
+    ENDPOINT_ERROR = "endpoint_error"
 
 
 #: Terminations that are graded on their merits; all others score 0.
@@ -128,6 +131,12 @@ class Trajectory:
     def aborted(self) -> bool:
         """True when the episode ended prematurely (limit, loop, overflow, format error, too many tool errors)."""
         return self.termination not in {t.value for t in NORMAL_TERMINATIONS}
+
+    @property
+    def scored(self) -> bool:
+        """False when the harness, not the agent, ended the episode (an endpoint down past its retries): such an
+        episode has no outcome and is left out of every rate (`longhaul.eval.metrics`)."""
+        return self.termination != Termination.ENDPOINT_ERROR
 
     @property
     def num_unknown_tool_calls(self) -> int:

@@ -2,7 +2,10 @@
 
 Trials run concurrently (bounded), each with its own seed; every finished trial is appended to the results
 JSONL at once (so an interrupted run keeps what it did). An endpoint failure that survives the client's retries
-cancels the evaluation and propagates: it is never recorded as a failed trial.
+ends that episode with termination `endpoint_error`: the record says so (`scored: false`, the error under
+`endpoint_error`) and the metrics leave the task out (`longhaul.eval.metrics`); it is never a failed trial. A
+flaky endpoint costs a few episodes; a dead one stops the evaluation: once more than `UNSCORED_SHARE` of the
+trials (any, for fewer than 10 trials) end that way, `evaluate` raises `PolicyEndpointError`.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ from longhaul import bounded
 from longhaul.envs.airline.env import AirlineEnv
 from longhaul.envs.airline.splits import Split
 from longhaul.envs.airline.tasks import get_task, source_info
-from longhaul.envs.runner import EpisodeLimits, run_episode
+from longhaul.envs.runner import EpisodeLimits, PolicyEndpointError, run_episode
 from longhaul.envs.trajectory import Trajectory
+
+#: The share of an evaluation's trials that may end on an endpoint error before it stops (module docstring).
+UNSCORED_SHARE = 0.1
 
 
 def episode_seed(base_seed: int, task_id: str, trial: int) -> int:
@@ -38,7 +44,8 @@ def build_record(traj: Trajectory, split: Split | None, extra: dict[str, Any] | 
         "trial": traj.trial,
         "seed": traj.seed,
         "success": bool(g and g.success),
-        "reward": traj.outcome,
+        "reward": traj.outcome if traj.scored else None,
+        "scored": traj.scored,
         "subset": split.primary(traj.task_id) if split else None,
         "subsets": split.labels(traj.task_id) if split else [],
         "termination": traj.termination,
@@ -52,8 +59,16 @@ def build_record(traj: Trajectory, split: Split | None, extra: dict[str, Any] | 
         "completion_tokens": traj.completion_tokens,
         "response_tokens": traj.metadata.get("response_tokens"),
     }
+    if not traj.scored:
+        rec["endpoint_error"] = traj.metadata.get("endpoint_error")
+        rec["endpoint_fault"] = traj.metadata.get("endpoint_fault")
     rec.update(extra or {})
     return rec
+
+
+def unscored_budget(trials: int) -> int:
+    """How many trials of an evaluation may end on an endpoint error before it stops."""
+    return int(trials * UNSCORED_SHARE)
 
 
 def build_run_info(policy_model: str, user_model: str, limits: EpisodeLimits, split: Split | None) -> dict[str, Any]:
@@ -108,6 +123,7 @@ async def evaluate(
     sem = asyncio.Semaphore(concurrency)
     trials = plan.trials()
     records: list[dict[str, Any] | None] = [None] * len(trials)
+    budget, unscored = unscored_budget(len(trials)), []
     res_f = results_path.open("a", encoding="utf-8") if results_path else None
     traj_f = trajectories_path.open("a", encoding="utf-8") if trajectories_path else None
 
@@ -126,12 +142,18 @@ async def evaluate(
             traj_f.flush()
         if on_done:
             on_done(traj)
+        if not traj.scored:
+            unscored.append(rec["endpoint_error"])
+            if len(unscored) > budget:
+                raise PolicyEndpointError(
+                    f"{len(unscored)} of {len(trials)} episodes ended on an endpoint that failed past its retries "
+                    f"(at most {budget} may: {UNSCORED_SHARE:.0%}); last: {rec['endpoint_error']}")
 
     try:
         async with asyncio.TaskGroup() as tg:
             for i, (tid, trial, seed) in enumerate(trials):
                 tg.create_task(one(i, tid, trial, seed))
-    except* Exception as eg:  # the first real failure (an endpoint down after retries) stops the evaluation
+    except* Exception as eg:  # the first real failure (an endpoint down for too many episodes) stops the evaluation
         raise eg.exceptions[0] from None
     finally:
         for f in (res_f, traj_f):

@@ -5,6 +5,10 @@ Per task: n trials at identical sampling settings, c successes.
     pass^k = mean over tasks of C(c, k) / C(n, k)          (all k sampled trials succeed; τ-bench)
     pass@k = mean over tasks of 1 − C(n − c, k) / C(n, k)  (at least one of k succeeds)
 Both need n ≥ k for every task. pass^1 = pass@1 = macro mean of c / n.
+
+Unscored trials (`scored: false`: an endpoint failed past its retries, `longhaul.eval.evaluate`) have no outcome.
+A task with one is left out of every rate — counting it as a failure would charge the agent for the harness, and
+rating it on its other trials would change its n — and the summary lists it (`incomplete_tasks`).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class TrialRecord:
     num_unknown_tool_calls: int = 0
     num_turns: int = 0
     seed: int | None = None
+    scored: bool = True
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrialRecord:
@@ -85,19 +90,34 @@ class TrialRecord:
             num_unknown_tool_calls=int(d.get("num_unknown_tool_calls", 0)),
             num_turns=int(d.get("num_turns", 0)),
             seed=d.get("seed"),
+            scored=bool(d.get("scored", True)),
         )
 
 
-def build_task_counts(records: Iterable[TrialRecord]) -> list[TaskCount]:
-    """Group trial records by task (duplicate (task, trial) pairs are an error: a record was written twice)."""
+def incomplete_tasks(records: Iterable[TrialRecord]) -> set[str]:
+    """Tasks with at least one unscored trial (module docstring): left out of every rate."""
+    return {r.task_id for r in records if not r.scored}
+
+
+def complete_records(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """The records of tasks whose every trial was scored."""
+    drop = incomplete_tasks(records)
+    return [r for r in records if r.task_id not in drop]
+
+
+def build_task_counts(records: Sequence[TrialRecord]) -> list[TaskCount]:
+    """Group trial records by task (duplicate (task, trial) pairs are an error: a record was written twice).
+    Tasks with an unscored trial are left out (module docstring)."""
     seen: set[tuple[str, int]] = set()
     by_task: dict[str, list[TrialRecord]] = {}
+    drop = incomplete_tasks(records)
     for r in records:
         key = (r.task_id, r.trial)
         if key in seen:
             raise ValueError(f"duplicate record for task {r.task_id} trial {r.trial}")
         seen.add(key)
-        by_task.setdefault(r.task_id, []).append(r)
+        if r.task_id not in drop:
+            by_task.setdefault(r.task_id, []).append(r)
     out = []
     for tid in sorted(by_task, key=_task_sort_key):
         rs = by_task[tid]
@@ -185,8 +205,10 @@ def compute_summary(
     `null_floor` (task id → 1/0 for the do-nothing agent) adds the floor per block, to read pass^k against.
     """
     counts = build_task_counts(records)
+    incomplete = sorted(incomplete_tasks(records), key=_task_sort_key)
     if not counts:
-        raise ValueError("no records")
+        raise ValueError(f"no task has all its trials scored ({len(incomplete)} incomplete: an endpoint failed past "
+                         "its retries; see the records' endpoint_error)" if incomplete else "no records")
     n_min = min(t.n for t in counts)
     bad_k = [k for k in ks if k > n_min]
     if bad_k:
@@ -201,6 +223,8 @@ def compute_summary(
         subsets[name] = compute_block(sub, ks, rng, bootstrap_samples, confidence).to_dict()
         if null_floor is not None:
             subsets[name]["null_agent_floor"] = _floor(sub, null_floor)
+    unscored = sum(1 for r in records if not r.scored)
+    records = complete_records(records)
     trials = len(records)
     tool_calls = sum(r.num_tool_calls for r in records)
     tool_errors = sum(r.num_tool_errors for r in records)
@@ -229,6 +253,8 @@ def compute_summary(
         "terminations": dict(sorted(terminations.items())),
         "avg_turns": sum(r.num_turns for r in records) / trials,
         "per_task": [{"task_id": t.task_id, "n": t.n, "c": t.c, "subsets": list(t.subsets)} for t in counts],
+        "unscored_trials": unscored,
+        "incomplete_tasks": incomplete,
     }
     if null_floor is not None:
         out["null_agent_floor"] = _floor(counts, null_floor)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from longhaul.eval import stats
-from longhaul.eval.metrics import TrialRecord
+from longhaul.eval.metrics import TrialRecord, incomplete_tasks
 from longhaul.tracking import tags as T
 from longhaul.tracking.ablation import SUBSET_ORDER, EvalPoint, RunRecord, select_point
 
@@ -147,9 +147,11 @@ class Statistics:
 
 
 def arm_outcomes(arm: Arm, subset: str = OVERALL) -> stats.Outcomes:
-    """The arm's (seed, task, sample) outcomes, on one subset (ValueError when the seeds' designs differ)."""
+    """The arm's (seed, task, sample) outcomes, on one subset (ValueError when the seeds' designs differ). A task
+    with an unscored trial in any seed is left out of every seed (`longhaul.eval.metrics.incomplete_tasks`)."""
+    drop = incomplete_tasks(r for s in arm.seeds for r in s.records)
     rows = [(s.seed, r.task_id, r.trial, r.success) for s in arm.seeds for r in s.records
-            if subset == OVERALL or subset in r.subsets]
+            if (subset == OVERALL or subset in r.subsets) and r.task_id not in drop]
     return stats.Outcomes.from_records(rows)
 
 

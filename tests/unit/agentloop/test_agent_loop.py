@@ -533,6 +533,30 @@ async def test_simulator_down_after_retries_fails_the_trajectory(verl_config, mo
     assert not (tmp_path / "step_5" / f"{os.getpid()}.jsonl").exists()
 
 
+async def test_policy_endpoint_error_fails_the_trajectory_never_trains(verl_config, monkeypatch, tmp_path):
+    """An endpoint error of the policy (a backend that raises `PolicyEndpointError`) ends the episode
+    `endpoint_error`; the loop fails the trajectory (its group is dropped) instead of training on a zero."""
+    from longhaul.agentloop.loop import TrajectoryFailed
+    from longhaul.envs.runner import PolicyEndpointError
+
+    class DownServer(ScriptedServer):
+        async def generate(self, **kw):
+            if len(self.calls) == 1:
+                raise PolicyEndpointError("policy endpoint http://x/v1 failed after 3 attempts: HTTP 503")
+            return await super().generate(**kw)
+
+    server = DownServer(make_tokenizer(), gold_completions("11")[1])
+    loop, _ = build_loop(verl_config, server, monkeypatch)
+    monkeypatch.setenv("LONGHAUL_ROLLOUT_DIR", str(tmp_path))
+    with pytest.raises(TrajectoryFailed, match="endpoint_error.*failed after 3 attempts: HTTP 503") as info:
+        await loop.run({"temperature": 1.0}, **ROW)
+    assert info.value.reason == "endpoint_error" and len(server.calls) == 1
+    [failure] = [json.loads(p.read_text()) for p in (tmp_path / "step_unknown" / "failures").glob("*.jsonl")]
+    assert failure["trajectory"] is None and failure["failed"] == "endpoint_error"
+    assert failure["failed_trajectory"]["termination"] == "endpoint_error"
+    assert failure["failed_trajectory"]["grade"] is None and len(failure["failed_trajectory"]["turns"]) == 1
+
+
 async def test_seeds_differ_per_step_group_and_session_and_reach_the_simulator(verl_config, monkeypatch, openai_stub):
     from support.openai_stub import Reply
 

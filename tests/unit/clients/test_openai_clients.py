@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -117,8 +118,8 @@ def test_user_simulator_roles_are_flipped():
     assert [m["role"] for m in msgs[2:]] == ["assistant", "user"]
 
 
-async def test_episode_aborts_when_the_policy_endpoint_stays_down(openai_stub):
-    """A dead endpoint is an error for the run, never a zero-reward trajectory."""
+async def test_episode_ends_unscored_when_the_policy_endpoint_stays_down(openai_stub):
+    """A dead endpoint ends the episode as `endpoint_error`, ungraded and unscored: never a zero-reward trajectory."""
     openai_stub.set_script("user", lambda b: Reply(content="Hi, I need help."))
 
     def down(_body):
@@ -127,8 +128,12 @@ async def test_episode_aborts_when_the_policy_endpoint_stays_down(openai_stub):
     openai_stub.set_script("policy", down)  # the stub answers 500 for every policy request
     async with ChatClient(openai_stub.base_url, "policy", retry=FAST) as pc, \
             ChatClient(openai_stub.base_url, "user", retry=FAST) as uc:
-        with pytest.raises(EndpointError, match="policy endpoint .* failed after 3 attempts: HTTP 500"):
-            await run_episode(AirlineEnv, get_task("0"), OpenAIPolicy(pc), OpenAIUserSimulator(uc), EpisodeLimits())
+        traj = await run_episode(AirlineEnv, get_task("0"), OpenAIPolicy(pc), OpenAIUserSimulator(uc), EpisodeLimits())
+    assert traj.termination == "endpoint_error" and traj.grade is None and not traj.scored and traj.outcome == 0.0
+    assert re.search("policy endpoint .* failed after 3 attempts: HTTP 500", traj.metadata["endpoint_error"])
+    assert traj.metadata["endpoint_fault"] == "http_5xx"
+    # what was said before the failure is kept: the system prompt and the customer's opening line
+    assert [m["role"] for m in traj.messages] == ["system", "user"] and traj.turns == []
 
 
 async def test_malformed_tool_json_over_http_is_an_observed_error(openai_stub):

@@ -107,3 +107,21 @@ def test_k_larger_than_n_and_bad_records_are_refused():
         TrialRecord.from_dict({"task_id": "1", "trial": 0})
     r = TrialRecord.from_dict({"task_id": 7, "trial": "1", "success": 1, "subset": "unseen"})
     assert r.task_id == "7" and r.trial == 1 and r.success and r.subsets == ("unseen",)
+
+
+def test_unscored_trials_leave_their_task_out_of_every_rate():
+    """An endpoint failure is the harness's, not the agent's: the task is neither a failure nor rated on fewer
+    trials; it is listed."""
+    recs = _records({"1": (4, 4, ["train"]), "2": (4, 0, ["train"]), "3": (4, 2, ["test"])})
+    unscored = TrialRecord.from_dict({"task_id": "2", "trial": 4, "success": False, "subsets": ["train"],
+                                      "termination": "endpoint_error", "scored": False})
+    s = compute_summary([*recs, unscored], [1, 4])
+    assert s["tasks"] == 2 and s["trials"] == 8 and s["c_over_n"] == "6/8"
+    assert s["pass_hat_k"]["1"] == pytest.approx((1 + 0.5) / 2)
+    assert s["subsets"]["train"]["tasks"] == 1 and s["subsets"]["train"]["pass_hat_k"]["1"] == 1.0
+    assert s["unscored_trials"] == 1 and s["incomplete_tasks"] == ["2"]
+    assert "endpoint_error" not in s["terminations"] and sum(s["terminations"].values()) == 8
+    assert [t.task_id for t in build_task_counts([*recs, unscored])] == ["1", "3"]
+    assert compute_summary(recs, [1])["unscored_trials"] == 0  # records written before the field: scored
+    with pytest.raises(ValueError, match="no task has all its trials scored"):
+        compute_summary([unscored], [1])

@@ -376,3 +376,20 @@ def test_verdict_lines():
     assert verdict(_result(0.06, -0.01, 0.13, 0.03), 0.087).endswith(": not distinguishable from noise")
     assert verdict(_result(0.06, 0.001, 0.12, 0.06), 0.087).endswith(": not distinguishable from noise")
     assert "MDE n/a" in verdict(_result(0.06, 0.001, 0.12, 0.06), math.inf)
+
+
+def test_arm_outcomes_leave_out_a_task_unscored_in_any_seed():
+    """The study keeps a rectangular design: a task with an endpoint-error trial in one seed leaves every seed."""
+    from longhaul.eval.metrics import TrialRecord
+    from longhaul.tracking.study import Arm, SeedEval, arm_outcomes
+
+    def recs(bad: bool) -> tuple[TrialRecord, ...]:
+        out = [TrialRecord(t, j, j == 0) for t in ("1", "2") for j in range(2)]
+        if bad:
+            out[3] = TrialRecord("2", 1, False, termination="endpoint_error", scored=False)
+        return tuple(out)
+
+    arm = Arm("a", "a", "grpo", (SeedEval(1, "r1", 2, "last evaluated", recs(False)),
+                                 SeedEval(2, "r2", 2, "last evaluated", recs(True))))
+    o = arm_outcomes(arm)
+    assert list(o.tasks) == ["1"] and list(o.seeds) == [1, 2]
