@@ -372,13 +372,16 @@ def _gpu_plan(exp: Experiment, policy: ModelShape, simulator: ModelShape | None,
         engines.append(("simulator", _engine_line(simulated, sim.gpu_memory_utilization, sim.tensor_parallel_size,
                                                   cap.bytes, sim.max_num_seqs)))
     level = 1 if pol.lora.rank else 2
+    sleeps = roll.free_cache_engine
     freed = rollout.footprint - rollout.asleep
     moved = (f"weights and adapter slot {gib(rollout.weights + rollout.lora_slot)} to host RAM" if level == 1
              else f"weights {gib(rollout.weights)} discarded (re-sent by the weight sync)")
     engines.append(("sleep", f"level {level} ({'LoRA adapters' if level == 1 else 'full weights'}): frees "
                              f"{gib(freed)} per trainer GPU while the trainer runs (KV cache {gib(max(0, rollout.kv_cache))} "
                              f"dropped, {moved}, activation pool {gib(rollout.activation_peak)} released); context and "
-                             f"CUDA graphs ({gib(rollout.asleep)}) stay"))
+                             f"CUDA graphs ({gib(rollout.asleep)}) stay" if sleeps else
+                             f"off (policy.rollout.free_cache_engine: false): the engine keeps its "
+                             f"{gib(rollout.footprint)} per trainer GPU while the trainer runs"))
     grpo = Stage.GRPO in s.stages
     if grpo:
         issues += _engine_issues(rollout, "policy rollout engine", "spec.policy.rollout")
@@ -413,18 +416,22 @@ def _gpu_plan(exp: Experiment, policy: ModelShape, simulator: ModelShape | None,
                          host))
 
     # weight sync
+    awake = row(f"policy rollout vLLM, never asleep ({roll.gpu_memory_utilization:.2f} × GPU)", rollout.footprint,
+                lay.trainer)
     rows = [*sim_row, row("policy vLLM weights woken (KV cache still freed)", rollout.weights + rollout.lora_slot + rollout.asleep,
-                          lay.trainer), trainer_proc, row("actor parameters (on the GPU for the export)", t.params, lay.trainer)]
+                          lay.trainer) if sleeps else awake, trainer_proc,
+            row("actor parameters (on the GPU for the export)", t.params, lay.trainer)]
     if not pol.optimizer_offload:
         rows.append(row("actor AdamW states (optimizer_offload off)", t.optimizer, lay.trainer))
     host = local_ranks * (t.optimizer if pol.optimizer_offload else 0) + reference_host
     phases.append(_phase("sync", "weight sync: training → rollout", columns, cap.bytes, rows, grpo, host))
 
     # training
-    rows = [*sim_row, row(f"policy vLLM asleep (level {level}: context, CUDA graphs)", rollout.asleep, lay.trainer),
-            trainer_proc, *_trainer_rows(t, n, on(lay.trainer), exp)]
-    host = (local_ranks * (rollout.weights + rollout.lora_slot) if level == 1 else 0) + reference_host
-    phases.append(_phase("training", f"training: policy engine asleep (level {level}), actor update", columns, cap.bytes,
+    rows = [*sim_row, row(f"policy vLLM asleep (level {level}: context, CUDA graphs)", rollout.asleep, lay.trainer)
+            if sleeps else awake, trainer_proc, *_trainer_rows(t, n, on(lay.trainer), exp)]
+    host = (local_ranks * (rollout.weights + rollout.lora_slot) if level == 1 and sleeps else 0) + reference_host
+    title = f"policy engine asleep (level {level})" if sleeps else "policy engine awake (free_cache_engine off)"
+    phases.append(_phase("training", f"training: {title}, actor update", columns, cap.bytes,
                          rows, grpo, host, notes=(_gc_note(exp, t, "per GPU"),)))
 
     # evaluation

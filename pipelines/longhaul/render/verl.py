@@ -104,6 +104,7 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"{a}.rollout.max_num_seqs={roll.max_num_seqs}",
         f"{a}.rollout.max_num_batched_tokens={roll.max_num_batched_tokens}",
         f"{a}.rollout.enforce_eager={_b(roll.enforce_eager)}",
+        f"{a}.rollout.free_cache_engine={_b(roll.free_cache_engine)}",
         f"{a}.rollout.log_prob_micro_batch_size_per_gpu={alg.ppo_micro_batch_size_per_gpu}",
         f"{a}.rollout.n={alg.group_size}",
         f"{a}.rollout.temperature={roll.train.temperature}",

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from longhaul.constants import ANNOTATION_GIT_COMMIT, ANNOTATION_SEED_GROUP, API_GROUP, API_VERSION, KIND
+from longhaul.constants import ANNOTATION_GIT_COMMIT, ANNOTATION_SEED_GROUP, API_GROUP, API_VERSION, ENV_GIT_COMMIT, KIND
 from longhaul.envs.trajectory import TAU2_MAX_ERRORS
 from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
 
@@ -335,7 +335,7 @@ class Metadata(_Model):
         if commit is not None and not re.fullmatch(GIT_REVISION, commit):
             raise FieldError(ANNOTATION_GIT_COMMIT, f"annotation {ANNOTATION_GIT_COMMIT} must be a commit as GitOps "
                              "tools record it (e.g. 0123abc or main@sha1:0123abc): it becomes the job's "
-                             "LONGHAUL_GIT_COMMIT variable and an MLflow tag")
+                             f"{ENV_GIT_COMMIT} variable and an MLflow tag")
         return v
 
 
@@ -376,6 +376,12 @@ class RolloutSpec(_Model):
     max_num_seqs: PositiveInt = Field(default=12, description="Maximum concurrent sequences.")
     max_num_batched_tokens: PositiveInt = Field(default=24576, description="Maximum batched tokens per step.")
     enforce_eager: bool = Field(default=False, description="Disable CUDA graphs.")
+    free_cache_engine: bool = Field(
+        default=True,
+        description="Put the engine to sleep while the trainer runs (veRL's rollout.free_cache_engine): its KV cache "
+        "and weights leave the GPU. false keeps its whole gpu_memory_utilization share during training (faster "
+        "switches, less room for the update; `longhaul plan` counts it).",
+    )
     train: Sampling = Field(default_factory=Sampling, description="Sampling for training rollouts.")
     validation: Sampling = Field(
         default_factory=Sampling, description="Sampling for validation and evaluation rollouts (same everywhere)."
