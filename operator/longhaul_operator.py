@@ -23,10 +23,10 @@ from longhaul.k8s.reconcile import reconcile_experiment
 
 GROUP, VERSION, PLURAL = C.API_GROUP, C.API_VERSION, C.PLURAL
 #: Seconds between status re-syncs of active Experiments (covers lost watch events and RayJob/JobSet children).
-RESYNC_S = float(os.environ.get("LONGHAUL_OPERATOR_RESYNC_S", "30"))
+RESYNC_S = float(os.environ.get(C.ENV_OPERATOR_RESYNC_S, "30"))
 #: Seconds for connecting and for each read/write of one request of the operator's own client (then it is retried
 #: with back-off, see longhaul.k8s.api.RetryPolicy).
-REQUEST_TIMEOUT_S = float(os.environ.get("LONGHAUL_OPERATOR_REQUEST_TIMEOUT_S", "30"))
+REQUEST_TIMEOUT_S = float(os.environ.get(C.ENV_OPERATOR_REQUEST_TIMEOUT_S, "30"))
 
 _api: KubeApi | None = None
 _connection: kopf.ConnectionInfo | None = None
@@ -106,7 +106,7 @@ async def experiment_changed(namespace: str, name: str, body: kopf.Body, logger:
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_S, initial_delay=RESYNC_S, idle=RESYNC_S,
-            when=lambda status, **_: (status or {}).get("phase") in ("Pending", "Running"))
+            when=lambda status, **_: (status or {}).get("phase") in ("Pending", "Queued", "Running"))
 async def resync(namespace: str, name: str, body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
     """Periodic re-sync of active Experiments (lost events; children kinds the operator does not watch)."""
     await _reconcile(namespace, name, body, logger)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test-suite with its real services: what `make test` and CI run.
-# Installs and starts every service the end-to-end tests need (root, Debian/Ubuntu), runs pytest once over
+# Installs and starts every service the end-to-end tests need (root, Debian/Ubuntu), runs pytest over
 # all markers except `gpu`, and stops what it started (by PID) on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,5 +32,15 @@ longhaul tiny build
 log "lint: ruff"
 ruff check pipelines tests scripts benchmarks operator
 
-log "pytest"
-python -m pytest -m "not gpu" -ra --durations=30 "$@"
+# The browser tests' screenshots (MLflow's compare page, an episode's trace) are kept here as CI artefacts.
+export LONGHAUL_BROWSER_SHOTS="${LONGHAUL_BROWSER_SHOTS:-$PWD/ci-artifacts/screenshots}"
+rc=0
+# Unit tests are single-process Python: two workers use both cores (a file's tests stay on one worker, so its
+# fixtures run once). The end-to-end and fault-injection tests start services and trainers that use every core
+# themselves: they run one at a time.
+log "pytest: unit tests (2 workers)"
+python -m pytest tests/unit -n 2 --dist loadfile -m "not gpu" -ra --durations=15 "$@" || rc=$?
+log "pytest: end-to-end and reliability tests"
+python -m pytest tests/e2e tests/reliability -m "not gpu" -ra --durations=30 "$@" || rc=$?
+log "pytest done (exit $rc)"
+exit "$rc"

@@ -25,6 +25,15 @@ ANNOTATION_CHECKPOINT_STEP = f"{API_GROUP}/checkpoint-step"
 APP_NAME = "longhaul"
 MANAGED_BY = "longhaul-operator"
 
+#: Kueue (kueue.x-k8s.io, labels as of v0.19): the LocalQueue a workload (Job, RayJob, JobSet) is submitted to,
+#: and the WorkloadPriorityClass that orders it in its ClusterQueue. Both go on the workload object itself.
+KUEUE_GROUP = "kueue.x-k8s.io"
+LABEL_KUEUE_QUEUE = f"{KUEUE_GROUP}/queue-name"
+LABEL_KUEUE_PRIORITY_CLASS = f"{KUEUE_GROUP}/priority-class"
+#: On the Workload objects Kueue creates for a job: the uid of that job (how the operator finds them).
+LABEL_KUEUE_JOB_UID = f"{KUEUE_GROUP}/job-uid"
+KUEUE_WORKLOAD_API = f"{KUEUE_GROUP}/v1beta2"
+
 #: Environment variables read by longhaul itself.
 ENV_SPEC = "LONGHAUL_SPEC"
 ENV_RUN_NAME = "LONGHAUL_RUN_NAME"
@@ -36,6 +45,38 @@ ENV_GIT_COMMIT = "LONGHAUL_GIT_COMMIT"
 ENV_STAGE = "LONGHAUL_STAGE"
 #: Where the agent loop writes one trace record per trajectory (`longhaul explain` reads them).
 ENV_ROLLOUT_DIR = "LONGHAUL_ROLLOUT_DIR"
+#: Where stages find the servers: set by the launcher for every stage; `longhaul eval` and `longhaul sft` read them.
+ENV_SIMULATOR_BASE_URL = "LONGHAUL_SIMULATOR_BASE_URL"
+ENV_SIMULATOR_MODEL = "LONGHAUL_SIMULATOR_MODEL"
+ENV_POLICY_BASE_URL = "LONGHAUL_POLICY_BASE_URL"
+ENV_POLICY_MODEL = "LONGHAUL_POLICY_MODEL"
+#: API keys of the endpoints. The simulator's comes from `spec.user_simulator.api_key_secret` on Kubernetes; the
+#: agent loop and `longhaul eval` read it.
+ENV_USER_SIM_API_KEY = "LONGHAUL_USER_SIM_API_KEY"
+ENV_POLICY_API_KEY = "LONGHAUL_POLICY_API_KEY"
+#: The python of the vLLM-CPU venv (the servers' interpreter when the spec gives no server command).
+ENV_VLLM_PYTHON = "LONGHAUL_VLLM_PYTHON"
+#: Slurm: the virtualenv to activate (runtime `none` without `spec.backends.slurm.venv`); the submit step sets it to
+#: the submitting interpreter's `sys.prefix`, and sbatch exports it into the job.
+ENV_VENV = "LONGHAUL_VENV"
+#: The kubectl binary `longhaul submit --backend kubernetes` runs (else kubectl on PATH).
+ENV_KUBECTL = "LONGHAUL_KUBECTL"
+#: Set in the environment of every process the launcher starts (and so inherited by everything they start): the
+#: absolute run directory. How the next launcher of the same run finds leftovers of one that was killed.
+ENV_SUPERVISED_BY = "LONGHAUL_SUPERVISED_BY"
+#: Set beside it: the name of the launcher's child a process descends from (`simulator`, `grpo`, …), so that
+#: stopping one child also stops what it started in sessions of its own (Ray's agents, vLLM's resource tracker).
+ENV_SUPERVISED_ROLE = "LONGHAUL_SUPERVISED_ROLE"
+#: Threads the CPU generation server's torch uses (`longhaul.verlcpu`; the trainer rank and the agent loop share
+#: the machine).
+ENV_CPU_ROLLOUT_THREADS = "LONGHAUL_CPU_ROLLOUT_THREADS"
+#: Multi-node Kubernetes (JobSet): node count, this pod's rank and the Ray head's address.
+ENV_NODES = "LONGHAUL_NODES"
+ENV_NODE_RANK = "LONGHAUL_NODE_RANK"
+ENV_HEAD_ADDRESS = "LONGHAUL_HEAD_ADDRESS"
+#: The operator's status re-sync period and per-request timeout, in seconds.
+ENV_OPERATOR_RESYNC_S = "LONGHAUL_OPERATOR_RESYNC_S"
+ENV_OPERATOR_REQUEST_TIMEOUT_S = "LONGHAUL_OPERATOR_REQUEST_TIMEOUT_S"
 
 #: Third-party variables that every job sets (the only place they are defined).
 OFFLINE_ENV = {

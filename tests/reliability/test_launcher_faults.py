@@ -32,7 +32,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -54,6 +53,7 @@ from longhaul.checkpoints import (
     step_dir,
 )
 from longhaul.launcher.processes import find_supervised, kill_supervised
+from support.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / ".cache" / "longhaul" / "models" / "tiny-policy"
@@ -381,12 +381,6 @@ def test_disk_full_during_a_real_verl_save_keeps_the_previous_checkpoint(verl_sa
 # ------------------------------------------------------------------------------------------ the real pipeline
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _tracker(ckpt: Path) -> str | None:
     try:
         return (ckpt / TRACKER_FILE).read_text().strip()
@@ -488,8 +482,8 @@ def pipeline(tmp_path_factory) -> SimpleNamespace:
     doc = yaml.safe_load((ROOT / "specs" / "smoke.yaml").read_text())
     s = doc["spec"]
     s["stages"] = ["grpo"]
-    s["user_simulator"]["port"] = _free_port()
-    s["backends"]["local"] = {"output_dir": str(base / "runs"), "policy_port": _free_port()}
+    s["user_simulator"]["port"] = free_port()
+    s["backends"]["local"] = {"output_dir": str(base / "runs"), "policy_port": free_port()}
     s["environment"].update(max_turns=2, max_tokens_per_turn=32)
     # one prompt group of two per step, two steps, a checkpoint after each
     s["algorithm"].update(group_size=2, train_batch_size=1, ppo_mini_batch_size=1, ppo_micro_batch_size_per_gpu=2,

@@ -43,6 +43,7 @@ import k8s_harness as H  # noqa: E402
 from longhaul import constants as C  # noqa: E402
 from longhaul.render.kubernetes import run_name  # noqa: E402
 from longhaul.spec import build_experiment, seed_runs  # noqa: E402
+from support.net import free_port, wait_http  # noqa: E402
 
 AREA = "operator"
 SEED = int(os.environ.get("LONGHAUL_RELIABILITY_SEED", "15"))
@@ -275,12 +276,12 @@ def converge(emu: Emulator, ns: str, exps: list[Exp], timeout: float = 45) -> tu
 def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     """The test API server as a process (fault injection on), the chart's CRD applied."""
     workdir = tmp_path_factory.mktemp("k8s-faults")
-    port, log, kubeconfig = H._free_port(), workdir / "emulator.log", workdir / "kubeconfig"
+    port, log, kubeconfig = free_port(), workdir / "emulator.log", workdir / "kubeconfig"
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, str(H.EMULATOR), "--port", str(port), "--kubeconfig", str(kubeconfig)],
                                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
-        H._wait_http(f"http://127.0.0.1:{port}/version", proc, 60, log)
+        wait_http(f"http://127.0.0.1:{port}/version", 60, proc=proc, log=log)
         cluster = H.Cluster(kubeconfig=kubeconfig, emulated=True, workdir=workdir)
         cluster.kubectl("apply", "-f", str(H.CRD_FILE))
         cluster.kubectl("wait", "--for=condition=Established", "crd/experiments.longhaul.dev", "--timeout=60s")

@@ -220,7 +220,7 @@ def _base_doc() -> dict[str, Any]:
     s["backends"] = {
         "kubernetes": {"namespace": "team-a", "service_account": "trainer", "node_selector": {"example.com/pool": "gpu"},
                        "tolerations": [{"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
-                       "priority_class": "high", "checkpoint_volume": {"claim_name": "ckpt", "mount_path": "/checkpoints"}},
+                       "priority_class": "high", "queue": "team-a-queue", "checkpoint_volume": {"claim_name": "ckpt", "mount_path": "/checkpoints"}},
         "slurm": {"partition": "gpu", "account": "proj", "qos": "normal", "setup": ["module load cuda/12.4"],
                   "container": {"runtime": "apptainer", "image": "images/trainer.sif", "binds": ["/data:/data:ro"]},
                   "output_dir": "runs"},
@@ -1468,6 +1468,8 @@ OPERATOR_NEEDS = {
 ENGINE_NEEDS = {"rayjob": {("ray.io", "rayjobs"): {"get", "list", "create"}},
                 "jobset": {("jobset.x-k8s.io", "jobsets"): {"get", "list", "create"}}}
 CLUSTER_NEEDS = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
+#: With `kueue: true` the reconciler lists a queued stage's Kueue Workload (its admission message).
+KUEUE_NEEDS = {("kueue.x-k8s.io", "workloads"): {"list"}}
 
 MATRIX_RESOURCES = [
     ("", "pods"), ("", "pods/exec"), ("", "pods/log"), ("", "pods/attach"), ("", "pods/portforward"),
@@ -1482,6 +1484,7 @@ MATRIX_RESOURCES = [
     ("coordination.k8s.io", "leases"), ("certificates.k8s.io", "certificatesigningrequests"),
     ("longhaul.dev", "experiments"), ("longhaul.dev", "experiments/status"), ("ray.io", "rayjobs"),
     ("jobset.x-k8s.io", "jobsets"), ("kopf.dev", "kopfpeerings"), ("kopf.dev", "clusterkopfpeerings"),
+    ("kueue.x-k8s.io", "workloads"), ("kueue.x-k8s.io", "localqueues"), ("kueue.x-k8s.io", "clusterqueues"),
 ]
 MATRIX_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "escalate", "bind",
                 "impersonate", "approve", "sign"]
@@ -1510,37 +1513,41 @@ def allowed_triples(roles: list[dict[str, Any]]) -> tuple[set[tuple[str, str, st
 def test_rbac_is_exactly_what_the_operator_needs(tmp_path: Path, reliability: Record) -> None:
     cells = mismatches = 0
     problems: list[str] = []
-    for cluster in (False, True):
-        for engines in ([], ["rayjob"], ["rayjob", "jobset"]):
-            sets = ["--set", f"watch.clusterWide={str(cluster).lower()}", "--set", "watch.namespaces={team-a}"]
-            if engines:
-                sets += ["--set", "multinodeEngines={" + ",".join(engines) + "}"]
-            docs = helm_docs(tmp_path, *sets)
-            roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
-            bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
-            assert [r["kind"] for r in roles] == (["ClusterRole"] if cluster else ["Role", "Role"]), roles
-            assert {b["roleRef"]["name"] for b in bindings} == {r["metadata"]["name"] for r in roles}
-            for b in bindings:
-                assert b["subjects"] == [{"kind": "ServiceAccount", "name": "lh-longhaul", "namespace": "longhaul"}]
-            needs: dict[tuple[str, str], set[str]] = {k: set(v) for k, v in OPERATOR_NEEDS.items()}
-            for e in engines:
-                needs.update(ENGINE_NEEDS[e])
-            if cluster:
-                needs.update(CLUSTER_NEEDS)
-            need = {(g, r, v) for (g, r), vs in needs.items() for v in vs}
-            for role in roles:  # each namespace's Role on its own grants exactly the need
-                allowed, wide = allowed_triples([role])
-                problems += wide
-                if allowed != need:
-                    problems.append(f"{role['kind']} {role['metadata'].get('namespace', '')} cluster={cluster} "
-                                    f"engines={engines}: extra {sorted(allowed - need)}, missing {sorted(need - allowed)}")
-                for g, r in MATRIX_RESOURCES:
-                    for v in MATRIX_VERBS:
-                        cells += 1
-                        if ((g, r, v) in allowed) != ((g, r, v) in need):
-                            mismatches += 1
+    configs = [(cluster, engines, False) for cluster in (False, True) for engines in ([], ["rayjob"], ["rayjob", "jobset"])]
+    configs += [(False, ["rayjob", "jobset"], True), (True, [], True)]
+    for cluster, engines, kueue in configs:
+        sets = ["--set", f"watch.clusterWide={str(cluster).lower()}", "--set", "watch.namespaces={team-a}",
+                "--set", f"kueue={str(kueue).lower()}"]
+        if engines:
+            sets += ["--set", "multinodeEngines={" + ",".join(engines) + "}"]
+        docs = helm_docs(tmp_path, *sets)
+        roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+        bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+        assert [r["kind"] for r in roles] == (["ClusterRole"] if cluster else ["Role", "Role"]), roles
+        assert {b["roleRef"]["name"] for b in bindings} == {r["metadata"]["name"] for r in roles}
+        for b in bindings:
+            assert b["subjects"] == [{"kind": "ServiceAccount", "name": "lh-longhaul", "namespace": "longhaul"}]
+        needs: dict[tuple[str, str], set[str]] = {k: set(v) for k, v in OPERATOR_NEEDS.items()}
+        for e in engines:
+            needs.update(ENGINE_NEEDS[e])
+        if cluster:
+            needs.update(CLUSTER_NEEDS)
+        if kueue:
+            needs.update(KUEUE_NEEDS)
+        need = {(g, r, v) for (g, r), vs in needs.items() for v in vs}
+        for role in roles:  # each namespace's Role on its own grants exactly the need
+            allowed, wide = allowed_triples([role])
+            problems += wide
+            if allowed != need:
+                problems.append(f"{role['kind']} {role['metadata'].get('namespace', '')} cluster={cluster} "
+                                f"engines={engines} kueue={kueue}: extra {sorted(allowed - need)}, missing {sorted(need - allowed)}")
+            for g, r in MATRIX_RESOURCES:
+                for v in MATRIX_VERBS:
+                    cells += 1
+                    if ((g, r, v) in allowed) != ((g, r, v) in need):
+                        mismatches += 1
     reliability(AREA, f"RBAC allow/deny matrix ({len(MATRIX_RESOURCES)} resources × {len(MATRIX_VERBS)} verbs × "
-                      "6 chart configurations × roles)", injected=cells, survived=cells - mismatches, lost=mismatches,
+                      f"{len(configs)} chart configurations × roles)", injected=cells, survived=cells - mismatches, lost=mismatches,
                 lost_what="cells allowed but not needed, or needed but denied")
     assert not problems and not mismatches, "\n".join(problems)
 
@@ -1627,8 +1634,10 @@ def test_planted_secret_never_reaches_a_rendered_artefact(tmp_path: Path, monkey
         key = "uri" if field == "tracking" else "url"
         node.pop("uri_secret", None)
         node[key] = f"http://lhuser:{SECRET}@mlflow.example:5000"
-        with pytest.raises(SpecError, match=rf"spec\.{re.escape(field)}\.{key}: credentials in the URL"):
+        with pytest.raises(SpecError, match=rf"spec\.{re.escape(field)}\.{key}: credentials in the URL") as refused:
             build_experiment(doc, "secret.yaml")
+        # ... and the refusal, which ends up in terminals, CI logs and the Experiment's status, does not echo it
+        assert SECRET not in str(refused.value) and "lhuser:***@mlflow.example" in str(refused.value)
 
 
 @pytest.mark.k8s
@@ -1665,12 +1674,13 @@ def test_planted_secret_not_in_logs_run_directory_or_mlflow(tmp_path: Path, monk
     from mlflow.tracking import MlflowClient
 
     from longhaul.launcher import EXIT_OK, supervisor
-    from support.mlflow_server import free_loopback_port, running_mlflow_server
+    from support.mlflow_server import running_mlflow_server
+    from support.net import free_port
 
     fake = ROOT / "tests" / "unit" / "launcher" / "fake_vllm.py"
     doc = yaml.safe_load((ROOT / "specs" / "smoke.yaml").read_text())
-    doc["spec"]["user_simulator"]["port"] = free_loopback_port()
-    doc["spec"]["backends"].setdefault("local", {})["policy_port"] = free_loopback_port()
+    doc["spec"]["user_simulator"]["port"] = free_port()
+    doc["spec"]["backends"].setdefault("local", {})["policy_port"] = free_port()
     doc["spec"]["user_simulator"]["startup_timeout_s"] = 60
     spec = tmp_path / "smoke.yaml"
     spec.write_text(yaml.safe_dump(doc))

@@ -23,7 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from support.net import free_port
+
 READY_TIMEOUT_S = float(os.environ.get("LONGHAUL_TEST_MLFLOW_TIMEOUT", "180"))
+#: The name some MLflow tests import (the helper itself lives in support.net).
+free_loopback_port = free_port
 
 
 @dataclass
@@ -47,12 +51,6 @@ class MlflowServer:
             return ""
 
 
-def free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _healthy(uri: str) -> bool:
     try:
         with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
@@ -66,7 +64,7 @@ def start_mlflow_server(root: Path, *, timeout_s: float = READY_TIMEOUT_S, port:
     `port`: listen there (a server restarted on the same store and address, e.g. after `stop_mlflow_server`);
     default: a free one. The log is appended to, so a restarted server's log keeps the earlier run's."""
     root.mkdir(parents=True, exist_ok=True)
-    port = free_loopback_port() if port is None else port
+    port = free_port() if port is None else port
     log_path = root / "server.log"
     argv = [
         sys.executable, "-m", "mlflow", "server",

@@ -44,7 +44,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
    annotations (patch) and its progress in status (patch on experiments/status, as does the operator).
    Jobs: created (create; get after 409 AlreadyExists), listed by label, watched by kopf for job events.
    ConfigMaps (the resolved spec): created, read back, listed by label. Events: kopf posts core/v1 Events.
-   RayJobs/JobSets: created, read back and listed by the periodic re-sync; never watched. */}}
+   RayJobs/JobSets: created, read back and listed by the periodic re-sync; never watched.
+   Kueue Workloads (kueue: true): listed by job uid to say why a queued stage waits; never written. */}}
 {{- define "longhaul.rules" -}}
 - apiGroups: ["longhaul.dev"]
   resources: ["experiments"]
@@ -70,5 +71,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 - apiGroups: ["jobset.x-k8s.io"]
   resources: ["jobsets"]
   verbs: ["get", "list", "create"]
+{{- end }}
+{{- if .Values.kueue }}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list"]
 {{- end }}
 {{- end -}}

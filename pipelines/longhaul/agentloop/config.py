@@ -11,14 +11,13 @@ from typing import Any
 
 import yaml
 
+from longhaul import constants as C
 from longhaul.envs.runner import EpisodeLimits
 
 #: The name rows select with their `agent_name` column (and the default agent loop).
 AGENT_LOOP_NAME = "longhaul_airline"
 #: Importable class veRL instantiates (Hydra `_target_`).
 AGENT_LOOP_TARGET = "longhaul.agentloop.loop.LonghaulAirlineAgentLoop"
-#: Environment variable that carries the user simulator's API key (from spec.user_simulator.api_key_secret).
-USER_SIM_API_KEY_ENV = "LONGHAUL_USER_SIM_API_KEY"
 #: veRL's v1 replay buffer replacement that drops failed groups whole (`longhaul.agentloop.sampler`).
 SAMPLER_PATH = "pkg://longhaul.agentloop.sampler"
 SAMPLER_NAME = "LonghaulReplayBuffer"
@@ -56,7 +55,7 @@ def build_loop_settings(exp: Any) -> dict[str, Any]:
             "temperature": sim.sampling.temperature,
             "top_p": sim.sampling.top_p,
             "max_tokens": sim.sampling.max_tokens,
-            "api_key_env": USER_SIM_API_KEY_ENV if sim.api_key_secret is not None else None,
+            "api_key_env": C.ENV_USER_SIM_API_KEY if sim.api_key_secret is not None else None,
         },
     }
 

@@ -35,6 +35,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
+from longhaul import constants as C
+
 DROPPED_GROUPS_METRIC = "rollout/dropped_groups"
 FAILED_TRAJECTORIES_METRIC = "rollout/failed_trajectories"
 
@@ -142,7 +144,7 @@ class LonghaulReplayBuffer(ReplayBuffer):
                 f"{self._dropped_groups} prompt groups failed while gathering a batch of {self._batch_size} "
                 f"(more than max_failed_fraction={limit:g} of {done}); {self._failed_trajectories} trajectories "
                 "failed. Check the user simulator's health and the rollout traces under "
-                "$LONGHAUL_ROLLOUT_DIR/step_<N>/failures/."
+                f"${C.ENV_ROLLOUT_DIR}/step_<N>/failures/."
             )
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int):

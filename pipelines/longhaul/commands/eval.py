@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import re
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,11 +13,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-# Tables with CIs are wide: when piped, do not squeeze them into 80 columns.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+from longhaul import constants as C
+from longhaul.commands import table_console
 
-DEFAULT_KS = (1, 2, 4, 8)
+out = table_console()
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _parse_ks(text: str | None) -> list[int] | None:
@@ -80,27 +78,23 @@ def print_summary(summary: dict[str, Any]) -> None:
                   f"tasks {', '.join(summary['incomplete_tasks'])} are left out of every rate above[/yellow]")
 
 
-def summarize_records(
+def summarize_with_floor(
     records: list[dict[str, Any]], ks: list[int] | None, *, bootstrap: int, confidence: float, seed: int, null_floor: bool
 ) -> dict[str, Any]:
-    """The summary document for trial records (k defaults to 1, 2, 4, 8 up to the smallest n)."""
-    from longhaul.eval.metrics import TrialRecord, build_task_counts, compute_summary
+    """`longhaul.eval.metrics.summarize_records`, with the do-nothing agent's floor when `null_floor` and every
+    task id is an airline task."""
+    from longhaul.eval.metrics import TrialRecord, summarize_records
 
-    recs = [TrialRecord.from_dict(r) for r in records]
-    if ks is None:
-        n_min = min(t.n for t in build_task_counts(recs))
-        ks = [k for k in DEFAULT_KS if k <= n_min]
     floor = None
     if null_floor:
         from longhaul.envs.airline.env import null_agent_outcomes
         from longhaul.envs.airline.tasks import load_tasks
 
         known = load_tasks()
-        ids = sorted({r.task_id for r in recs})
+        ids = sorted({TrialRecord.from_dict(r).task_id for r in records})
         if all(t in known for t in ids):
             floor = null_agent_outcomes(ids)
-    rng = random.Random(seed) if bootstrap > 0 else None
-    return compute_summary(recs, ks, rng=rng, bootstrap_samples=bootstrap, confidence=confidence, null_floor=floor)
+    return summarize_records(records, ks, bootstrap=bootstrap, confidence=confidence, seed=seed, null_floor=floor)
 
 
 def _slug(text: str) -> str:
@@ -120,9 +114,11 @@ def register(app: typer.Typer) -> None:
     def eval_cmd(
         ctx: typer.Context,
         spec: Annotated[Path | None, typer.Option("--spec", help="Experiment file: limits, split, sampling, evaluation settings.")] = None,
-        policy_url: Annotated[str | None, typer.Option("--policy-url", help="Policy base URL, e.g. http://127.0.0.1:8000/v1.")] = None,
+        policy_url: Annotated[str | None, typer.Option("--policy-url", help="Policy base URL, e.g. http://127.0.0.1:8000/v1 "
+                                                       f"(default: ${C.ENV_POLICY_BASE_URL}, set by the launcher).")] = None,
         policy_model: Annotated[str | None, typer.Option("--policy-model", help="Served policy model name (default: spec policy model).")] = None,
-        user_url: Annotated[str | None, typer.Option("--user-url", help="User simulator base URL (default: spec user_simulator.url).")] = None,
+        user_url: Annotated[str | None, typer.Option("--user-url", help="User simulator base URL (default: spec user_simulator.url, "
+                                                     f"else ${C.ENV_SIMULATOR_BASE_URL}, set by the launcher).")] = None,
         user_model: Annotated[str | None, typer.Option("--user-model", help="Served simulator model name (default: spec).")] = None,
         tasks: Annotated[str | None, typer.Option("--tasks", help="Comma-separated task ids (default: the split's tasks).")] = None,
         subset: Annotated[str | None, typer.Option("--subset", help="Only this subset of the split (train, test, unseen, …).")] = None,
@@ -150,8 +146,8 @@ def register(app: typer.Typer) -> None:
                 exp_spec = load_specs([spec])[0].spec
             except SpecError as exc:
                 fail_on_spec_error(exc)
-        policy_url = policy_url or os.environ.get("LONGHAUL_POLICY_URL")
-        user_url = user_url or exp_spec.user_simulator.url or os.environ.get("LONGHAUL_USER_URL")
+        policy_url = policy_url or os.environ.get(C.ENV_POLICY_BASE_URL)
+        user_url = user_url or exp_spec.user_simulator.url or os.environ.get(C.ENV_SIMULATOR_BASE_URL)
         if not policy_url or not user_url:
             missing = [n for n, v in (("--policy-url", policy_url), ("--user-url", user_url)) if not v]
             err.print(f"[red]error[/red] {' and '.join(missing)} missing: give the OpenAI-compatible base URL(s) "
@@ -167,7 +163,8 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
         bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, help="Bootstrap resamples for CIs (0 = none).")] = 1000,
         confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
-        seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap resampling.")] = 0,
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap resampling "
+                                          "(an evaluation's first seed reproduces its CIs).")] = 0,
         null_floor: Annotated[bool, typer.Option(help="Add the do-nothing agent's floor (airline task ids).")] = True,
     ) -> None:
         """Recompute every metric from per-trial records (old runs can be re-scored)."""
@@ -181,8 +178,8 @@ def register(app: typer.Typer) -> None:
             err.print(f"[red]error[/red] {escape(str(exc))}")
             raise typer.Exit(2) from None
         try:
-            summary = summarize_records(records, _parse_ks(k), bootstrap=bootstrap, confidence=confidence, seed=seed,
-                                        null_floor=null_floor)
+            summary = summarize_with_floor(records, _parse_ks(k), bootstrap=bootstrap, confidence=confidence, seed=seed,
+                                           null_floor=null_floor)
         except (ValueError, KeyError) as exc:
             err.print(f"[red]error[/red] {results}: {exc.args[0] if exc.args else exc}")
             raise typer.Exit(2) from None
@@ -204,6 +201,7 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
     from longhaul.envs.airline.tasks import load_tasks
     from longhaul.envs.runner import EpisodeLimits, PolicyEndpointError
     from longhaul.eval.evaluate import EvalPlan, build_run_info, evaluate, select_tasks
+    from longhaul.eval.metrics import bootstrap_seed
 
     ev = exp_spec.evaluation
     limits = EpisodeLimits.from_spec(exp_spec)
@@ -240,9 +238,9 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
               f"(user {user_model} @ {user_url}, concurrency {conc}, max_turns {limits.max_turns}) → {out_dir}")
 
     async def go() -> list[dict[str, Any]]:
-        pc = ChatClient(policy_url, policy_model, api_key=os.environ.get("LONGHAUL_POLICY_API_KEY"), retry=retry,
+        pc = ChatClient(policy_url, policy_model, api_key=os.environ.get(C.ENV_POLICY_API_KEY), retry=retry,
                         max_connections=max(conc, 1) * 2, role="policy")
-        uc = ChatClient(user_url, user_model, api_key=os.environ.get("LONGHAUL_USER_API_KEY"), retry=retry,
+        uc = ChatClient(user_url, user_model, api_key=os.environ.get(C.ENV_USER_SIM_API_KEY), retry=retry,
                         max_connections=max(conc, 1) * 2, role="user simulator")
         policy = OpenAIPolicy(pc, SamplingParams.from_spec(exp_spec.policy.rollout.validation))
         user = OpenAIUserSimulator(uc, SamplingParams.from_spec(exp_spec.user_simulator.sampling))
@@ -270,8 +268,8 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
         err.print(f"[red]error[/red] evaluation aborted: {exc}")
         err.print(f"finished trials so far are in {results_path}; no summary was written.")
         raise typer.Exit(1) from None
-    summary = summarize_records(records, ks, bootstrap=ev.bootstrap_samples, confidence=ev.confidence, seed=seeds[0],
-                                null_floor=True)
+    summary = summarize_with_floor(records, ks, bootstrap=ev.bootstrap_samples, confidence=ev.confidence,
+                                   seed=bootstrap_seed(seeds), null_floor=True)
     summary["run"] = build_run_info(policy_model, user_model, limits, split)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if as_json:

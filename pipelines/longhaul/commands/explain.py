@@ -14,8 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 from longhaul import bounded
+from longhaul.commands import table_console
 
-out = Console(highlight=False, soft_wrap=True)
+out = table_console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from longhaul import constants as C
 from longhaul.commands.spec import fail_on_spec_error
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -55,15 +56,15 @@ def register(app: typer.Typer) -> None:
         if exp.spec.sft is None:
             err.print(f"{spec}: spec.sft is missing; the SFT stage needs a `sft:` section")
             raise typer.Exit(2)
-        sim_url = simulator_url or exp.spec.user_simulator.url or os.environ.get("LONGHAUL_SIMULATOR_BASE_URL")
+        sim_url = simulator_url or exp.spec.user_simulator.url or os.environ.get(C.ENV_SIMULATOR_BASE_URL)
         t_url = teacher_url or exp.spec.sft.teacher.url or sim_url
         if not sim_url or not t_url:
             err.print("no simulator URL: pass --simulator-url, set spec.user_simulator.url, or run under the "
-                      "launcher (LONGHAUL_SIMULATOR_BASE_URL)")
+                      f"launcher ({C.ENV_SIMULATOR_BASE_URL})")
             raise typer.Exit(2)
         # With no teacher URL the simulator's server answers for the teacher too (same served model).
         t_model = exp.spec.sft.teacher.model.name if (teacher_url or exp.spec.sft.teacher.url) else \
-            os.environ.get("LONGHAUL_SIMULATOR_MODEL", exp.spec.user_simulator.model.name)
+            os.environ.get(C.ENV_SIMULATOR_MODEL, exp.spec.user_simulator.model.name)
         target = out or Path(SFTPaths.under(Paths.under(str(run_dir))).trajectories)
         done = {"n": 0}
 
@@ -74,7 +75,7 @@ def register(app: typer.Typer) -> None:
 
         report = asyncio.run(collect_trajectories(
             exp, teacher_url=t_url, simulator_url=sim_url, out_path=target, teacher_model=t_model,
-            simulator_model=os.environ.get("LONGHAUL_SIMULATOR_MODEL"), concurrency=concurrency,
+            simulator_model=os.environ.get(C.ENV_SIMULATOR_MODEL), concurrency=concurrency,
             on_attempt=progress))
         print(f"{report.successes}/{report.attempts} successful episodes -> {target}; "
               f"covered_seen: {report.covered}")

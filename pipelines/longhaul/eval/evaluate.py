@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from longhaul import bounded
+from longhaul import constants as C
 from longhaul.envs.airline.env import AirlineEnv
 from longhaul.envs.airline.splits import Split
 from longhaul.envs.airline.tasks import get_task, source_info
@@ -81,7 +82,7 @@ def build_run_info(policy_model: str, user_model: str, limits: EpisodeLimits, sp
         "user_model": user_model,
         "split": split.name if split else None,
         "harness": f"longhaul {version('longhaul')}",
-        "harness_commit": os.environ.get("LONGHAUL_GIT_COMMIT"),
+        "harness_commit": os.environ.get(C.ENV_GIT_COMMIT),
         "data": f"{src.get('package')} ({src.get('source_version')})",
         "max_turns": limits.max_turns,
         "tool_output_limit": limits.tool_output_limit,

@@ -21,6 +21,8 @@ from typing import Any
 
 #: Weights of the seed project's "generalisation pass^1": (uncovered_seen·24 + unseen·10) / 34.
 GENERALISATION_WEIGHTS = {"uncovered_seen": 24, "unseen": 10}
+#: k values of a summary when none are given: these, up to the smallest n of a task.
+DEFAULT_KS = (1, 2, 4, 8)
 
 
 def pass_hat_k(c: int, n: int, k: int) -> float:
@@ -259,6 +261,37 @@ def compute_summary(
     if null_floor is not None:
         out["null_agent_floor"] = _floor(counts, null_floor)
     return out
+
+
+def bootstrap_seed(eval_seeds: Sequence[int]) -> int:
+    """The seed of an evaluation's bootstrap: its first evaluation seed (`spec.evaluation.seeds`, or `longhaul eval
+    --seed`), the same in `longhaul eval` and the launcher's eval stage, so the same records give the same CIs."""
+    if not eval_seeds:
+        raise ValueError("an evaluation needs at least one seed")
+    return int(eval_seeds[0])
+
+
+def summarize_records(
+    records: Iterable[Mapping[str, Any]],
+    ks: Sequence[int] | None,
+    *,
+    bootstrap: int,
+    confidence: float,
+    seed: int,
+    null_floor: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """The summary document of an evaluation from its JSON trial records: the one function behind `longhaul eval`,
+    `longhaul eval summarize` and the launcher's eval stage.
+
+    `ks` None: `DEFAULT_KS` up to the smallest n. The bootstrap (`bootstrap` resamples, none for 0) draws from
+    `random.Random(seed)`; evaluations pass `bootstrap_seed(seeds)`. `null_floor`: as in `compute_summary`.
+    """
+    recs = [TrialRecord.from_dict(r) for r in records]
+    if ks is None:
+        n_min = min(t.n for t in build_task_counts(recs))
+        ks = [k for k in DEFAULT_KS if k <= n_min]
+    rng = random.Random(seed) if bootstrap > 0 else None
+    return compute_summary(recs, ks, rng=rng, bootstrap_samples=bootstrap, confidence=confidence, null_floor=null_floor)
 
 
 def _floor(counts: Sequence[TaskCount], floor: Mapping[str, float]) -> float | None:

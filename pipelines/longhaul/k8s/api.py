@@ -35,6 +35,7 @@ PLURALS = {
     "Event": "events",
     "RayJob": "rayjobs",
     "JobSet": "jobsets",
+    "Workload": "workloads",
     "Experiment": "experiments",
 }
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from longhaul import bounded
 from longhaul import constants as C
 from longhaul.k8s import status as S
+from longhaul.k8s.api import ApiError
 from longhaul.memory.load import memory_summary
 from longhaul.render.kubernetes import render_configmap, render_stage, run_name, spec_hash, stage_job_name
 from longhaul.spec import SpecError, build_experiment, parse_spec_text, seed_runs
@@ -131,7 +132,7 @@ def run_locked(status: dict[str, Any]) -> bool:
         return False
     refused = any(c.get("type") == S.COND_SPEC_CHANGE_REFUSED and c.get("status") == "True"
                   for c in status.get("conditions") or [])
-    return status.get("phase") in (S.Phase.PENDING, S.Phase.RUNNING) or refused
+    return status.get("phase") in S.ACTIVE or refused
 
 
 async def load_running(api: Api, body: dict[str, Any]) -> Experiment | None:
@@ -259,19 +260,44 @@ async def _reconcile_run(api: Api, body: dict[str, Any], exp: Experiment, *, sta
     by_name = {o["metadata"]["name"]: o for o in listed}
     current: dict[str, dict[str, Any] | None] = {s: by_name.get(wl["metadata"]["name"]) for s, wl in by_stage.items()}
 
+    admissions: dict[str, S.Admission] = {}
+    queue = exp.spec.backends.kubernetes.queue
+    for s, obj in current.items():
+        if queue and obj is not None and S.workload_phase(obj) == S.Phase.QUEUED:
+            admissions[s] = S.kueue_admission(await _kueue_workload(api, obj), queue)
+
     def views() -> list[S.StageView]:
-        return [S.StageView(stage=s, name=stage_job_name(exp, s), workload=current[s]) for s in stages]
+        return [S.StageView(stage=s, name=stage_job_name(exp, s), workload=current[s], admission=admissions.get(s))
+                for s in stages]
 
     result = S.build_status(base, views(), run_name=run, spec_hash=spec_hash(exp), generation=generation, now=now)
     if result.next_stage is not None:
         wl = by_stage[result.next_stage]
         stored, created = await api.create(wl)
         current[result.next_stage] = stored
+        if queue and S.workload_phase(stored) == S.Phase.QUEUED:
+            # Just created: Kueue has not made its Workload yet (the next reconcile reads it).
+            admissions[result.next_stage] = S.kueue_admission(None, queue)
         if created:
             emit("Normal", "Created", f"{wl['kind']} {wl['metadata']['name']} for stage {result.next_stage}")
         result = S.build_status(base, views(), run_name=run, spec_hash=spec_hash(exp), generation=generation,
                                 now=now)
     return result.status
+
+
+async def _kueue_workload(api: Api, obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The Kueue `Workload` Kueue made for a stage workload (found by its job-uid label), or None: not made yet,
+    Kueue not installed (404), or the operator may not read Workloads (403: the chart's `kueue` value is off).
+    Only read for a queued workload, to say why it waits."""
+    meta = obj.get("metadata") or {}
+    try:
+        found = await api.list(C.KUEUE_WORKLOAD_API, "Workload", meta.get("namespace"),
+                               f"{C.LABEL_KUEUE_JOB_UID}={meta.get('uid')}")
+    except ApiError as exc:
+        if exc.status in (403, 404):
+            return None
+        raise
+    return found[0] if found else None
 
 
 async def _reconcile_group(api: Api, body: dict[str, Any], exp: Experiment, *, started: bool, base: dict[str, Any],

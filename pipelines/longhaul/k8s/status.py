@@ -17,6 +17,8 @@ from longhaul import constants as C
 
 class Phase(StrEnum):
     PENDING = "Pending"
+    #: Waiting for Kueue to admit the stage workload (created suspended, or suspended again by a preemption).
+    QUEUED = "Queued"
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
@@ -24,7 +26,7 @@ class Phase(StrEnum):
 
 
 TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.INVALID}
-ACTIVE = {Phase.PENDING, Phase.RUNNING}
+ACTIVE = {Phase.PENDING, Phase.QUEUED, Phase.RUNNING}
 
 # Condition types written by the operator.
 COND_VALID = "Valid"
@@ -32,6 +34,12 @@ COND_RUNNING = "Running"
 COND_COMPLETE = "Complete"
 COND_FAILED = "Failed"
 COND_SPEC_CHANGE_REFUSED = "SpecChangeRefused"
+COND_QUEUED = "Queued"
+
+#: Reasons of a Kueue Workload's `QuotaReserved=False` condition (Kueue v0.19, apis/kueue/v1beta2) that no amount of
+#: waiting fixes: the LocalQueue or ClusterQueue is missing or stopped, or the workload asks for more than the
+#: queue can ever give. Other reasons (Pending, WaitingForQuota, PendingEvaluation, …) mean "wait your turn".
+KUEUE_INADMISSIBLE = frozenset({"Inadmissible", "Misconfigured", "ExceedsMaxQuota", "NoMatchingFlavor", "Suspended"})
 
 
 def _true(conditions: list[dict[str, Any]] | None, kind: str) -> dict[str, Any] | None:
@@ -39,25 +47,39 @@ def _true(conditions: list[dict[str, Any]] | None, kind: str) -> dict[str, Any] 
 
 
 def workload_phase(obj: dict[str, Any] | None) -> Phase:
-    """Phase of one stage workload: a batch/v1 Job, a KubeRay RayJob or a JobSet (None = not created yet)."""
+    """Phase of one stage workload: a batch/v1 Job, a KubeRay RayJob or a JobSet (None = not created yet).
+
+    A finished workload is Succeeded or Failed whatever its `spec.suspend`; an unfinished one with
+    `spec.suspend: true` is Queued: only Kueue suspends longhaul's workloads (they are created suspended with a
+    queue, unsuspended to admit them and suspended again to preempt them).
+    """
     if obj is None:
         return Phase.PENDING
     status = obj.get("status") or {}
     kind = obj.get("kind", "Job")
+    suspended = bool((obj.get("spec") or {}).get("suspend"))
     if kind == "RayJob":
+        # KubeRay v1.7 (ray-operator/apis/ray/v1/rayjob_types.go): jobStatus is Ray's view of the job,
+        # jobDeploymentStatus KubeRay's lifecycle (Initializing, Running, Complete, Failed, ValidationFailed,
+        # Suspending, Suspended, Retrying, Waiting); a suspend resets jobStatus to "".
         job_status = status.get("jobStatus")
         deploy = status.get("jobDeploymentStatus")
         if job_status == "SUCCEEDED" or deploy == "Complete" and job_status != "FAILED":
             return Phase.SUCCEEDED
-        if job_status in ("FAILED", "STOPPED") or deploy == "Failed":
+        if job_status in ("FAILED", "STOPPED") or deploy in ("Failed", "ValidationFailed"):
             return Phase.FAILED
+        if suspended or deploy in ("Suspending", "Suspended"):
+            return Phase.QUEUED
         return Phase.RUNNING if job_status == "RUNNING" or deploy == "Running" else Phase.PENDING
     conditions = status.get("conditions")
     if kind == "JobSet":
+        # JobSet v0.12 (api/jobset/v1alpha2): Completed / Failed / Suspended conditions, per-replicatedJob counts.
         if _true(conditions, "Completed"):
             return Phase.SUCCEEDED
         if _true(conditions, "Failed"):
             return Phase.FAILED
+        if suspended:
+            return Phase.QUEUED
         active = sum(int(r.get("active", 0)) for r in status.get("replicatedJobsStatus") or [])
         return Phase.RUNNING if active else Phase.PENDING
     # batch/v1 Job: conditions when the Job controller wrote them, else the counters.
@@ -70,6 +92,8 @@ def workload_phase(obj: dict[str, Any] | None) -> Phase:
         return Phase.SUCCEEDED
     if int(status.get("failed") or 0) > int(spec.get("backoffLimit", 6)):
         return Phase.FAILED
+    if suspended:
+        return Phase.QUEUED
     # `active` counts pods that are not finished, including unscheduled ones: only ready pods mean Running.
     if int(status.get("ready") or 0) > 0:
         return Phase.RUNNING
@@ -77,11 +101,64 @@ def workload_phase(obj: dict[str, Any] | None) -> Phase:
 
 
 def workload_message(obj: dict[str, Any] | None) -> str:
-    """The reason/message of a terminal Job condition, if any (e.g. DeadlineExceeded)."""
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+    """The reason/message of a terminal Job or JobSet condition (e.g. DeadlineExceeded), or of a finished RayJob
+    (KubeRay's status.reason/message, e.g. AppFailed), if any."""
+    status = (obj or {}).get("status") or {}
+    for cond in status.get("conditions") or []:
         if cond.get("status") == "True" and cond.get("type") in ("Failed", "FailureTarget", "Complete", "Completed"):
             return ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x)
+    if (obj or {}).get("kind") == "RayJob":
+        return ": ".join(x for x in (status.get("reason"), status.get("message")) if x)
     return ""
+
+
+def _cond(conditions: list[dict[str, Any]] | None, kind: str) -> dict[str, Any] | None:
+    return next((c for c in conditions or [] if c.get("type") == kind), None)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What Kueue says about a queued stage workload: `reason` (a word for the Queued condition), `message`
+    (for the Experiment's status) and whether it is `inadmissible` (it will not start until someone acts)."""
+
+    reason: str
+    message: str
+    inadmissible: bool = False
+
+
+#: A suspended workload of an Experiment without a queue (someone suspended it by hand): it waits for that someone.
+SUSPENDED = Admission("Suspended", "the workload is suspended (spec.suspend: true); it starts when unsuspended")
+
+
+def kueue_admission(workload: dict[str, Any] | None, queue: str | None) -> Admission:
+    """Why a queued workload waits, from the Kueue `Workload` object Kueue made for it (None: not made yet).
+
+    Kueue v0.19 reports it in the Workload's conditions (apis/kueue/v1beta2/workload_types.go): `QuotaReserved`
+    False with a reason (see KUEUE_INADMISSIBLE) and a message; after a preemption `Evicted` True (reason
+    Preempted) and `Preempted` True (InClusterQueue, InCohort…); a deactivated workload (`spec.active: false`,
+    e.g. past its requeue limit) has `Evicted` True with reason Deactivated and never starts again by itself.
+    """
+    where = f"LocalQueue {queue}" if queue else "its LocalQueue"
+    if workload is None:
+        return Admission("WaitingForAdmission", f"waiting for Kueue to admit it in {where}")
+    name = (workload.get("metadata") or {}).get("name", "?")
+    conditions = (workload.get("status") or {}).get("conditions")
+    evicted = _true(conditions, "Evicted")
+    if (workload.get("spec") or {}).get("active") is False:
+        detail = ": ".join(x for x in ((evicted or {}).get("reason"), (evicted or {}).get("message")) if x)
+        return Admission("Deactivated", f"Kueue deactivated workload {name}" + (f" ({detail})" if detail else "")
+                         + "; it will not be admitted again until spec.active is set back to true", True)
+    reserved = _cond(conditions, "QuotaReserved")
+    if reserved is not None and reserved.get("status") == "False" and reserved.get("reason") in KUEUE_INADMISSIBLE:
+        return Admission("Inadmissible", f"Kueue cannot admit workload {name} in {where}: "
+                         f"{reserved.get('reason')}: {reserved.get('message', '')}".rstrip(": "), True)
+    if evicted is not None and evicted.get("reason") == "Preempted":
+        how = _true(conditions, "Preempted") or evicted
+        return Admission("Preempted", f"preempted by Kueue ({how.get('reason')}: {how.get('message', '')}); "
+                         f"waiting to be admitted again in {where}, then it resumes from its last checkpoint")
+    waiting = (reserved or {}).get("message") if (reserved or {}).get("status") == "False" else None
+    return Admission("WaitingForAdmission", f"waiting for Kueue to admit workload {name} in {where}"
+                     + (f": {waiting}" if waiting else ""))
 
 
 def set_condition(
@@ -130,6 +207,19 @@ def _phase_conditions(conditions: list[dict[str, Any]], phase: Phase, message: s
                          failed if phase == Phase.FAILED else "NoFailure", message, now=now, generation=generation)
 
 
+def _queued_condition(conditions: list[dict[str, Any]], phase: Phase, admission: Admission | None, message: str, *,
+                      now: str, generation: int | None) -> list[dict[str, Any]]:
+    """The Queued condition: True with Kueue's reason while Queued; set False once it was there (not added to
+    Experiments that never queue)."""
+    if phase == Phase.QUEUED:
+        reason = (admission or SUSPENDED).reason
+        return set_condition(conditions, COND_QUEUED, True, reason, message, now=now, generation=generation)
+    if _cond(conditions, COND_QUEUED) is not None:
+        return set_condition(conditions, COND_QUEUED, False, "Admitted" if phase in ACTIVE else phase.value,
+                             message, now=now, generation=generation)
+    return conditions
+
+
 @dataclass(frozen=True)
 class StageView:
     """One stage and its workload as read from the cluster (None = not created yet)."""
@@ -137,6 +227,8 @@ class StageView:
     stage: str
     name: str
     workload: dict[str, Any] | None
+    #: When the workload is Queued: what Kueue says about it (`kueue_admission`), else None.
+    admission: Admission | None = None
 
 
 @dataclass(frozen=True)
@@ -195,12 +287,17 @@ def build_status(
     elif any(p == Phase.RUNNING for p in phases):
         phase = Phase.RUNNING
         message = f"stage {current.stage} is running (job {current.name})"
+    elif any(p == Phase.QUEUED for p in phases):
+        phase = Phase.QUEUED
+        admission = current.admission or SUSPENDED
+        message = f"stage {current.stage} is queued (job {current.name}): {admission.message}"
     else:
         phase = Phase.PENDING
         message = f"stage {current.stage} is waiting to start (job {current.name})"
 
     conditions = _phase_conditions(conditions, phase, message, ("AllStagesSucceeded", "StageFailed"),
                                    now=now, generation=generation)
+    conditions = _queued_condition(conditions, phase, current.admission, message, now=now, generation=generation)
 
     status: dict[str, Any] = {
         "phase": phase.value,
@@ -221,9 +318,11 @@ def build_status(
     if phase in TERMINAL:
         last_status = (current.workload or {}).get("status") or {}
         status["completionTime"] = prev.get("completionTime") or last_status.get("completionTime") or now
-    run_id = _annotation(stages, C.ANNOTATION_MLFLOW_RUN_ID)
-    url = _annotation(stages, C.ANNOTATION_MLFLOW_URL)
-    step = _annotation(stages, C.ANNOTATION_CHECKPOINT_STEP)
+    # Kept from the previous status when no workload reports them (yet) again: a run that is preempted and
+    # resumes keeps its MLflow run and checkpoint in the status.
+    run_id = _annotation(stages, C.ANNOTATION_MLFLOW_RUN_ID) or prev.get("mlflowRunId")
+    url = _annotation(stages, C.ANNOTATION_MLFLOW_URL) or prev.get("mlflowUrl")
+    step = _annotation(stages, C.ANNOTATION_CHECKPOINT_STEP) or str(prev.get("lastCheckpointStep") or "")
     if run_id:
         status["mlflowRunId"] = run_id
     if url:
@@ -248,7 +347,8 @@ def seed_run_entry(seed: int, run_status: dict[str, Any]) -> dict[str, Any]:
 def group_phase(phases: list[Phase | str]) -> Phase:
     """Phase of a multi-seed Experiment from the phases of its seed runs (at least one).
 
-    Running while any seed run is Running, else Pending while any is Pending (not started, or between stages);
+    Running while any seed run is Running, else Queued while any waits for Kueue, else Pending while any is Pending
+    (not started, or between stages);
     only when every seed run has finished: Failed if any failed, else Succeeded. A failed seed does not end the
     Experiment while other seeds still run: a finished phase releases the spec-edit lock and stops the periodic
     re-sync, and those seeds' jobs still run (their failure is in `message` and `seedRuns` meanwhile).
@@ -256,7 +356,7 @@ def group_phase(phases: list[Phase | str]) -> Phase:
     if not phases:
         raise ValueError("a multi-seed Experiment has at least one seed run")
     found = {Phase(p) for p in phases}
-    for phase in (Phase.RUNNING, Phase.PENDING, Phase.FAILED):
+    for phase in (Phase.RUNNING, Phase.QUEUED, Phase.PENDING, Phase.FAILED):
         if phase in found:
             return phase
     return Phase.SUCCEEDED

@@ -26,14 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from longhaul.constants import ENV_SUPERVISED_BY, ENV_SUPERVISED_ROLE
 from longhaul.launcher.protocol import STOP_GRACE_S
 
-#: Set in the environment of every process the launcher starts (and so inherited by everything they start): the
-#: absolute run directory. How the next launcher of the same run finds leftovers of one that was killed.
-ENV_SUPERVISED_BY = "LONGHAUL_SUPERVISED_BY"
-#: Set beside it: the name of the launcher's child a process descends from (`simulator`, `grpo`, …), so that
-#: stopping one child also stops what it started in sessions of its own (Ray's agents, vLLM's resource tracker).
-ENV_SUPERVISED_ROLE = "LONGHAUL_SUPERVISED_ROLE"
 #: Lines of a child's output that mean a full disk (the launcher adds what to do to the failure message).
 NO_SPACE_MARKERS = ("No space left on device", "[Errno 28]", "ENOSPC")
 _PR_SET_PDEATHSIG = 1

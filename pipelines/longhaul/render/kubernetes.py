@@ -22,7 +22,6 @@ import shlex
 from typing import Any
 
 from longhaul import constants as C
-from longhaul.agentloop.config import USER_SIM_API_KEY_ENV
 from longhaul.spec import naming
 from longhaul.spec.models import TRAINER_HOME, TRAINER_SCRATCH, Experiment, MultiNodeEngine, Placement, Stage
 from longhaul.spec.naming import resolved_yaml
@@ -134,6 +133,35 @@ def _metadata(exp: Experiment, name: str, namespace: str | None, stage: Stage | 
     return meta
 
 
+def kueue_labels(exp: Experiment) -> dict[str, str]:
+    """Kueue's labels of a stage workload: its LocalQueue and WorkloadPriorityClass (empty without a queue).
+
+    They go on the workload object (Job, RayJob, JobSet), never on its pods: Kueue creates one Workload per such
+    object, with one pod set per pod template (RayJob: head and workers; JobSet: each replicated job), and
+    admits all pod sets of a Workload at once. So a multi-node stage is admitted as one gang, and each stage
+    separately: the stages run one after the other, and quota held for a later stage would sit idle.
+    """
+    k8s = exp.spec.backends.kubernetes
+    if not k8s.queue:
+        return {}
+    out = {C.LABEL_KUEUE_QUEUE: k8s.queue}
+    if k8s.priority_class:
+        out[C.LABEL_KUEUE_PRIORITY_CLASS] = k8s.priority_class
+    return out
+
+
+def _workload_metadata(exp: Experiment, name: str, namespace: str | None, stage: Stage | str) -> dict[str, Any]:
+    meta = _metadata(exp, name, target_namespace(exp, namespace), stage)
+    meta["labels"].update(kueue_labels(exp))
+    return meta
+
+
+def _suspended(exp: Experiment) -> dict[str, Any]:
+    """`suspend: true` with a queue: Kueue admits a workload by unsuspending it (and preempts it by suspending it
+    again). Created suspended rather than left to Kueue's webhook, so no pod starts before Kueue has seen it."""
+    return {"suspend": True} if exp.spec.backends.kubernetes.queue else {}
+
+
 def target_namespace(exp: Experiment, namespace: str | None = None) -> str | None:
     """Explicit argument, else spec.backends.kubernetes.namespace, else the Experiment's own namespace."""
     return namespace or exp.spec.backends.kubernetes.namespace or exp.metadata.namespace
@@ -197,7 +225,7 @@ def _env(exp: Experiment, stage: Stage | str, job_name: str) -> list[dict[str, A
     if sim.placement == Placement.EXTERNAL and sim.api_key_secret:
         # Secrets only by reference: the key reaches the pod from its Secret, never through a rendered file.
         ref = {"name": sim.api_key_secret.name, "key": sim.api_key_secret.key}
-        env.append({"name": USER_SIM_API_KEY_ENV, "valueFrom": {"secretKeyRef": ref}})
+        env.append({"name": C.ENV_USER_SIM_API_KEY, "valueFrom": {"secretKeyRef": ref}})
     return env
 
 
@@ -283,7 +311,8 @@ def render_pod_spec(exp: Experiment, stage: Stage | str, job_name: str, *, argv:
         pod["nodeSelector"] = dict(k8s.node_selector)
     if k8s.tolerations:
         pod["tolerations"] = [t.model_dump(mode="json", exclude_none=True) for t in k8s.tolerations]
-    if k8s.priority_class:
+    if k8s.priority_class and not k8s.queue:
+        # With a queue the name is a Kueue WorkloadPriorityClass (a label on the workload, see kueue_labels).
         pod["priorityClassName"] = k8s.priority_class
     return pod
 
@@ -302,8 +331,9 @@ def render_job(exp: Experiment, stage: Stage | str, *, namespace: str | None = N
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _metadata(exp, name, target_namespace(exp, namespace), stage),
+        "metadata": _workload_metadata(exp, name, namespace, stage),
         "spec": {
+            **_suspended(exp),
             "backoffLimit": k8s.backoff_limit,
             "activeDeadlineSeconds": time_limit_seconds(exp.spec.resources.time_limit),
             "completions": 1,
@@ -325,10 +355,12 @@ def render_rayjob(exp: Experiment, stage: Stage | str, *, namespace: str | None 
     return {
         "apiVersion": RAYJOB_API,
         "kind": "RayJob",
-        "metadata": _metadata(exp, name, target_namespace(exp, namespace), stage),
+        "metadata": _workload_metadata(exp, name, namespace, stage),
         "spec": {
+            **_suspended(exp),
             "entrypoint": shlex.join(launcher_argv(exp, stage)),
             "submissionMode": "K8sJobMode",
+            # Also what Kueue requires of a RayJob it manages: the cluster's quota is released when the job ends.
             "shutdownAfterJobFinishes": True,
             "activeDeadlineSeconds": time_limit_seconds(res.time_limit),
             "backoffLimit": exp.spec.backends.kubernetes.backoff_limit,
@@ -356,19 +388,20 @@ def render_jobset(exp: Experiment, stage: Stage | str, *, namespace: str | None 
     tpl = _pod_template(exp, stage, name)
     env = tpl["spec"]["containers"][0]["env"]
     env += [
-        {"name": "LONGHAUL_NODES", "value": str(res.nodes)},
+        {"name": C.ENV_NODES, "value": str(res.nodes)},
         {
-            "name": "LONGHAUL_NODE_RANK",
+            "name": C.ENV_NODE_RANK,
             "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}},
         },
         # JobSet gives pods stable DNS names: <jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<jobset>
-        {"name": "LONGHAUL_HEAD_ADDRESS", "value": f"{name}-node-0-0.{name}"},
+        {"name": C.ENV_HEAD_ADDRESS, "value": f"{name}-node-0-0.{name}"},
     ]
     return {
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
-        "metadata": _metadata(exp, name, target_namespace(exp, namespace), stage),
+        "metadata": _workload_metadata(exp, name, namespace, stage),
         "spec": {
+            **_suspended(exp),
             "network": {"enableDNSHostnames": True},
             "failurePolicy": {"maxRestarts": k8s.backoff_limit},
             "replicatedJobs": [

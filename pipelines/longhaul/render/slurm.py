@@ -55,9 +55,6 @@ EXIT_REQUEUE = 75
 EXIT_REQUEUE_LIMIT = 79
 #: Mirrors `longhaul.launcher.protocol.CHECKPOINT_SIGNAL` (SIGUSR1).
 CHECKPOINT_SIGNAL = "USR1"
-#: Variable that names the virtualenv to activate (runtime `none` without `spec.backends.slurm.venv`); the submit
-#: step sets it to the submitting interpreter's `sys.prefix`, and sbatch exports it into the job.
-ENV_VENV = "LONGHAUL_VENV"
 RAY_PORT = 6379
 RAY_HEAD_TIMEOUT_S = 300
 LOG_NAME = "slurm-%j.out"
@@ -156,7 +153,7 @@ def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str |
         spec_path = _Expand(f'"$LH_RUN_DIR"/{shlex.quote(C.SPEC_FILENAME)}', f"$LH_RUN_DIR/{C.SPEC_FILENAME}")
         job_id = '${SLURM_ARRAY_JOB_ID:-}_$LH_TASK'
     lines += _env_block(task_name, task_dir, spec_path, job_id, stage)
-    job_var = "LONGHAUL_JOB_ID" if array else "SLURM_JOB_ID"
+    job_var = C.ENV_JOB_ID if array else "SLURM_JOB_ID"
     limit = slurm.max_requeues if slurm.requeue else None
     if limit is not None:
         lines += _requeue_limit_block(limit, job_var)
@@ -265,10 +262,10 @@ def _runtime_block(exp: Experiment) -> list[str]:
     gpus = exp.spec.resources.gpus_per_node
     if cont.runtime == ContainerRuntime.NONE:
         venv = (shlex.quote(slurm.venv) if slurm.venv
-                else f'"${{{ENV_VENV}:?runtime none: set spec.backends.slurm.venv or submit with {ENV_VENV}}}"')
+                else f'"${{{C.ENV_VENV}:?runtime none: set spec.backends.slurm.venv or submit with {C.ENV_VENV}}}"')
         return [
             "# Runtime 'none': the virtualenv "
-            + ("from spec.backends.slurm.venv." if slurm.venv else f"captured at submit time (${ENV_VENV})."),
+            + ("from spec.backends.slurm.venv." if slurm.venv else f"captured at submit time (${C.ENV_VENV})."),
             "set +u",
             f"source {venv}/bin/activate",
             "set -u",
@@ -435,5 +432,5 @@ def _dq_echo(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
 
 
-__all__ = ["ARRAY_LOG_NAME", "CHECKPOINT_SIGNAL", "ENV_VENV", "EXIT_REQUEUE", "EXIT_REQUEUE_LIMIT", "TASK_JOB_ID_FILE",
+__all__ = ["ARRAY_LOG_NAME", "CHECKPOINT_SIGNAL", "EXIT_REQUEUE", "EXIT_REQUEUE_LIMIT", "TASK_JOB_ID_FILE",
            "Stage", "memory_mib", "render_slurm", "slurm_run_dir"]

@@ -119,7 +119,7 @@ STATUS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "Observed state, written by the operator.",
     "properties": {
-        "phase": {"type": "string", "enum": ["Pending", "Running", "Succeeded", "Failed", "Invalid"]},
+        "phase": {"type": "string", "enum": ["Pending", "Queued", "Running", "Succeeded", "Failed", "Invalid"]},
         "observedGeneration": {"type": "integer"},
         "runName": {"type": "string"},
         "specHash": {"type": "string"},
@@ -145,7 +145,7 @@ STATUS_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "seed": {"type": "integer"},
                     "runName": {"type": "string"},
-                    "phase": {"type": "string", "enum": ["Pending", "Running", "Succeeded", "Failed"]},
+                    "phase": {"type": "string", "enum": ["Pending", "Queued", "Running", "Succeeded", "Failed"]},
                     "stage": {"type": "string"},
                     "jobName": {"type": "string"},
                     "message": {"type": "string"},

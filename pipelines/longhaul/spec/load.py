@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from longhaul import bounded
 from longhaul.bounded import InputError, dotted_path
+from longhaul.redact import redact_value
 from longhaul.spec.models import Experiment, FieldError
 
 
@@ -37,7 +38,7 @@ class Problem:
         field_ = f" {self.path}" if self.path else ""
         text = f"{where}{field_}: {self.message}"
         if self.value is not None and not isinstance(self.value, dict | list):
-            text += f" (got {self.value!r})"
+            text += f" (got {redact_value(self.value)!r})"  # a refused URL may hold the credential it is refused for
         if self.hint:
             text += f"; {self.hint}"
         return text

@@ -15,7 +15,14 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from longhaul.constants import ANNOTATION_GIT_COMMIT, ANNOTATION_SEED_GROUP, API_GROUP, API_VERSION, ENV_GIT_COMMIT, KIND
+from longhaul.constants import (
+    ANNOTATION_GIT_COMMIT,
+    ANNOTATION_SEED_GROUP,
+    API_GROUP,
+    API_VERSION,
+    ENV_GIT_COMMIT,
+    KIND,
+)
 from longhaul.envs.trajectory import TAU2_MAX_ERRORS
 from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
 
@@ -813,7 +820,22 @@ class KubernetesSpec(_Model):
     service_account: str | None = Field(default=None, pattern=DNS1123_LABEL, max_length=63, description="Pod service account.")
     node_selector: dict[QualifiedName, K8sLabelValue] = Field(default_factory=dict, description="Pod node selector.")
     tolerations: list[Toleration] = Field(default_factory=list, description="Pod tolerations.")
-    priority_class: str | None = Field(default=None, pattern=DNS1123_LABEL, max_length=63, description="PriorityClass name.")
+    queue: str | None = Field(
+        default=None, pattern=DNS1123_LABEL, max_length=63,
+        description=(
+            "Kueue LocalQueue (in the Experiment's namespace). Set: every stage workload (Job, RayJob, JobSet) is "
+            "created suspended with the label kueue.x-k8s.io/queue-name and starts when Kueue admits it (phase "
+            "Queued until then); a multi-node stage is one workload, admitted as a whole. null = no Kueue."
+        ),
+    )
+    priority_class: str | None = Field(
+        default=None, pattern=DNS1123_LABEL, max_length=63,
+        description=(
+            "Without queue: the pods' PriorityClass. With queue: a Kueue WorkloadPriorityClass (label "
+            "kueue.x-k8s.io/priority-class), which orders admission and preemption in the ClusterQueue; the pods "
+            "then get no PriorityClass, so only Kueue preempts them."
+        ),
+    )
     checkpoint_volume: CheckpointVolume | None = Field(
         default=None, description="PVC for checkpoints; null = emptyDir (lost with the pod)."
     )

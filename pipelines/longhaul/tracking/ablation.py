@@ -163,6 +163,34 @@ def render_markdown(cols: Sequence[Column], rows: Sequence[Mapping[str, object]]
     return "\n".join(lines) + "\n"
 
 
+def build_comparison_note(run_names: Sequence[str], table: str, statistics: str = "", *,
+                          limit: int = T.TAG_VALUE_MAX, files: Sequence[str] = ()) -> str:
+    """The comparison run's description (markdown, at most `limit` characters): which runs, the ablation table
+    and, when it fits, the statistics; a table too long keeps its header and the first rows that fit and says
+    how many were left out. `files` names the artefacts that hold everything."""
+    head = f"**Ablation** over {len(run_names)} training run(s): {', '.join(f'`{n}`' for n in run_names)}\n\n"
+    tail = f"\n_Full results in the artefacts: {', '.join(f'`{f}`' for f in files)}._\n" if files else ""
+    if len(head) > limit // 2:  # very many runs: name them in the artefacts, keep the room for the table
+        head = f"**Ablation** over {len(run_names)} training runs\n\n"
+    body = table.rstrip("\n") + "\n"
+    room = limit - len(head) - len(tail)
+    if len(body) > room:
+        lines = body.splitlines()
+
+        def cut(kept: list[str]) -> str:
+            return "\n".join(kept) + f"\n\n_… {len(lines) - len(kept)} more row(s)._\n"
+
+        kept = lines[:2]  # header and alignment rows
+        for line in lines[2:]:
+            if len(cut([*kept, line])) > room:
+                break
+            kept.append(line)
+        body = cut(kept)
+    elif statistics.strip() and len(body) + len(extra := "\n" + statistics.strip("\n") + "\n") <= room:
+        body += extra
+    return (head + body + tail)[:limit]
+
+
 def render_csv(cols: Sequence[Column], rows: Sequence[Mapping[str, object]]) -> str:
     """CSV with machine-friendly headers and full-precision values (empty for missing)."""
     buf = io.StringIO()

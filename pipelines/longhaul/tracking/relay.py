@@ -74,8 +74,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from longhaul.redact import redact_uri
 from longhaul.tracking.config import ENV_RUN_ID, ENV_TRACKING_URI, local_store_uri
-from longhaul.tracking.provenance import redact_uri
 from longhaul.tracking.tags import RELAY_REMOTE_RUN_ID
 
 #: Where a run keeps its relay (buffer store, outbox, state), under the run directory.

@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from longhaul.spec import Experiment, experiment_family, resolved_yaml, run_name, seed_group, spec_hash
 from longhaul.tracking import tags as T
-from longhaul.tracking.config import RUN_ID_FILE
+from longhaul.tracking.config import RUN_ID_FILE, local_artifact_location
 from longhaul.tracking.evalmetrics import build_eval_metrics
 from longhaul.tracking.provenance import build_params, collect_provenance
 from longhaul.tracking.relay import enqueue_if_relayed, mirror_of, needs_relay, probe_server, queue_offline
@@ -68,14 +68,22 @@ def quote_filter(value: str) -> str:
 
 
 def ensure_experiment(client: MlflowClient, name: str) -> str:
-    """Id of the MLflow experiment `name`, created when missing (safe when two jobs race to create it)."""
+    """Id of the MLflow experiment `name`, created when missing (safe when two jobs race to create it).
+
+    A new experiment declares itself a model-training one (`mlflow.experimentKind`); an existing longhaul
+    experiment without that tag gets it. In a local sqlite store its artefacts go beside the store
+    (`config.local_artifact_location`), not under `./mlruns` of the current directory.
+    """
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
             client.restore_experiment(exp.experiment_id)
+        if T.KIND in exp.tags and T.EXPERIMENT_KIND not in exp.tags:
+            client.set_experiment_tag(exp.experiment_id, T.EXPERIMENT_KIND, T.EXPERIMENT_KIND_TRAINING)
         return exp.experiment_id
     try:
-        return client.create_experiment(name, tags={T.KIND: "family"})
+        return client.create_experiment(name, artifact_location=local_artifact_location(client.tracking_uri),
+                                        tags={T.KIND: "family", T.EXPERIMENT_KIND: T.EXPERIMENT_KIND_TRAINING})
     except MlflowException:
         exp = client.get_experiment_by_name(name)
         if exp is None:
@@ -266,8 +274,8 @@ def ensure_seed_group_run(client: MlflowClient, experiment_id: str, group: str, 
     tags = {k: provenance[k] for k in _GROUP_TAGS if k in provenance}
     mine = client.create_run(experiment_id, run_name=group, tags={
         **tags, T.KIND: T.KIND_SEED_GROUP, T.RUN_NAME: group,
-        "mlflow.note.content": f"Training seeds of `{group}`: one child run per seed (`{group}-s<seed>`), each with "
-                               "its evaluation runs.",
+        T.NOTE: f"Training seeds of `{group}`: one child run per seed (`{group}-s<seed>`), each with "
+                "its evaluation runs.",
     }).info.run_id
     finish_run(client, mine)
     winner = oldest() or mine

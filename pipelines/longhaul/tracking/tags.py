@@ -57,6 +57,19 @@ COMPARED_RUNS = "longhaul.compared_runs"
 
 #: Set by MLflow's UI and client for nested runs.
 PARENT_RUN_ID = "mlflow.parentRunId"
+#: A run's description: MLflow's UI renders it as markdown on the run page (`mlflow.utils.mlflow_tags`).
+NOTE = "mlflow.note.content"
+#: Longest run tag value an MLflow store keeps (`mlflow.utils.validation.MAX_TAG_VAL_LENGTH`); longer values are
+#: cut silently, so a note is fitted to it before it is written.
+TAG_VALUE_MAX = 8000
+
+#: MLflow's experiment-kind tag and its value for model training (as opposed to `genai_development`): what
+#: MLflow's clients and assistant read to treat an experiment as runs-first.
+EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND_TRAINING = "custom_model_development"
+#: MLflow 3.17's UI chooses between its GenAI and model-training navigation from this URL query (else the
+#: browser's last choice, GenAI by default) and ignores EXPERIMENT_KIND, so links longhaul prints carry it.
+UI_WORKFLOW_QUERY = "workflowType=machine_learning"
 
 SPEC_ARTIFACT_DIR = "spec"
 CHECKPOINT_ARTIFACT_DIR = "checkpoints"

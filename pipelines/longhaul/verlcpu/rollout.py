@@ -29,12 +29,11 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
+from longhaul import constants as C
 from longhaul.verlcpu import ROLLOUT_NAME
 
 logger = logging.getLogger(__name__)
 
-#: Threads the generation server's torch uses (the trainer rank and the agent loop share the machine).
-ENV_ROLLOUT_THREADS = "LONGHAUL_CPU_ROLLOUT_THREADS"
 
 
 def server_actor_name(replica_rank: int, name_suffix: str = "") -> str:
@@ -77,7 +76,7 @@ class CPUGenerationServer:
     def __init__(self, config: Any, model_config: Any, replica_rank: int) -> None:
         from transformers import AutoModelForCausalLM
 
-        torch.set_num_threads(int(os.environ.get(ENV_ROLLOUT_THREADS, "1")))
+        torch.set_num_threads(int(os.environ.get(C.ENV_CPU_ROLLOUT_THREADS, "1")))
         self.config = config
         self.replica_rank = replica_rank
         path = getattr(model_config, "local_path", None) or model_config.path

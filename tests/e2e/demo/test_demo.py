@@ -151,6 +151,20 @@ def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):
         assert 0.0 <= c.data.metrics["eval/pass_hat_k/1"] <= 1.0
     artifacts = [a.path for a in client.list_artifacts(by_step[steps[-1]].info.run_id, "eval")]
     assert any(p.endswith("results.jsonl") for p in artifacts)
+    # Every evaluated episode is a trace linked to its checkpoint's eval run, with its tool calls, and counted.
+    import mlflow
+
+    mlflow.set_tracking_uri(client.tracking_uri)
+    for step, c in by_step.items():
+        results = run_dir / "eval" / f"step_{step}" / "results.jsonl"
+        episodes = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+        traces = mlflow.search_traces(locations=[run.info.experiment_id], run_id=c.info.run_id, return_type="list")
+        assert len(traces) == len(episodes) == c.data.metrics["eval/traces_logged"], step
+        assert c.data.metrics["eval/traces_dropped"] == 0
+        assert sorted((t.info.tags["longhaul.task_id"], t.data.spans[0].attributes["trial"]) for t in traces) == \
+            sorted((e["task_id"], e["trial"]) for e in episodes)
+        calls = sum(e["num_tool_calls"] for e in episodes)
+        assert sum(1 for t in traces for sp in t.data.spans if sp.span_type == "TOOL") == calls
 
 
 def test_demo_rerun_resumes_the_same_run_without_redoing_work(demo):

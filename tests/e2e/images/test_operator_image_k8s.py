@@ -24,16 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
 
 from k8s_harness import Cluster, wait_until  # noqa: E402
 
+from support.net import free_port  # noqa: E402
+
 pytestmark = [pytest.mark.images, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[3]
 SPEC = ROOT / "specs" / "prm_lite_lata.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

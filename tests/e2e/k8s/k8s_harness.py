@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from support.net import free_port, wait_http
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD_FILE = ROOT / "charts/longhaul/crds/experiments.longhaul.dev.yaml"
@@ -45,28 +46,6 @@ def _tool(name: str) -> str:
     if not found:
         pytest.fail(f"{name} not found: run scripts/ci/k8s-tools.sh (installs pinned kubectl and helm into .cache/bin)")
     return found
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_http(url: str, proc: subprocess.Popen[Any], timeout: float, log: Path) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} not up after {timeout}s:\n{log.read_text()[-3000:]}")
 
 
 def stop(proc: subprocess.Popen[Any] | None, sig: int = signal.SIGTERM) -> None:
@@ -128,7 +107,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         if real:
             cl = Cluster(kubeconfig=Path(real).expanduser(), emulated=False, workdir=workdir)
         else:
-            port = _free_port()
+            port = free_port()
             log = workdir / "emulator.log"
             kubeconfig = workdir / "kubeconfig"
             with log.open("w") as out:
@@ -137,7 +116,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                      "--access-log", "--delay", "POST:jobs=3"],
                     stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
                 )
-            _wait_http(f"http://127.0.0.1:{port}/version", proc, 60, log)
+            wait_http(f"http://127.0.0.1:{port}/version", 60, proc=proc, log=log)
             cl = Cluster(kubeconfig=kubeconfig, emulated=True, workdir=workdir)
         # Exactly what a user does: the CRD from the chart, then wait until it is served.
         cl.kubectl("apply", "-f", str(CRD_FILE))
@@ -178,7 +157,7 @@ class Operator:
         return {**self.cluster.env, "LONGHAUL_OPERATOR_RESYNC_S": "5", **self.env}
 
     def start(self) -> None:
-        port = _free_port()
+        port = free_port()
         self.starts += 1
         self.log = self.workdir / f"operator-{self.starts}.log"
         with self.log.open("w") as out:
@@ -186,7 +165,7 @@ class Operator:
                 [sys.executable, "-m", "kopf", *self.kopf_args(port)],
                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=self.process_env(),
             )
-        _wait_http(f"http://127.0.0.1:{port}/healthz", self.proc, 60, self.log)
+        wait_http(f"http://127.0.0.1:{port}/healthz", 60, proc=self.proc, log=self.log)
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, no final status write — like a node loss."""
@@ -220,7 +199,7 @@ class WarmOperator(Operator):
         self.spare: tuple[subprocess.Popen[Any], int, Path] | None = None
 
     def _spawn(self) -> tuple[subprocess.Popen[Any], int, Path]:
-        port = _free_port()
+        port = free_port()
         self.starts += 1
         log = self.workdir / f"operator-{self.starts}.log"
         with log.open("w") as out:
@@ -239,7 +218,7 @@ class WarmOperator(Operator):
         self.proc, self.log = proc, log
         self.spare = self._spawn()
         if wait:
-            _wait_http(f"http://127.0.0.1:{port}/healthz", proc, 60, log)
+            wait_http(f"http://127.0.0.1:{port}/healthz", 60, proc=proc, log=log)
 
     def stop(self) -> None:
         super().stop()

@@ -25,7 +25,8 @@ def helm(tmp_path: Path, *args: str, check: bool = True) -> subprocess.Completed
     return proc
 
 
-@pytest.mark.parametrize("sets", [[], ["--set", "watch.clusterWide=true", "--set", "multinodeEngines={rayjob,jobset}"],
+@pytest.mark.parametrize("sets", [[], ["--set", "watch.clusterWide=true", "--set", "multinodeEngines={rayjob,jobset}",
+                                       "--set", "kueue=true"],
                                   ["--set", "watch.namespaces={team-a,team-b}"]], ids=["namespaced", "cluster", "multi-ns"])
 def test_lint_and_template_validate(tmp_path: Path, sets: list[str]) -> None:
     helm(tmp_path, "lint", "--strict", str(CHART), *sets)
@@ -55,6 +56,10 @@ def test_lint_and_template_validate(tmp_path: Path, sets: list[str]) -> None:
         resources = {r for rule in role["rules"] for r in rule["resources"]}
         assert {"experiments", "experiments/status", "jobs", "configmaps", "events"} <= resources
         assert "secrets" not in resources and "pods" not in resources
+    # Kueue's Workloads: read (list) only when the chart is told Kueue is there.
+    kueue_rules = [rule for role in roles for rule in role["rules"] if "kueue.x-k8s.io" in rule["apiGroups"]]
+    assert kueue_rules == ([{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]}]
+                           if "kueue=true" in sets else [])
     if "--set" in sets and "watch.clusterWide=true" in sets:
         assert [r["kind"] for r in roles] == ["ClusterRole"] and "--all-namespaces" in c["args"]
     else:

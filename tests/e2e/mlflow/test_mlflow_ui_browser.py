@@ -6,44 +6,22 @@ import html
 import json
 import os
 import re
-import shutil
-import subprocess
 import urllib.parse
 from pathlib import Path
 
 import pytest
 
 from longhaul.spec import run_name
+from support.chromium import run_chromium as _run_chromium
 from support.tracking_runs import PopulatedRun
 
 pytestmark = [pytest.mark.mlflow, pytest.mark.browser]
-
-CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run",
-    # Charts only draw when every compositor stage runs before the capture.
-    "--run-all-compositor-stages-before-draw", "--virtual-time-budget=30000",
-)  # fmt: skip
-
-
-def _chromium() -> str:
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.fail("headless Chromium is missing: run scripts/ci/chromium.sh (Debian packages chromium, chromium-driver)")
-    return exe
 
 
 def _compare_url(base: str, runs: list[PopulatedRun]) -> str:
     ids = json.dumps([r.tracked.run_id for r in runs])
     exps = json.dumps(sorted({r.tracked.experiment_id for r in runs}))
     return f"{base}/#/compare-runs?runs={urllib.parse.quote(ids)}&experiments={urllib.parse.quote(exps)}"
-
-
-def _run_chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
 
 
 def test_compare_runs_page_shows_both_runs_and_a_metric(ablation_runs, mlflow_server, tmp_path):

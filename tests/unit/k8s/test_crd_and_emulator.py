@@ -100,3 +100,10 @@ def test_patches() -> None:
         patches.json_patch(doc, [{"op": "test", "path": "/metadata/resourceVersion", "value": "9"}])
     assert patches.strip_directives({"$setElementOrder/containers": [], "spec": {"$retainKeys": [], "x": 1}}) == \
         {"spec": {"x": 1}}
+
+
+def test_preferred_api_version_follows_kubernetes_priority() -> None:
+    from kube_emulator import server
+
+    versions = ["v1alpha1", "v1", "v1beta1", "v2", "v1beta2", "v10"]
+    assert sorted(versions, key=server._version_priority) == ["v10", "v2", "v1", "v1beta2", "v1beta1", "v1alpha1"]

@@ -49,6 +49,9 @@ def _variants() -> list[tuple[str, Experiment]]:
         ("prm_lite_lata-nodes2-rayjob", _with(base, resources__nodes=2)),
         ("prm_lite_lata-nodes2-jobset", _with(base, resources__nodes=2, backends__kubernetes__multinode_engine="jobset")),
         ("smoke-seeds", _smoke_seeds([7, 8])),
+        # Kueue: suspended, queue and WorkloadPriorityClass labels on the RayJob (tests/unit/k8s/test_kueue_multinode.py).
+        ("prm_lite_lata-nodes2-rayjob-kueue", _with(base, resources__nodes=2, backends__kubernetes__queue="team-a",
+                                                    backends__kubernetes__priority_class="high")),
     ]
 
 

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from support.net import free_port
+
 ROOT = Path(__file__).resolve().parents[3]
 FAKE = Path(__file__).with_name("fake_vllm.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture()
