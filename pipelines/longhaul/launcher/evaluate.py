@@ -7,7 +7,7 @@ policy server serves those weights, every task of the split runs `samples_per_ta
 complete), and the summary (pass^k, pass@k, subsets, bootstrap CIs: `longhaul.eval.metrics.summarize_records`,
 seeded with the first evaluation seed, exactly as `longhaul eval` computes it) is logged as an MLflow child run of
 the training run (`longhaul.tracking`), and every episode as an MLflow trace linked to that child run
-(`log_episode_traces`; counted as `eval/traces_logged` / `eval/traces_dropped` and in `summary.json`). A checkpoint
+(`longhaul.launcher.traces`; counted as `eval/traces_logged` / `eval/traces_dropped` and in `summary.json`). A checkpoint
 whose summary exists is skipped and a finished merge is reused, so a requeued job continues where it stopped.
 
 Then the best checkpoint is selected on `evaluation.select_on` (pass^1, ties → earliest step; never a subset
@@ -29,9 +29,6 @@ from longhaul.checkpoints import MergeAborted, merge_checkpoint, merged_model_di
 from longhaul.constants import ENV_USER_SIM_API_KEY
 from longhaul.launcher.control import RequeueRequested
 from longhaul.launcher.files import atomic_write_json
-
-#: The longest an evaluation step waits for its episode traces to reach MLflow (the rest are counted as dropped).
-TRACE_FLUSH_S = 120.0
 
 
 class EvalStopped(Exception):  # noqa: N818 - control flow
@@ -68,37 +65,6 @@ def fetch_checkpoint_model(ctx: Any, step: int) -> Path:
         raise RequeueRequested(f"eval step {step} (merging)") from None
 
 
-def log_episode_traces(ctx: Any, step: int, episodes: list[Any], split: Any, eval_run: str | None,
-                       say: Any) -> dict[str, int]:
-    """Every evaluated episode of `step` as an MLflow trace (`longhaul.tracking.traces`), linked to the step's eval
-    run (the training run when the relay creates the eval run later); the counts go to that run as
-    `eval/traces_logged` and `eval/traces_dropped` at the step. Bounded: a slow or absent server costs at most
-    `TRACE_FLUSH_S` after the episodes, and drops are counted, never raised."""
-    from longhaul.spec import run_name
-    from longhaul.tracking.runs import log_metrics
-    from longhaul.tracking.traces import TraceLogger, build_episode_trace, prm_rule_hits
-
-    if not ctx.tracking_uri or not ctx.experiment_id or not episodes:
-        return {"logged": 0, "dropped": 0}
-    alg, rules = ctx.exp.spec.algorithm, ctx.exp.spec.reward.rules
-    link = eval_run or ctx.run_id
-    logger = TraceLogger(ctx.tracking_uri, ctx.experiment_id, link)
-    for traj in episodes:
-        rec = traj.to_dict()
-        hits, process = prm_rule_hits(rec, rules, seed_compat=bool(alg.seed_compat))
-        logger.submit(build_episode_trace(rec, run_name=run_name(ctx.exp), step=step, run_id=link,
-                                          subset=split.primary(traj.task_id), rule_hits=hits, process=process))
-    counts = logger.close(TRACE_FLUSH_S)
-    try:
-        log_metrics(ctx.tracking_uri, link, {"eval/traces_logged": counts.logged,
-                                             "eval/traces_dropped": counts.dropped}, step)
-    except Exception as exc:  # noqa: BLE001 - the counts stay in summary.json
-        counts.errors.append(f"logging the counts: {type(exc).__name__}: {exc}")
-    say(f"step {step}: {counts.logged} episode trace(s) in MLflow, {counts.dropped} dropped"
-        + (f" ({counts.errors[0]})" if counts.errors else ""))
-    return {"logged": counts.logged, "dropped": counts.dropped}
-
-
 def run_eval_stage(ctx: Any) -> None:
     """Evaluate the spec's checkpoints (module docstring)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -112,6 +78,7 @@ def run_eval_stage(ctx: Any) -> None:
     from longhaul.envs.runner import EpisodeLimits
     from longhaul.eval.evaluate import EvalPlan, build_run_info, evaluate
     from longhaul.eval.metrics import bootstrap_seed, summarize_records
+    from longhaul.launcher.traces import log_episode_traces
     from longhaul.tracking.runs import log_evaluation, log_selection
     from longhaul.tracking.selection import build_selection, build_selection_message, check_select_on
 

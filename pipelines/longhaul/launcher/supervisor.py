@@ -24,6 +24,7 @@ from longhaul.launcher.processes import (
 )
 from longhaul.launcher.protocol import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
 from longhaul.launcher.servers import ManagedServer, PolicyServer, ServerStartError
+from longhaul.launcher.traces import log_training_traces
 from longhaul.render.plan import LaunchPlan, StagePlan, render_plan
 from longhaul.spec import Experiment, SpecError, load_spec, resolved_yaml, run_name
 
@@ -391,6 +392,7 @@ def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], s
         _run_subprocess_stage(s, env, run_dir, control, echo, console, servers)
         if s.name == "grpo":
             _record_checkpoints(ctx, say)
+            log_training_traces(ctx, plan.paths.rollouts_dir, say)
 
     def restart_crashed(s: StagePlan, exc: BaseException) -> bool:
         """After a stage failed: restart the servers that crashed and say so (True), within the launch's budget;

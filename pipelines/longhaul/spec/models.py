@@ -769,6 +769,11 @@ class TrackingSpec(_Model):
     early_stop_on_collapse: bool = Field(
         default=False, description="Stop training when the collapse watchdog fires."
     )
+    training_traces_per_step: int = Field(
+        default=2, ge=0, le=64,
+        description="Training episodes per step logged as MLflow traces when the grpo stage ends (the first in "
+        "(group, sample) order; every evaluated episode is traced). 0 = none.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> TrackingSpec:

@@ -7,7 +7,10 @@ turn (LLM: the text, completion tokens, finish reason, the PRM-Lite rules that f
 one TOOL span per call (arguments, result, error flag), and one span per user-simulator reply. All samples of a
 task share an MLflow session (`mlflow.trace.session` = `<run>/step_<N>/task_<id>`), so they sit together; the
 trace is linked to a run (`mlflow.sourceRun`: the checkpoint's eval run, or the training run when the eval run is
-created later by the tracking relay) and tagged with the task and step.
+created later by the tracking relay) and tagged with the task, step and kind (`eval`). A sample of the training
+episodes (`tracking.training_traces_per_step`, read back from the rollout traces when the grpo stage ends:
+`sample_training_records`) is traced the same way, kind `train`, with the reward it trained with, linked to the
+training run.
 
 Timestamps. A trajectory keeps no per-turn clock, so spans get consecutive synthetic microseconds ending at the
 time the trace is logged: the order is the transcript's, durations mean nothing.
@@ -25,6 +28,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: MLflow's trace metadata keys (`mlflow.tracing.constant.TraceMetadataKey`).
@@ -34,6 +38,8 @@ SESSION = "mlflow.trace.session"
 TAG_TASK = "longhaul.task_id"
 TAG_STEP = "longhaul.checkpoint_step"
 TAG_OUTCOME = "longhaul.outcome"
+TAG_KIND = "longhaul.trace_kind"
+KIND_EVAL, KIND_TRAIN = "eval", "train"
 #: How long a tool result or message may be inside a span (the full transcript stays in the results artefacts).
 MAX_TEXT = 4000
 
@@ -69,18 +75,21 @@ class EpisodeTrace:
     metadata: Mapping[str, str]
 
 
-def session_id(run_name: str, step: int, task_id: str) -> str:
-    """The MLflow session of every sample of one task at one checkpoint."""
-    return f"{run_name}/step_{step}/task_{task_id}"
+def session_id(run_name: str, kind: str, step: int, task_id: str) -> str:
+    """The MLflow session of every sample of one task at one step (`kind`: `eval` or `train`)."""
+    return f"{run_name}/{kind}_step_{step}/task_{task_id}"
 
 
 def build_episode_trace(traj: Mapping[str, Any], *, run_name: str, step: int, run_id: str,
                         subset: str | None = None, rule_hits: Mapping[int, list[str]] | None = None,
-                        process: float | None = None) -> EpisodeTrace:
+                        process: float | None = None, kind: str = KIND_EVAL,
+                        reward: float | None = None) -> EpisodeTrace:
     """The trace of one episode (module docstring) from its trajectory record (`Trajectory.to_dict()`).
 
     `rule_hits` maps a turn index to the PRM-Lite rules that fired on it; `process` is the episode's process
-    score. Both are optional (an evaluation scores outcomes; the rules are what training would have added)."""
+    score. Both are optional (an evaluation scores outcomes; the rules are what training would have added).
+    `kind` says whether the episode was evaluated or trained on (a training episode also carries the `reward` it
+    trained with)."""
     turns = list(traj.get("turns") or [])
     grade = traj.get("grade") or {}
     meta = traj.get("metadata") or {}
@@ -122,15 +131,40 @@ def build_episode_trace(traj: Mapping[str, Any], *, run_name: str, step: int, ru
     }
     if process is not None:
         attributes["process_score"] = process
+    if reward is not None:
+        attributes["reward"] = reward
     if not scored:
         attributes["endpoint_error"] = meta.get("endpoint_error") or ""
     root = SpanSpec(f"task {task_id} · trial {traj.get('trial')}", "AGENT",
                     inputs={"task_id": task_id, "first_user_message": _clip(first_user)},
                     outputs={"termination": traj.get("termination"), "outcome": outcome,
-                             **({"process_score": process} if process is not None else {})},
+                             **({"process_score": process} if process is not None else {}),
+                             **({"reward": reward} if reward is not None else {})},
                     attributes=attributes, children=tuple(children))
-    tags = {TAG_TASK: task_id, TAG_STEP: str(step), TAG_OUTCOME: "unscored" if outcome is None else str(int(outcome))}
-    return EpisodeTrace(root, tags, {SESSION: session_id(run_name, step, task_id), SOURCE_RUN: run_id})
+    tags = {TAG_TASK: task_id, TAG_STEP: str(step), TAG_KIND: kind,
+            TAG_OUTCOME: "unscored" if outcome is None else str(int(outcome))}
+    return EpisodeTrace(root, tags, {SESSION: session_id(run_name, kind, step, task_id), SOURCE_RUN: run_id})
+
+
+def sample_training_records(rollouts_dir: str | Path, per_step: int) -> list[tuple[int, dict[str, Any]]]:
+    """(step, trace line) of the first `per_step` trained episodes of every step under a run's rollout traces
+    (`longhaul.agentloop.traces`: `step_<N>/<pid>.jsonl`; validation and failed trajectories are not sampled),
+    in (group uid, sample) order so the choice does not depend on which worker wrote first. Files are read with
+    the bounds of `longhaul.bounded.TRAJECTORIES`."""
+    from longhaul import bounded
+
+    out: list[tuple[int, dict[str, Any]]] = []
+    root = Path(rollouts_dir)
+    if per_step <= 0 or not root.is_dir():
+        return out
+    steps = sorted(int(d.name[len("step_"):]) for d in root.glob("step_*") if d.name[len("step_"):].isdigit())
+    for step in steps:
+        lines = [rec for f in sorted((root / f"step_{step}").glob("*.jsonl"))
+                 for _, rec in bounded.read_jsonl(f, bounded.TRAJECTORIES, expected="one rollout trace per line")
+                 if isinstance(rec, dict) and rec.get("trajectory")]
+        lines.sort(key=lambda r: (str(r.get("uid")), int(r.get("session") or 0)))
+        out += [(step, rec) for rec in lines[:per_step]]
+    return out
 
 
 def prm_rule_hits(traj: Mapping[str, Any], rules: Any = None, seed_compat: bool = False) -> tuple[dict[int, list[str]], float]:

@@ -165,6 +165,13 @@ def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):
             sorted((e["task_id"], e["trial"]) for e in episodes)
         calls = sum(e["num_tool_calls"] for e in episodes)
         assert sum(1 for t in traces for sp in t.data.spans if sp.span_type == "TOOL") == calls
+    # ... and a sample of the trained episodes (tracking.training_traces_per_step of every step) on the training run.
+    trained = mlflow.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id, return_type="list")
+    per_step = doc["spec"].get("tracking", {}).get("training_traces_per_step", 2)
+    assert sorted(int(t.info.tags["longhaul.checkpoint_step"]) for t in trained) == sorted(steps * per_step)
+    assert {t.info.tags["longhaul.trace_kind"] for t in trained} == {"train"}
+    assert all("reward" in t.data.spans[0].attributes for t in trained)
+    assert run.data.metrics["train/traces_logged"] == len(trained) and run.data.metrics["train/traces_dropped"] == 0
 
 
 def test_demo_rerun_resumes_the_same_run_without_redoing_work(demo):

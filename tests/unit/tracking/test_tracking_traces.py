@@ -3,6 +3,7 @@ against a real MLflow sqlite store (read back through MLflow's own trace search)
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -38,8 +39,8 @@ def test_the_span_tree_follows_the_transcript():
     ok = root.children[1].children[0]
     assert not ok.attributes["is_error"] and ok.inputs == traj["turns"][1]["tool_calls"][0]["arguments"]
     assert sum(len(c.attributes.get("prm_lite_rules", [])) for c in root.children) == sum(len(v) for v in hits.values())
-    assert t.tags == {TAG_TASK: "5", TAG_STEP: "2", "longhaul.outcome": "1"}
-    assert t.metadata == {SESSION: "r-1/step_2/task_5", SOURCE_RUN: "abc"}
+    assert t.tags == {TAG_TASK: "5", TAG_STEP: "2", "longhaul.outcome": "1", "longhaul.trace_kind": "eval"}
+    assert t.metadata == {SESSION: "r-1/eval_step_2/task_5", SOURCE_RUN: "abc"}
     assert root.count() == 1 + len(root.children) + sum(len(c.children) for c in root.children)
 
 
@@ -59,7 +60,7 @@ def test_traces_land_in_the_store_linked_to_the_run_with_a_session_per_task(tmp_
     assert (counts.logged, counts.dropped) == (2, 0), counts.errors
     found = mlflow.search_traces(locations=[eid], run_id=run_id, return_type="list")
     assert len(found) == 2
-    assert {t.info.trace_metadata[SESSION] for t in found} == {"r-1/step_2/task_5"}
+    assert {t.info.trace_metadata[SESSION] for t in found} == {"r-1/eval_step_2/task_5"}
     spans = {t.info.tags[TAG_TASK]: t for t in found}
     assert set(spans) == {"5"}
     tools = [s for t in found for s in t.data.spans if s.span_type == "TOOL"]
@@ -103,7 +104,7 @@ def test_the_eval_stage_logs_and_counts_the_traces_of_a_step(tmp_path: Path):
 
     from longhaul.envs.airline.splits import build_split
     from longhaul.envs.trajectory import Trajectory
-    from longhaul.launcher.evaluate import log_episode_traces
+    from longhaul.launcher.traces import log_episode_traces
     from longhaul.spec import load_spec
     from support.specs import SPECS_DIR
 
@@ -123,3 +124,50 @@ def test_the_eval_stage_logs_and_counts_the_traces_of_a_step(tmp_path: Path):
     metrics = client.get_run(child).data.metrics
     assert metrics["eval/traces_logged"] == 3 and metrics["eval/traces_dropped"] == 0
     assert not mlflow.search_traces(locations=[eid], run_id=train, return_type="list")
+
+
+def test_a_sample_of_training_episodes_is_traced_on_the_training_run(tmp_path: Path):
+    """`log_training_traces` (the end of the grpo stage): `training_traces_per_step` episodes of every step, read
+    from the rollout traces in (group, sample) order (validation and failures skipped), with their reward."""
+    from types import SimpleNamespace
+
+    import mlflow
+    from mlflow import MlflowClient
+
+    from longhaul.launcher.traces import log_training_traces
+    from longhaul.spec import load_spec
+    from longhaul.tracking.traces import sample_training_records
+    from support.specs import SPECS_DIR
+
+    rollouts = tmp_path / "rollouts"
+    for step in (1, 2):
+        for pid, uids in ((11, ["b", "a"]), (12, ["c"])):
+            f = rollouts / f"step_{step}" / f"{pid}.jsonl"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text("".join(json.dumps({"step": step, "uid": u, "session": s, "trajectory": gold_episode(s),
+                                             "reward": {"score": 1.25, "process": 0.8}}) + "\n"
+                                 for u in uids for s in (1, 0)))
+        (rollouts / f"val_step_{step}").mkdir()
+        (rollouts / f"val_step_{step}" / "1.jsonl").write_text(json.dumps({"trajectory": gold_episode(9)}) + "\n")
+        (rollouts / f"step_{step}" / "failures").mkdir()
+    picked = sample_training_records(rollouts, 3)
+    assert [(s, r["uid"], r["session"]) for s, r in picked] == [(1, "a", 0), (1, "a", 1), (1, "b", 0),
+                                                                 (2, "a", 0), (2, "a", 1), (2, "b", 0)]
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    eid = client.create_experiment("e", artifact_location=(tmp_path / "art").as_uri())
+    train = client.create_run(eid).info.run_id
+    exp = load_spec(SPECS_DIR / "smoke.yaml")
+    assert exp.spec.tracking.training_traces_per_step == 2
+    said: list[str] = []
+    counts = log_training_traces(SimpleNamespace(tracking_uri=uri, experiment_id=eid, run_id=train, exp=exp),
+                                 str(rollouts), said.append)
+    assert counts == {"logged": 4, "dropped": 0}, said
+    traces = mlflow.search_traces(locations=[eid], run_id=train, return_type="list")
+    assert sorted(t.info.tags["longhaul.checkpoint_step"] for t in traces) == ["1", "1", "2", "2"]
+    assert {t.info.tags["longhaul.trace_kind"] for t in traces} == {"train"}
+    root = traces[0].data.spans[0]
+    assert root.attributes["reward"] == 1.25 and root.attributes["process_score"] == 0.8
+    metrics = client.get_run(train).data.metrics
+    assert metrics["train/traces_logged"] == 4 and metrics["train/traces_dropped"] == 0
