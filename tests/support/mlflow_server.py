@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -26,8 +27,6 @@ import pytest
 from support.net import free_port
 
 READY_TIMEOUT_S = float(os.environ.get("LONGHAUL_TEST_MLFLOW_TIMEOUT", "180"))
-#: The name some MLflow tests import (the helper itself lives in support.net).
-free_loopback_port = free_port
 
 
 @dataclass
@@ -72,6 +71,23 @@ def start_mlflow_server(root: Path, *, timeout_s: float = READY_TIMEOUT_S, port:
         "--artifacts-destination", str((root / "artifacts").absolute()),
         "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
     ]  # fmt: skip
+    return _start(argv, port, root, log_path, cwd=None, timeout_s=timeout_s)
+
+
+def start_printed_ui(command: str, cwd: Path, root: Path, *, timeout_s: float = READY_TIMEOUT_S) -> MlflowServer:
+    """Run the `mlflow ui …` command a run printed (as a user pastes it) from `cwd`, on a free port, and wait
+    for /health. `root` holds its log; the store is whatever the command names."""
+    argv = shlex.split(command)
+    if argv[:2] != ["mlflow", "ui"]:
+        raise ValueError(f"not an `mlflow ui` command: {command!r}")
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    return _start([sys.executable, "-m", *argv, "--port", str(port)], port, root, root / "ui.log", cwd=cwd,
+                  timeout_s=timeout_s)
+
+
+def _start(argv: list[str], port: int, root: Path, log_path: Path, *, cwd: Path | None,
+           timeout_s: float) -> MlflowServer:
     env = {
         **os.environ,
         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
@@ -81,7 +97,7 @@ def start_mlflow_server(root: Path, *, timeout_s: float = READY_TIMEOUT_S, port:
     for client_var in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME"):
         env.pop(client_var, None)  # the server must not inherit a client's settings
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=cwd)
     server = MlflowServer(f"http://127.0.0.1:{port}", port, root, proc, log_path)
     deadline = time.monotonic() + timeout_s
     try:

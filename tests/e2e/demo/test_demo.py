@@ -184,3 +184,72 @@ def test_demo_rerun_resumes_the_same_run_without_redoing_work(demo):
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "resumed, attempt 2" in proc.stdout
     assert "stage grpo: already done" in proc.stdout and "stage eval: already done" in proc.stdout
+
+
+#: Entries of MLflow 3.17's GenAI navigation, absent from its model-training one.
+GENAI_NAV = ("Training runs", "Judges", "Prompts & versions")
+
+
+@pytest.mark.mlflow
+@pytest.mark.browser
+def test_the_printed_mlflow_ui_opens_on_the_runs_and_shows_an_episode_trace(demo, tmp_path):
+    """The `mlflow ui` line the demo printed, pasted in another directory: the artefacts are served from the run
+    directory, the printed page opens on the runs table (model-training navigation), and the trace viewer shows an
+    evaluated episode of the smoke pipeline with its turns, tool calls and grade (headless Chromium)."""
+    import html
+    import json
+    import urllib.parse
+    import urllib.request
+
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from longhaul.spec import resolved_yaml, run_name
+    from longhaul.tracking.config import UI_DEFAULT_URL
+    from support.chromium import run_chromium
+    from support.mlflow_server import start_printed_ui, stop_mlflow_server
+
+    run_dir, out, rc, doc = demo
+    assert rc == 0
+    line = next(x for x in out.splitlines() if "mlflow ui --backend-store-uri" in x)
+    command, rest = line[line.index("mlflow ui"):].split("   then open ")
+    page = rest.split()[0]
+    run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
+    client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    run = client.get_run(run_id)
+    mlflow.set_tracking_uri(client.tracking_uri)
+    evals = client.search_runs([run.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{run_id}'")
+    last = max(evals, key=lambda r: int(r.data.tags["longhaul.checkpoint_step"]))
+    traces = mlflow.search_traces(locations=[run.info.experiment_id], run_id=last.info.run_id, return_type="list")
+    trace = max(traces, key=lambda t: sum(1 for s in t.data.spans if s.span_type == "TOOL"))
+    tools = sorted({s.name for s in trace.data.spans if s.span_type == "TOOL"})
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    ui = start_printed_ui(command, elsewhere, tmp_path / "ui")
+    try:
+        # The artefacts are found although the UI runs elsewhere: they sit in the run directory, by absolute path.
+        query = urllib.parse.urlencode({"path": "spec/experiment.yaml", "run_uuid": run_id})
+        with urllib.request.urlopen(f"{ui.uri}/get-artifact?{query}", timeout=30) as r:
+            from longhaul.spec import load_spec
+
+            assert r.read().decode() == resolved_yaml(load_spec(SPEC))
+        dom = run_chromium(["--dump-dom", page.replace(UI_DEFAULT_URL, ui.uri)], tmp_path / "profile")
+        text = html.unescape(dom.stdout)
+        assert dom.returncode == 0 and run_name(load_spec(SPEC)) in text, text[-2000:]  # the runs table
+        assert "Model registry" in text and not any(f">{item}<" in text for item in GENAI_NAV)
+
+        trace_page = (f"{ui.uri}/#/experiments/{run.info.experiment_id}/traces"
+                      f"?selectedEvaluationId={trace.info.trace_id}")
+        dom = run_chromium(["--dump-dom", trace_page], tmp_path / "profile-trace")
+        text = html.unescape(dom.stdout)
+        root = trace.data.spans[0]
+        for shown in (root.name, "assistant turn 0", "first_user_message", "termination", "outcome",
+                      "process_score", root.attributes["termination"], *tools):
+            assert shown in text, (shown, text[-2000:])
+        shot = Path(os.environ.get("LONGHAUL_BROWSER_SHOTS", tmp_path)) / "mlflow-trace.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        cap = run_chromium(["--window-size=1600,1200", f"--screenshot={shot}", trace_page], tmp_path / "profile-shot")
+        assert cap.returncode == 0 and shot.stat().st_size > 20_000, cap.stderr[-2000:]
+    finally:
+        stop_mlflow_server(ui)
