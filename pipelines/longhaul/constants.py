@@ -17,6 +17,9 @@ LABEL_STAGE = f"{API_GROUP}/stage"
 #: On the children of a seed run: the group's run name (selects every seed run's objects of one Experiment).
 LABEL_SEED_GROUP = f"{API_GROUP}/seed-group"
 ANNOTATION_GIT_COMMIT = f"{API_GROUP}/git-commit"
+#: At most this many runs in an Experiment's `status.history` (the oldest are dropped; the CRD's maxItems): the status
+#: stays far below etcd's object size limit however often a spec is changed from git.
+STATUS_HISTORY_LIMIT = 50
 #: On a seed run: the run name of the multi-seed Experiment it was expanded from (`longhaul.spec.seed_runs`).
 ANNOTATION_SEED_GROUP = f"{API_GROUP}/seed-group"
 ANNOTATION_MLFLOW_RUN_ID = f"{API_GROUP}/mlflow-run-id"

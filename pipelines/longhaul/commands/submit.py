@@ -132,6 +132,27 @@ def _status_line(st: dict) -> str:
     return line
 
 
+#: Columns of `longhaul history` (status.history keys, `longhaul.k8s.status.record_history`) and their headings.
+HISTORY_COLUMNS = (("runName", "RUN"), ("specHash", "SPEC HASH"), ("gitCommit", "GIT COMMIT"), ("phase", "PHASE"),
+                   ("mlflowRunId", "MLFLOW RUN"), ("startTime", "STARTED"), ("completionTime", "COMPLETED"))
+
+
+def history_table(experiment: dict) -> str:
+    """The runs an Experiment had (its `status.history`, newest last) as aligned text columns; spec hashes and
+    commits shortened to 12 hex digits (the run name carries the hash's first 8)."""
+    entries = (experiment.get("status") or {}).get("history") or []
+    meta = experiment.get("metadata") or {}
+    if not entries:
+        return f"{meta.get('namespace', '?')}/{meta.get('name', '?')}: no runs recorded yet"
+    rows = [[h for _, h in HISTORY_COLUMNS]]
+    for e in entries:
+        row = [str(e.get(k) or "-") for k, _ in HISTORY_COLUMNS]
+        row[1], row[2] = row[1][:12], row[2][:12]
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HISTORY_COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def submit(
@@ -188,6 +209,30 @@ def register(app: typer.Typer) -> None:
             return
         for st in sts:
             out.print(_status_line(st) if st.get("submitted", True) else f"{st['run_name']}  not submitted from here")
+
+    @app.command()
+    def history(
+        name: Annotated[str, typer.Argument(help="Experiment name (metadata.name) in the cluster.")],
+        namespace: Annotated[str | None, typer.Option(
+            "--namespace", "-n", help="Namespace of the Experiment (default: the kubectl context's).")] = None,
+        kubeconfig: Annotated[Path | None, typer.Option(
+            "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print status.history as JSON.")] = False,
+    ) -> None:
+        """The runs a Kubernetes Experiment had, oldest first: run name, spec hash, git commit, phase, MLflow run.
+
+        Read from the Experiment's status.history, which the operator keeps (the last 50 runs); deleting the
+        Experiment deletes it too (the MLflow runs stay)."""
+        from longhaul.submit.kubernetes import KubectlError, fetch_experiment
+
+        try:
+            exp = fetch_experiment(name, namespace=namespace, kubeconfig=kubeconfig)
+        except (KubectlError, OSError) as exc:
+            _fail(f"{name}: {exc}")
+        if as_json:
+            typer.echo(json.dumps((exp.get("status") or {}).get("history") or [], indent=2))
+            return
+        typer.echo(history_table(exp))
 
     @app.command()
     def logs(

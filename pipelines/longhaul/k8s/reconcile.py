@@ -186,7 +186,7 @@ def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | 
 
 
 _OPERATOR_KEYS = {"memoryPlan", "phase", "observedGeneration", "runName", "specHash", "stage", "jobName", "mlflowRunId", "mlflowUrl",
-                  "startTime", "completionTime", "lastCheckpointStep", "message", "conditions", "seeds", "seedRuns"}
+                  "startTime", "completionTime", "lastCheckpointStep", "message", "conditions", "seeds", "seedRuns", "history"}
 
 
 async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit: Emit) -> dict[str, Any]:
@@ -198,6 +198,8 @@ async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit
 
     if decision.invalid is not None:
         new = S.invalid_status(previous, decision.invalid, generation=generation, now=now)
+        if previous.get("history"):
+            new["history"] = previous["history"]  # an invalid edit is no run; the runs before it stay listed
         if previous.get("phase") != S.Phase.INVALID or previous.get("message") != decision.invalid:
             emit("Warning", "InvalidSpec", decision.invalid)
         await _write(api, ns, name, previous, new)
@@ -225,11 +227,19 @@ async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit
                                invalid=decision.refused_invalid)
     else:
         new = S.clear_refusal(new, now=now, generation=generation)
-    new = {**new, "memoryPlan": memory_summary(exp)}
+    new = {**new, "memoryPlan": memory_summary(exp),
+           "history": S.record_history(previous.get("history"), new, git_commit=_git_commit(body))}
     if new.get("phase") != previous.get("phase") and new.get("phase") in (S.Phase.SUCCEEDED, S.Phase.FAILED):
         emit("Normal" if new["phase"] == S.Phase.SUCCEEDED else "Warning", new["phase"], new.get("message", ""))
     await _write(api, ns, name, previous, new)
     return new
+
+
+def _git_commit(body: dict[str, Any]) -> str | None:
+    """The commit the Experiment was applied from (annotation `longhaul.dev/git-commit`, set by a GitOps tool or
+    CI), for `status.history`."""
+    value = ((body.get("metadata") or {}).get("annotations") or {}).get(C.ANNOTATION_GIT_COMMIT)
+    return str(value) if value else None
 
 
 async def _reconcile_run(api: Api, body: dict[str, Any], exp: Experiment, *, started: bool, base: dict[str, Any],

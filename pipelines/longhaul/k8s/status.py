@@ -459,3 +459,33 @@ def clear_refusal(status: dict[str, Any], *, now: str, generation: int | None) -
     conditions = set_condition(list(status["conditions"]), COND_SPEC_CHANGE_REFUSED, False, "SpecMatchesRun",
                                "the spec matches the run", now=now, generation=generation)
     return {**status, "conditions": conditions}
+
+
+HISTORY_LIMIT = C.STATUS_HISTORY_LIMIT
+
+
+def record_history(history: list[dict[str, Any]] | None, status: dict[str, Any], *,
+                   git_commit: str | None) -> list[dict[str, Any]]:
+    """`status.history` after a reconcile whose status is `status`: the runs the Experiment had, newest last.
+
+    A status naming a run other than the newest entry's appends an entry (a new run: the spec changed; or a
+    change back to an earlier spec, which resumes that run: its second entry says when); otherwise the newest
+    entry follows the run (phase, MLflow run id, completion time). `git_commit` (the `longhaul.dev/git-commit`
+    annotation) is recorded when a run's entry is made, or later if it had none: a GitOps tool that stamps every
+    object at every sync must not rewrite which commit started a run. A status without a run (Invalid) leaves the
+    history as it was. At most HISTORY_LIMIT entries; the oldest are dropped.
+    """
+    out = [dict(e) for e in history or []]
+    run = status.get("runName")
+    if not run:
+        return out[-HISTORY_LIMIT:]
+    if not out or out[-1].get("runName") != run:
+        out.append({"runName": run, "specHash": status.get("specHash", "")})
+    entry = out[-1]
+    entry["phase"] = status.get("phase", Phase.PENDING.value)
+    if git_commit and not entry.get("gitCommit"):
+        entry["gitCommit"] = git_commit
+    for key in ("mlflowRunId", "startTime", "completionTime"):
+        if status.get(key):
+            entry[key] = status[key]
+    return out[-HISTORY_LIMIT:]

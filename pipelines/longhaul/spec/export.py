@@ -157,6 +157,26 @@ STATUS_SCHEMA: dict[str, Any] = {
                 },
             },
         },
+        "history": {
+            "type": "array",
+            "maxItems": C.STATUS_HISTORY_LIMIT,
+            "description": f"The runs this Experiment had, newest last (at most {C.STATUS_HISTORY_LIMIT}; `longhaul "
+                           "history NAME`): a new entry each time the status names another run (the spec changed).",
+            "items": {
+                "type": "object",
+                "required": ["runName", "specHash", "phase"],
+                "properties": {
+                    "runName": {"type": "string"},
+                    "specHash": {"type": "string"},
+                    "phase": {"type": "string", "enum": ["Pending", "Queued", "Running", "Succeeded", "Failed"]},
+                    "gitCommit": {"type": "string",
+                                  "description": "Annotation longhaul.dev/git-commit when the run's entry was made."},
+                    "mlflowRunId": {"type": "string"},
+                    "startTime": {"type": "string", "format": "date-time"},
+                    "completionTime": {"type": "string", "format": "date-time"},
+                },
+            },
+        },
     },
     "x-kubernetes-preserve-unknown-fields": True,
 }

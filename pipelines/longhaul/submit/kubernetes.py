@@ -110,6 +110,16 @@ def fetch_status(run_dir: str | Path, *, runner: Runner = subprocess.run) -> dic
     return out
 
 
+def fetch_experiment(name: str, *, namespace: str | None = None, kubeconfig: str | Path | None = None,
+                     runner: Runner = subprocess.run) -> dict[str, Any]:
+    """The Experiment object `name` as stored (`kubectl get experiments.longhaul.dev NAME -o json`); the namespace
+    and cluster are kubectl's (current context, `$KUBECONFIG`) unless given."""
+    args = ["get", f"{C.PLURAL}.{C.API_GROUP}", name, "-o", "json"]
+    args += ["--namespace", namespace] if namespace else []
+    args += ["--kubeconfig", str(kubeconfig)] if kubeconfig else []
+    return json.loads(_kubectl(args, runner=runner))
+
+
 def fetch_logs(run_dir: str | Path, *, follow: bool = False, runner: Runner = subprocess.run) -> Iterator[str]:
     """Logs of the current stage's Job (`kubectl logs job/<name>`)."""
     run_dir = Path(run_dir)

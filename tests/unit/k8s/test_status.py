@@ -190,3 +190,34 @@ def test_a_failed_seed_fails_the_group_only_when_every_seed_has_finished() -> No
     assert cond(st, "Failed")["status"] == "True" and cond(st, "Failed")["reason"] == "SeedFailed"
     assert st["completionTime"] == LATER  # the last seed run to finish
     assert st["message"] == "1/2 seeds succeeded; seed 7 failed: stage grpo (job g-s7-grpo) failed: DeadlineExceeded"
+
+
+def _st(run: str, phase: str, **more: Any) -> dict[str, Any]:
+    return {"runName": run, "specHash": run[-8:] + "f" * 56, "phase": phase, **more}
+
+
+def test_history_follows_a_run_and_appends_on_a_new_run() -> None:
+    h = S.record_history(None, _st("x-aaaaaaaa", "Pending"), git_commit="c1")
+    h = S.record_history(h, _st("x-aaaaaaaa", "Running", mlflowRunId="r1", startTime=NOW), git_commit="c2")
+    assert h == [{"runName": "x-aaaaaaaa", "specHash": "aaaaaaaa" + "f" * 56, "phase": "Running",
+                  "gitCommit": "c1", "mlflowRunId": "r1", "startTime": NOW}]  # the commit that started the run
+    h = S.record_history(h, _st("x-bbbbbbbb", "Pending"), git_commit="c3")
+    h = S.record_history(h, _st("x-bbbbbbbb", "Succeeded", mlflowRunId="r2", completionTime=LATER), git_commit="c3")
+    assert [(e["runName"], e["phase"], e["gitCommit"], e.get("mlflowRunId")) for e in h] == [
+        ("x-aaaaaaaa", "Running", "c1", "r1"), ("x-bbbbbbbb", "Succeeded", "c3", "r2")]
+    assert h[-1]["completionTime"] == LATER
+
+
+def test_history_keeps_its_entries_on_an_invalid_status_and_a_late_commit_fills_in() -> None:
+    h = S.record_history(None, _st("x-aaaaaaaa", "Running"), git_commit=None)
+    assert "gitCommit" not in h[0]
+    assert S.record_history(h, {"phase": "Invalid", "message": "bad"}, git_commit="c9") == h
+    assert S.record_history(h, _st("x-aaaaaaaa", "Running"), git_commit="c9")[0]["gitCommit"] == "c9"
+
+
+def test_history_is_bounded_newest_last() -> None:
+    h: list[dict[str, Any]] = []
+    for i in range(S.HISTORY_LIMIT + 7):
+        h = S.record_history(h, _st(f"x-{i:08d}", "Succeeded"), git_commit=None)
+    assert len(h) == S.HISTORY_LIMIT
+    assert h[0]["runName"] == "x-00000007" and h[-1]["runName"] == f"x-{S.HISTORY_LIMIT + 6:08d}"
