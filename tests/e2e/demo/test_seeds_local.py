@@ -37,6 +37,8 @@ def test_two_training_seeds_run_locally_and_compare_reports_their_statistics(tmp
     alg.pop("seed")
     alg.update(seeds=SEEDS, total_steps=1)
     doc["spec"]["evaluation"]["checkpoints"] = "last"
+    # Short episodes keep CI short: this test is about seeds and statistics, not about what the agent says.
+    doc["spec"]["environment"].update(max_turns=2, max_tokens_per_turn=32)
     doc["spec"]["backends"]["local"] = {"output_dir": str(tmp_path / "runs")}
     spec = tmp_path / "smoke-seeds.yaml"
     spec.write_text(yaml.safe_dump(doc, sort_keys=False))

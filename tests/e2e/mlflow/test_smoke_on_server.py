@@ -41,6 +41,7 @@ def smoke_on_server(mlflow_server, tmp_path_factory):
     doc["spec"]["user_simulator"]["port"] = free_port()
     doc["spec"].setdefault("backends", {}).setdefault("local", {})["policy_port"] = free_port()
     doc["spec"]["algorithm"]["total_steps"] = 1  # one veRL step proves the wiring; the demo test runs two
+    doc["spec"]["environment"].update(max_turns=2, max_tokens_per_turn=32)  # short episodes: tracking is the point
     spec_file = base / "smoke-mlflow-server.yaml"
     spec_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     env = {**os.environ, "LONGHAUL_VLLM_PYTHON": str(vllm_python), "MLFLOW_TRACKING_URI": mlflow_server.uri}
