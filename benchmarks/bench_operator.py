@@ -14,36 +14,20 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = "bench"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url} did not come up in {timeout}s")
+# The loopback helpers the tests use (one copy): tests/support/net.py.
+sys.path.insert(0, str(ROOT / "tests"))
+from support.net import free_port, wait_http  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:

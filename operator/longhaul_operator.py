@@ -53,7 +53,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -> None:
-    # kopf posts its own log lines as Events at this level; ours are explicit (kopf.info/kopf.warn).
+    # kopf posts its own log lines as Events at this level; ours are explicit (kopf.event, not filtered by it).
     settings.posting.level = logging.WARNING
     logging.getLogger("httpx").setLevel(logging.WARNING)
     settings.watching.server_timeout = 300
@@ -85,16 +85,36 @@ async def _reconcile(namespace: str, name: str, body: Any, logger: logging.Logge
     lock = _locks.setdefault((namespace, name), asyncio.Lock())
     async with lock:
         fresh = await api.get(f"{GROUP}/{VERSION}", C.KIND, namespace, name)
-        if fresh is None or (fresh.get("metadata") or {}).get("deletionTimestamp"):
-            return None
+        gone = fresh is None or bool((fresh.get("metadata") or {}).get("deletionTimestamp"))
+        if not gone:
+            return await _reconcile_fresh(api, fresh, body, logger)
+    _forget(namespace, name)
+    return None
 
-        def emit(kind: str, reason: str, message: str) -> None:
-            (kopf.warn if kind == "Warning" else kopf.info)(dict(body), reason=reason, message=message[:1000])
 
-        status = await reconcile_experiment(api, fresh, now=_now(), emit=emit)
-        logger.info("reconciled", extra={"phase": status.get("phase"), "run": status.get("runName"),
-                                         "stage": status.get("stage"), "seeds": status.get("seeds")})
-        return status
+def _forget(namespace: str, name: str) -> None:
+    """Drop the lock of a deleted Experiment, unless a reconcile still waits on it (that one drops it later).
+
+    Without this the per-Experiment locks grow with every Experiment ever seen (a GitOps repository that creates
+    and prunes specs for months would leak one per name).
+    """
+    lock = _locks.get((namespace, name))
+    if lock is not None and not lock.locked():
+        del _locks[(namespace, name)]
+
+
+async def _reconcile_fresh(api: KubeApi, fresh: dict[str, Any], body: Any, logger: logging.Logger) -> dict[str, Any]:
+    """One reconcile of the freshly read Experiment (the caller holds its lock)."""
+
+    def emit(kind: str, reason: str, message: str) -> None:
+        # kopf.event, not kopf.info/kopf.warn: those are filtered by settings.posting.level (WARNING here), which
+        # would drop every Normal Event of ours (Created, RunSuperseded, Succeeded).
+        kopf.event(dict(body), type=kind, reason=reason, message=message[:1000])
+
+    status = await reconcile_experiment(api, fresh, now=_now(), emit=emit)
+    logger.info("reconciled", extra={"phase": status.get("phase"), "run": status.get("runName"),
+                                     "stage": status.get("stage"), "seeds": status.get("seeds")})
+    return status
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -102,6 +122,15 @@ async def _reconcile(namespace: str, name: str, body: Any, logger: logging.Logge
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 async def experiment_changed(namespace: str, name: str, body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
     """Create/resume/spec edit: validate, render, create missing children, write status."""
+    await _reconcile(namespace, name, body, logger)
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL, id="spec_change_policy",
+                field=("metadata", "annotations", C.ANNOTATION_ON_SPEC_CHANGE))
+async def spec_change_policy_changed(namespace: str, name: str, body: kopf.Body, logger: logging.Logger,
+                                     **_: Any) -> None:
+    """The spec-change policy annotation changed (a metadata edit, which the `spec` handler does not see): an edit
+    refused earlier starts now if the policy became new-run; with the spec matching the run, nothing changes."""
     await _reconcile(namespace, name, body, logger)
 
 
@@ -138,7 +167,14 @@ async def job_event(event: dict[str, Any], body: kopf.Body, logger: logging.Logg
             await _reconcile(body["metadata"]["namespace"], ref["name"], exp, logger)
 
 
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def experiment_event(event: dict[str, Any], namespace: str, name: str, **_: Any) -> None:
+    """An Experiment vanished (deleted, or pruned by a GitOps controller): forget its lock."""
+    if event.get("type") == "DELETED":
+        _forget(namespace, name)
+
+
 @kopf.on.probe(id="experiments_tracked")
 def tracked(**_: Any) -> int:
-    """Liveness payload: how many Experiments this process has reconciled."""
+    """Liveness payload: how many Experiments this process tracks now (deleted ones are forgotten)."""
     return len(_locks)

@@ -75,8 +75,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-#: veRL's tracker file (`verl.utils.checkpoint.checkpoint_manager.get_checkpoint_tracker_filename`).
-TRACKER_FILE = "latest_checkpointed_iteration.txt"
+from longhaul.files import atomic_write_text
+from longhaul.layout import MERGED_SUBDIR, TRACKER_FILE
+
 #: Step directories are `global_step_<N>` (veRL's trainers and `find_latest_ckpt_path`).
 STEP_PREFIX = "global_step_"
 #: The policy's shard directory inside a `main_ppo` step directory.
@@ -96,8 +97,6 @@ _COMPLETE_NEEDS = (f"a complete step needs {FSDP_CONFIG_FILE}, whole model/optim
 _INCOMPLETE_SUFFIX = ".incomplete"
 #: Where veRL's model merger puts a LoRA adapter inside its output.
 LORA_ADAPTER_SUBDIR = "lora_adapter"
-#: Merged models of a run: `<run_dir>/merged/global_step_<N>/`.
-MERGED_SUBDIR = "merged"
 #: Provenance of a merged directory (its source shard directory); makes a repeated merge a no-op.
 MERGE_RECORD = "longhaul_merge.json"
 _MERGING_SUFFIX = ".merging"
@@ -279,8 +278,6 @@ def prepare_resume(checkpoint_dir: str | Path, *, component: str | None = ACTOR_
 
 
 def _write_tracker(tracker: Path, step: int) -> None:
-    from longhaul.launcher.files import atomic_write_text
-
     atomic_write_text(tracker, str(step))
 
 

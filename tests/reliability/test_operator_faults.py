@@ -41,8 +41,7 @@ sys.path.insert(0, str(ROOT / "tests/support"))
 import k8s_harness as H  # noqa: E402
 
 from longhaul import constants as C  # noqa: E402
-from longhaul.render.kubernetes import run_name  # noqa: E402
-from longhaul.spec import build_experiment, seed_runs  # noqa: E402
+from longhaul.spec import build_experiment, run_name, seed_runs  # noqa: E402
 from support.net import free_port, wait_http  # noqa: E402
 
 AREA = "operator"

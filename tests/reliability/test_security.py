@@ -1455,18 +1455,19 @@ def test_operator_deployment_is_locked_down(tmp_path: Path, reliability: Record)
 #:   `kopf.info/warn` post core/v1 Events (create); kopf's watch of Jobs for `on.event` (list, watch).
 #: - longhaul/k8s/reconcile.py through longhaul/k8s/api.py: `create` of ConfigMaps and stage workloads (create;
 #:   `get` after 409 AlreadyExists), `list` of ConfigMaps and workloads by label (list), `patch_status` (patch on
-#:   experiments/status). RayJobs and JobSets are only listed (the periodic re-sync), never watched.
+#:   experiments/status). RayJobs and JobSets are only listed (the periodic re-sync), never watched. `delete` of
+#:   stage workloads (Jobs, RayJobs, JobSets), only to stop a run for a spec edit under the new-run policy.
 #: - cluster-wide mode only: kopf watches CustomResourceDefinitions to notice CRDs installed later (list, watch).
 #:   Namespaced mode cannot grant cluster-scoped reads; kopf then falls back to the namespaces it is given.
 OPERATOR_NEEDS = {
     ("longhaul.dev", "experiments"): {"get", "list", "watch", "patch"},
     ("longhaul.dev", "experiments/status"): {"patch"},
-    ("batch", "jobs"): {"get", "list", "watch", "create"},
+    ("batch", "jobs"): {"get", "list", "watch", "create", "delete"},
     ("", "configmaps"): {"get", "list", "create"},
     ("", "events"): {"create"},
 }
-ENGINE_NEEDS = {"rayjob": {("ray.io", "rayjobs"): {"get", "list", "create"}},
-                "jobset": {("jobset.x-k8s.io", "jobsets"): {"get", "list", "create"}}}
+ENGINE_NEEDS = {"rayjob": {("ray.io", "rayjobs"): {"get", "list", "create", "delete"}},
+                "jobset": {("jobset.x-k8s.io", "jobsets"): {"get", "list", "create", "delete"}}}
 CLUSTER_NEEDS = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 #: With `kueue: true` the reconciler lists a queued stage's Kueue Workload (its admission message).
 KUEUE_NEEDS = {("kueue.x-k8s.io", "workloads"): {"list"}}
@@ -1688,8 +1689,8 @@ def test_planted_secret_not_in_logs_run_directory_or_mlflow(tmp_path: Path, monk
     wrapper.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{fake}" "$@"\n')
     wrapper.chmod(0o755)
     monkeypatch.setitem(sys.modules, "lh_security_stages", sys.modules[__name__])
-    monkeypatch.setattr(supervisor, "IN_PROCESS_STAGES", {("python", "-m"): f"{__name__}:_grpo_stand_in",
-                                                          (): f"{__name__}:_eval_stand_in"})
+    monkeypatch.setattr(supervisor, "STAGES", {"grpo": lambda ctx, _stage: _grpo_stand_in(ctx),
+                                               "eval": lambda ctx, _stage: _eval_stand_in(ctx)})
     run_dir = tmp_path / "run"
     monkeypatch.setenv(supervisor.ENV_MLFLOW_QUIET_URL, "false")  # the launcher turns it on; restored afterwards
     with running_mlflow_server(tmp_path / "mlflow") as server:

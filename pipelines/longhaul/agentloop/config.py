@@ -13,6 +13,7 @@ import yaml
 
 from longhaul import constants as C
 from longhaul.envs.runner import EpisodeLimits
+from longhaul.rewards.combine import RewardSettings
 
 #: The name rows select with their `agent_name` column (and the default agent loop).
 AGENT_LOOP_NAME = "longhaul_airline"
@@ -34,7 +35,7 @@ def build_loop_settings(exp: Any) -> dict[str, Any]:
     """The keyword arguments of `LonghaulAirlineAgentLoop` for an Experiment: episode limits, reward and
     user-simulator settings, all taken from the spec (no defaults of its own)."""
     spec = exp.spec if hasattr(exp, "spec") else exp
-    rew, alg, sim = spec.reward, spec.algorithm, spec.user_simulator
+    sim = spec.user_simulator
     if _v(sim.placement) == "external":
         base_url = sim.url
     else:
@@ -42,13 +43,7 @@ def build_loop_settings(exp: Any) -> dict[str, Any]:
     return {
         # The episode runner's own limits (the loop rebuilds `EpisodeLimits(**limits)`): one list of limits.
         "limits": asdict(EpisodeLimits.from_spec(spec)),
-        "reward": {
-            "process": _v(rew.process),
-            "weight": float(rew.weight),
-            "credit": _v(rew.credit),
-            "rules": {k: dict(v) for k, v in rew.rules.items()},
-            "seed_compat": bool(alg.seed_compat),
-        },
+        "reward": RewardSettings.from_spec(spec).to_dict(),
         "user_simulator": {
             "base_url": base_url,
             "model": sim.model.name,

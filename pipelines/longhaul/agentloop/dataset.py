@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from longhaul.render.plan import Paths
-from longhaul.render.verl import AGENT_LOOP_FILE, AGENT_LOOP_NAME, TOOL_CONFIG_FILE
+from longhaul.agentloop.config import AGENT_LOOP_NAME, render_agent_loop_yaml, render_tool_config_yaml
+from longhaul.layout import AGENT_LOOP_FILE, TOOL_CONFIG_FILE, Paths
 from longhaul.spec.models import Experiment
 
 DATA_SOURCE = "tau2_airline"
@@ -49,11 +49,9 @@ def write_verl_inputs(exp: Experiment, paths: Paths) -> list[Path]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from longhaul.agentloop.config import render_agent_loop_yaml, render_tool_config_yaml
-
     written: list[Path] = []
     for name, rows in build_verl_rows(exp).items():
-        target = Path(paths.data_dir) / f"{name}.parquet"
+        target = Path(paths.data_file(name))
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp")
         pq.write_table(pa.Table.from_pylist(rows), tmp)

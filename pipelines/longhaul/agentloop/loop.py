@@ -64,7 +64,7 @@ from longhaul.envs.runner import (
     run_episode,
 )
 from longhaul.envs.trajectory import Termination
-from longhaul.rewards.combine import RewardBreakdown, build_token_rewards, combine_reward
+from longhaul.rewards.combine import RewardBreakdown, RewardSettings, build_token_rewards
 from longhaul.rewards.prm_lite import build_rule_params, score_trajectory
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -347,9 +347,9 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
         kwargs.pop("name", None)
         super().__init__(*args, **kwargs)
         self.limits = EpisodeLimits(**_plain(limits))
-        self.reward_settings = dict(_plain(reward))
+        self.reward_settings = RewardSettings.from_dict(_plain(reward))
         self.user_settings = dict(_plain(user_simulator))
-        self.rule_params = build_rule_params(self.reward_settings.get("rules") or {})
+        self.rule_params = build_rule_params(self.reward_settings.rules)
 
     # Overridable factories (tests replace them with scripted stand-ins).
     def make_env(self) -> Any:
@@ -427,7 +427,7 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
                 ctx, traj.to_dict(), task_id=traj.task_id, termination=str(traj.termination),
                 reward={"score": reward.score, "outcome": reward.outcome, "process": reward.process,
                         "weight": reward.weight, "turn_rewards": list(reward.turn_rewards),
-                        "credit": self.reward_settings["credit"]},
+                        "credit": self.reward_settings.credit},
                 reward_extra_info=output.extra_fields["reward_extra_info"],
                 tokens={"prompt": len(output.prompt_ids), "response": len(output.response_ids),
                         "generated": int(sum(output.response_mask))},
@@ -445,10 +445,8 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
         veRL calculates them, integer weights-version tags, the same `extra_fields` keys. A response has at least
         one token: an empty one becomes a single masked pad token, so veRL's tensors stay well formed."""
         rs = self.reward_settings
-        prm = None
-        if rs["process"] == "prm_lite":
-            prm = score_trajectory(traj, self.rule_params, seed_compat=bool(rs["seed_compat"]))
-        reward = combine_reward(traj.outcome, prm, float(rs["weight"]) if prm is not None else 0.0)
+        prm = score_trajectory(traj, self.rule_params, seed_compat=rs.seed_compat) if rs.process_on else None
+        reward = rs.combine(traj.outcome, prm)
         ids = policy.token_ids or []
         n = self.response_length
         response_ids = ids[policy.prompt_len:][:n]
@@ -464,7 +462,7 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
             response_ids, mask = [pad], [0]
             logprobs = [0.0] if logprobs is not None else None
         token_rewards = None
-        if rs["credit"] == "turn" and any(mask):
+        if rs.credit == "turn" and any(mask):
             token_rewards = build_token_rewards(reward, mask, "turn")
         info = {
             # veRL reports `acc` (when present) as the core validation metric instead of the reward: the

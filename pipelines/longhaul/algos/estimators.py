@@ -83,9 +83,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-ADVANTAGES = ("grpo", "turn_discount", "lata", "lata_turn_discount")
-DISCOUNT_UNITS = ("token", "turn")
-CREDITS = ("trajectory", "turn")
+from longhaul.algos.settings import ADVANTAGES, CREDITS, DISCOUNT_UNITS, DISCOUNTED, LENGTH_SCALED
 
 #: A group whose trajectory-level rewards have an unbiased std below this (reward units) is a tie: its
 #: trajectory term is 0 rather than float noise divided by ε. Real differences are far larger (a PRM-Lite rule of
@@ -402,13 +400,13 @@ def compute_advantages(
     scores = token_level_rewards.sum(dim=1, dtype=torch.float64)
     gid = group_ids(index, bs, token_level_rewards.device)
 
-    lata = advantage in ("lata", "lata_turn_discount")
+    lata = advantage in LENGTH_SCALED
     if seed_compat:
         unit = "token" if advantage != "grpo" else None  # the original discounts in both variants
         mean, std = group_stats(scores, gid)
         row_adv = (scores - mean) / ((std + epsilon) if norm_by_std else torch.ones_like(std))
     else:
-        unit = discount_unit if advantage in ("turn_discount", "lata_turn_discount") else None
+        unit = discount_unit if advantage in DISCOUNTED else None
         row_adv = _group_advantage(scores, gid, norm_by_std, epsilon)[0] if credit == "trajectory" else None
 
     if credit == "trajectory" and unit is None:

@@ -24,7 +24,7 @@ import torch
 
 from longhaul.algos.estimators import ADVANTAGES, compute_advantages, compute_turn_credit
 from longhaul.algos.settings import estimator_name, settings_from_spec
-from longhaul.rewards.combine import build_token_rewards, combine_reward
+from longhaul.rewards.combine import RewardSettings, build_token_rewards
 from longhaul.rewards.prm_lite import build_rule_params, score_trajectory
 
 CHARS_PER_TOKEN = 4
@@ -56,20 +56,19 @@ def build_explanation(
     if groups is not None and len(groups) != len(trajectories):
         raise ValueError(f"groups has {len(groups)} keys for {len(trajectories)} trajectories")
     index = ["group" if groups is None or g is None else f"uid:{g}" for g in (groups or [None] * len(trajectories))]
-    spec = exp.spec
-    rew, alg = spec.reward, spec.algorithm
-    seed_compat = bool(alg.seed_compat)
-    params = build_rule_params(rew.rules)
-    process_on = _v(rew.process) == "prm_lite"
-    credit = _v(rew.credit)
+    alg = exp.spec.algorithm
+    reward_settings = RewardSettings.from_spec(exp)
+    params = build_rule_params(reward_settings.rules)
+    credit = reward_settings.credit
     settings = settings_from_spec(exp)
 
     items, rows, masks, spans_all = [], [], [], []
     for traj in trajectories:
-        prm = score_trajectory(traj, params, seed_compat=seed_compat)
+        # scored whatever `process` says: the rule hits are shown even when they do not enter the reward
+        prm = score_trajectory(traj, params, seed_compat=reward_settings.seed_compat)
         grade = traj.get("grade") or {}
         outcome = 1.0 if grade.get("success") else 0.0
-        reward = combine_reward(outcome, prm if process_on else None, float(rew.weight))
+        reward = reward_settings.combine(outcome, prm)
         mask, spans = build_token_layout(traj)
         rows.append(build_token_rewards(reward, mask, credit) if mask else [])
         masks.append(mask)
@@ -106,7 +105,7 @@ def build_explanation(
                 "process": prm.process,
                 "process_raw": prm.raw,
                 "mean_step_score": prm.mean_step_score,
-                "process_in_reward": process_on,
+                "process_in_reward": reward_settings.process_on,
                 "reward": reward.score,
                 "trajectory_hits": [{"rule": h.rule, "weight": h.weight, "detail": h.detail} for h in prm.trajectory_hits],
                 "unknown_tool_calls": prm.num_unknown_tool_calls,
@@ -138,7 +137,7 @@ def build_explanation(
         for adv in ADVANTAGES:
             a, _ = compute_advantages(
                 r, m, index, advantage=adv, alpha=settings["alpha"], discount_unit=settings["discount_unit"],
-                length_exponent=settings["length_exponent"], seed_compat=seed_compat, credit=credit,
+                length_exponent=settings["length_exponent"], seed_compat=reward_settings.seed_compat, credit=credit,
                 norm_by_std=bool(alg.norm_adv_by_std),
             )
             for i, spans in enumerate(spans_all):
@@ -150,8 +149,8 @@ def build_explanation(
     return {
         "estimator": estimator_name(exp),
         "settings": {**settings, "norm_adv_by_std": bool(alg.norm_adv_by_std),
-                     "loss_agg_mode": _v(alg.loss_agg_mode), "weight": float(rew.weight),
-                     "process": _v(rew.process)},
+                     "loss_agg_mode": _v(alg.loss_agg_mode), "weight": reward_settings.weight,
+                     "process": reward_settings.process},
         "group_size": len(items),
         "num_groups": len(set(index)),
         "trajectories": items,

@@ -2,6 +2,9 @@
 
 The lead's renderer calls `estimator_name(exp)` and `settings_from_spec(exp)` instead of repeating this logic;
 the veRL plugin reads the same keys back (`LonghaulSettings.from_config`). No torch import here.
+
+The estimator names have one source, the spec's `Advantage` enum: `ADVANTAGES` (what the estimators accept),
+`ESTIMATOR_NAMES` (what the veRL plugin registers) and the spec's validation all derive from it.
 """
 
 from __future__ import annotations
@@ -10,9 +13,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: Names registered in veRL's advantage-estimator registry by `longhaul.algos.verl_plugin`.
+from longhaul.rewards.combine import RewardSettings
+from longhaul.spec.models import Advantage, Credit, DiscountUnit
+
+#: `spec.algorithm.advantage` values, in the enum's order: the estimators `longhaul.algos.estimators` computes.
+ADVANTAGES: tuple[str, ...] = tuple(a.value for a in Advantage)
+DISCOUNT_UNITS: tuple[str, ...] = tuple(u.value for u in DiscountUnit)
+CREDITS: tuple[str, ...] = tuple(c.value for c in Credit)
+#: Advantages that scale by the response length (LATA) and those that discount by position (Turn-Discount).
+LENGTH_SCALED = frozenset({Advantage.LATA.value, Advantage.LATA_TURN_DISCOUNT.value})
+DISCOUNTED = frozenset({Advantage.TURN_DISCOUNT.value, Advantage.LATA_TURN_DISCOUNT.value})
+
+#: Names registered in veRL's advantage-estimator registry by `longhaul.algos.verl_plugin`: one per advantage.
 ESTIMATOR_PREFIX = "longhaul_"
-ESTIMATOR_NAMES = ("longhaul_grpo", "longhaul_turn_discount", "longhaul_lata", "longhaul_lata_turn_discount")
+ESTIMATOR_NAMES: tuple[str, ...] = tuple(ESTIMATOR_PREFIX + a for a in ADVANTAGES)
 
 #: Keys of `algorithm.longhaul` (rendered as `+algorithm.longhaul.<key>=<value>`), all required.
 SETTING_KEYS = ("alpha", "discount_unit", "length_exponent", "seed_compat", "credit", "process_weight")
@@ -28,7 +42,7 @@ def estimator_name(exp: Any) -> str:
     spec = _spec(exp)
     adv = str(spec.algorithm.advantage.value if hasattr(spec.algorithm.advantage, "value") else spec.algorithm.advantage)
     credit = str(spec.reward.credit.value if hasattr(spec.reward.credit, "value") else spec.reward.credit)
-    if adv == "grpo" and credit == "trajectory":
+    if adv == Advantage.GRPO and credit == Credit.TRAJECTORY:
         return "grpo"
     return ESTIMATOR_PREFIX + adv
 
@@ -41,14 +55,13 @@ def settings_from_spec(exp: Any) -> dict[str, Any]:
     the estimators: the weight is already applied by the agent loop when it builds the reward)."""
     spec = _spec(exp)
     alg, rew = spec.algorithm, spec.reward
-    process = str(getattr(rew.process, "value", rew.process))
     return {
         "alpha": float(alg.alpha),
         "discount_unit": str(getattr(alg.discount_unit, "value", alg.discount_unit)),
         "length_exponent": float(alg.length_exponent),
         "seed_compat": bool(alg.seed_compat),
         "credit": str(getattr(rew.credit, "value", rew.credit)),
-        "process_weight": float(rew.weight) if process != "none" else 0.0,
+        "process_weight": RewardSettings.from_spec(spec).process_weight,
     }
 
 

@@ -2,7 +2,7 @@
 
 Loaded by `import verl` through the `verl.plugins` entry point declared in pyproject.toml
 (`longhaul = "longhaul.algos.verl_plugin"`), so the driver, the TaskRunner and every Ray worker see the same
-registry. Names: `longhaul_grpo`, `longhaul_turn_discount`, `longhaul_lata`, `longhaul_lata_turn_discount`.
+registry. Names: `longhaul.algos.settings.ESTIMATOR_NAMES`, one `longhaul_<advantage>` per `spec.algorithm.advantage`.
 Settings come from veRL's `algorithm` config (`+algorithm.longhaul.*`, see `longhaul.algos.settings`).
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 from verl.trainer.ppo import core_algos
 
 from longhaul.algos.estimators import compute_advantages
-from longhaul.algos.settings import ESTIMATOR_PREFIX, LonghaulSettings
+from longhaul.algos.settings import ADVANTAGES, ESTIMATOR_PREFIX, LonghaulSettings
 
 
 def _make_estimator(advantage: str):
@@ -47,7 +47,7 @@ def _make_estimator(advantage: str):
 
 
 ESTIMATORS = {}
-for _adv in ("grpo", "turn_discount", "lata", "lata_turn_discount"):
+for _adv in ADVANTAGES:
     _name = ESTIMATOR_PREFIX + _adv
     _existing = core_algos.ADV_ESTIMATOR_REGISTRY.get(_name)
     if _existing is not None and getattr(_existing, "__module__", None) == __name__:

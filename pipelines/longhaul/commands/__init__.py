@@ -1,4 +1,8 @@
-"""CLI command groups; each module exposes `register(app)`."""
+"""CLI command groups; each module exposes `register(app)`.
+
+A command imports what it runs inside its own function body: `longhaul --help` and every command start without
+loading what the other commands need (the renderers, MLflow, the HTTP clients, veRL and torch).
+"""
 
 from __future__ import annotations
 

@@ -78,25 +78,6 @@ def print_summary(summary: dict[str, Any]) -> None:
                   f"tasks {', '.join(summary['incomplete_tasks'])} are left out of every rate above[/yellow]")
 
 
-def summarize_with_floor(
-    records: list[dict[str, Any]], ks: list[int] | None, *, bootstrap: int, confidence: float, seed: int, null_floor: bool
-) -> dict[str, Any]:
-    """`longhaul.eval.metrics.summarize_records`, with the do-nothing agent's floor when `null_floor` and every
-    task id is an airline task."""
-    from longhaul.eval.metrics import TrialRecord, summarize_records
-
-    floor = None
-    if null_floor:
-        from longhaul.envs.airline.env import null_agent_outcomes
-        from longhaul.envs.airline.tasks import load_tasks
-
-        known = load_tasks()
-        ids = sorted({TrialRecord.from_dict(r).task_id for r in records})
-        if all(t in known for t in ids):
-            floor = null_agent_outcomes(ids)
-    return summarize_records(records, ks, bootstrap=bootstrap, confidence=confidence, seed=seed, null_floor=floor)
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "policy"
 
@@ -170,7 +151,7 @@ def register(app: typer.Typer) -> None:
         """Recompute every metric from per-trial records (old runs can be re-scored)."""
         from rich.markup import escape
 
-        from longhaul.eval.evaluate import load_records
+        from longhaul.eval.evaluate import load_records, summarize_evaluation
 
         try:
             records = load_records(results)
@@ -178,7 +159,7 @@ def register(app: typer.Typer) -> None:
             err.print(f"[red]error[/red] {escape(str(exc))}")
             raise typer.Exit(2) from None
         try:
-            summary = summarize_with_floor(records, _parse_ks(k), bootstrap=bootstrap, confidence=confidence, seed=seed,
+            summary = summarize_evaluation(records, _parse_ks(k), bootstrap=bootstrap, confidence=confidence, seed=seed,
                                            null_floor=null_floor)
         except (ValueError, KeyError) as exc:
             err.print(f"[red]error[/red] {results}: {exc.args[0] if exc.args else exc}")
@@ -195,12 +176,17 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
 
     from longhaul.bounded import split_ids
     from longhaul.clients.openai_compat import ChatClient, RetryPolicy
-    from longhaul.clients.policy import OpenAIPolicy, SamplingParams
-    from longhaul.clients.user_simulator import OpenAIUserSimulator
     from longhaul.envs.airline.splits import build_split
     from longhaul.envs.airline.tasks import load_tasks
     from longhaul.envs.runner import EpisodeLimits, PolicyEndpointError
-    from longhaul.eval.evaluate import EvalPlan, build_run_info, evaluate, select_tasks
+    from longhaul.eval.evaluate import (
+        EvalPlan,
+        build_eval_agents,
+        build_run_info,
+        evaluate,
+        select_tasks,
+        summarize_evaluation,
+    )
     from longhaul.eval.metrics import bootstrap_seed
 
     ev = exp_spec.evaluation
@@ -242,8 +228,7 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
                         max_connections=max(conc, 1) * 2, role="policy")
         uc = ChatClient(user_url, user_model, api_key=os.environ.get(C.ENV_USER_SIM_API_KEY), retry=retry,
                         max_connections=max(conc, 1) * 2, role="user simulator")
-        policy = OpenAIPolicy(pc, SamplingParams.from_spec(exp_spec.policy.rollout.validation))
-        user = OpenAIUserSimulator(uc, SamplingParams.from_spec(exp_spec.user_simulator.sampling))
+        policy, user = build_eval_agents(exp_spec, pc, uc)
         info = build_run_info(policy_model, user_model, limits, split)
         try:
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -268,8 +253,8 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
         err.print(f"[red]error[/red] evaluation aborted: {exc}")
         err.print(f"finished trials so far are in {results_path}; no summary was written.")
         raise typer.Exit(1) from None
-    summary = summarize_with_floor(records, ks, bootstrap=ev.bootstrap_samples, confidence=ev.confidence,
-                                   seed=bootstrap_seed(seeds), null_floor=True)
+    summary = summarize_evaluation(records, ks, bootstrap=ev.bootstrap_samples, confidence=ev.confidence,
+                                   seed=bootstrap_seed(seeds))
     summary["run"] = build_run_info(policy_model, user_model, limits, split)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if as_json:

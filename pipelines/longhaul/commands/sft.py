@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -48,9 +48,8 @@ def register(app: typer.Typer) -> None:
         concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 8,
     ) -> None:
         """Best-of-N teacher episodes on the TRAINING tasks; keep graded successes (JSONL + coverage.json)."""
-        from longhaul.render.plan import Paths
+        from longhaul.layout import Paths
         from longhaul.sft.collect import collect_trajectories
-        from longhaul.sft.overrides import SFTPaths
 
         exp = _load(spec)
         if exp.spec.sft is None:
@@ -65,7 +64,7 @@ def register(app: typer.Typer) -> None:
         # With no teacher URL the simulator's server answers for the teacher too (same served model).
         t_model = exp.spec.sft.teacher.model.name if (teacher_url or exp.spec.sft.teacher.url) else \
             os.environ.get(C.ENV_SIMULATOR_MODEL, exp.spec.user_simulator.model.name)
-        target = out or Path(SFTPaths.under(Paths.under(str(run_dir))).trajectories)
+        target = out or Path(Paths.under(str(run_dir)).sft.trajectories)
         done = {"n": 0}
 
         def progress(a, outcome: float) -> None:
@@ -132,24 +131,23 @@ def register(app: typer.Typer) -> None:
     @sft.command("run")
     def run(spec: SpecOpt, run_dir: RunDirOpt) -> None:
         """Run the whole SFT stage: collect (unless spec.sft.dataset), build-dataset, train (torchrun), export."""
-        from longhaul.render.plan import Paths
+        from longhaul.layout import Paths
         from longhaul.sft.overrides import render_sft_steps
 
         exp = _load(spec)
         try:
-            steps = render_sft_steps(exp, Paths(**{**Paths.under(str(run_dir)).__dict__, "spec_file": str(spec)}))
+            steps = render_sft_steps(exp, dataclasses.replace(Paths.under(str(run_dir)), spec_file=str(spec)))
         except ValueError as exc:
             err.print(f"error: {exc}")
             raise typer.Exit(2) from exc
-        for step in steps:
-            argv = list(step.argv)
-            if argv[0] == "longhaul":  # the same interpreter as this process, whatever PATH says
-                argv = [sys.executable, "-m", "longhaul.cli", *argv[1:]]
-            err.print(f"[sft] {step.name}: {' '.join(step.argv[:6])} …")
-            rc = subprocess.call(argv)
-            if rc != 0:
-                err.print(f"[sft] step {step.name} failed with exit code {rc}")
-                raise typer.Exit(rc)
+        # Each step as the launcher runs a stage (`longhaul.launcher.stages`): its own process group and log,
+        # this command's stop and checkpoint signals forwarded to it.
+        from longhaul.launcher.stages import run_steps
+
+        rc = run_steps("sft", [(s.name, s.argv) for s in steps], dict(os.environ), run_dir.absolute(), sys.stdout,
+                       lambda msg: err.print(f"[sft] {msg}", markup=False))
+        if rc != 0:
+            raise typer.Exit(rc)
 
     @sft.command("inspect")
     def inspect(

@@ -10,6 +10,7 @@ import typer
 import yaml
 from rich.console import Console
 
+from longhaul.files import PLAIN, atomic_write_text
 from longhaul.spec import SpecError, load_specs, run_name
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -68,7 +69,7 @@ def register(app: typer.Typer) -> None:
             return
         out.mkdir(parents=True, exist_ok=True)
         for name, text in rendered.files.items():
-            write_atomic(out / name, text)
+            atomic_write_text(out / name, text, mode=PLAIN)
             err.print(f"wrote {out / name}")
 
     @app.command()
@@ -96,16 +97,8 @@ def dump_yaml(doc: object) -> str:
     return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1_000_000)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def _emit(text: str, output: Path | None) -> None:
     if output is None:
         typer.echo(text, nl=False)
     else:
-        write_atomic(output, text)
+        atomic_write_text(output, text, mode=PLAIN)

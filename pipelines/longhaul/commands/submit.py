@@ -11,13 +11,12 @@ import typer
 from rich.console import Console
 
 from longhaul.constants import SPEC_FILENAME
-from longhaul.spec import SpecError, load_spec
+from longhaul.layout import DEFAULT_RUNS_DIR, RECORD_FILE, default_run_dir
+from longhaul.spec import SpecError, load_spec, run_name, seed_runs
 from longhaul.submit import BACKENDS, BackendUnavailable, backend_of_run, get_backend
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
-
-DEFAULT_RUNS_DIR = "runs"
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -36,10 +35,6 @@ def _spec_runs(run: str) -> tuple[bool, list[_SpecRun]] | None:
     path = Path(run)
     if path.is_dir() or path.suffix not in (".yaml", ".yml") or not path.is_file():
         return None
-    from longhaul.render.plan import default_run_dir
-    from longhaul.render.slurm import slurm_run_dir
-    from longhaul.spec import run_name, seed_runs
-
     try:
         exp = load_spec(path)
     except SpecError as exc:
@@ -48,8 +43,8 @@ def _spec_runs(run: str) -> tuple[bool, list[_SpecRun]] | None:
         fail_on_spec_error(exc)
     out = []
     for r in seed_runs(exp):
-        cands = [Path(slurm_run_dir(r)), Path(default_run_dir(r, "local"))]
-        out.append(_SpecRun(run_name(r), cands[0], next((c for c in cands if (c / "submit.json").is_file()), None)))
+        cands = [Path(default_run_dir(r, "slurm")), Path(default_run_dir(r, "local"))]
+        out.append(_SpecRun(run_name(r), cands[0], next((c for c in cands if (c / RECORD_FILE).is_file()), None)))
     return bool(exp.spec.algorithm.seeds), out
 
 
@@ -63,7 +58,7 @@ def resolve_run_dirs(run: str) -> list[tuple[str, Path | None]] | None:
     if not any(r.submitted for r in runs):
         listed = "\n".join(f"  {r.slurm_dir}" for r in runs)
         _fail(f"{run}: no run of this spec has been submitted from here (one run per training seed; no "
-              f"submit.json in any of):\n{listed}")
+              f"{RECORD_FILE} in any of):\n{listed}")
     return [(r.name, r.submitted) for r in runs]
 
 
@@ -85,7 +80,7 @@ def resolve_run_dir(run: str) -> Path:
         (one,) = runs
         if one.submitted is not None:
             return one.submitted
-        _fail(f"{run}: this spec has not been submitted from here (no {one.slurm_dir}/submit.json)")
+        _fail(f"{run}: this spec has not been submitted from here (no {one.slurm_dir}/{RECORD_FILE})")
     cand = Path(DEFAULT_RUNS_DIR) / run
     if cand.is_dir():
         return cand

@@ -21,11 +21,12 @@ from typing import Any
 
 from longhaul import bounded
 from longhaul import constants as C
-from longhaul.envs.airline.env import AirlineEnv
+from longhaul.envs.airline.env import AirlineEnv, null_agent_outcomes
 from longhaul.envs.airline.splits import Split
-from longhaul.envs.airline.tasks import get_task, source_info
+from longhaul.envs.airline.tasks import get_task, load_tasks, source_info
 from longhaul.envs.runner import EpisodeLimits, PolicyEndpointError, run_episode
 from longhaul.envs.trajectory import Trajectory
+from longhaul.eval.metrics import TrialRecord, summarize_records
 
 #: The share of an evaluation's trials that may end on an endpoint error before it stops (module docstring).
 UNSCORED_SHARE = 0.1
@@ -167,6 +168,35 @@ def load_records(path: Path) -> list[dict[str, Any]]:
     """Read a results JSONL file, bounded by `longhaul.bounded.RESULTS`; errors (`InputError`, a ValueError)
     name the file and line."""
     return [rec for _, rec in bounded.read_jsonl(path, bounded.RESULTS, expected="one trial record (a JSON object) per line")]
+
+
+def build_eval_agents(spec: Any, policy_client: Any, user_client: Any) -> tuple[Any, Any]:
+    """The policy and the user simulator of an evaluation over two chat clients: the policy samples with
+    `policy.rollout.validation` (as veRL's validation does), the simulator with its own `user_simulator.sampling`.
+    `longhaul eval` and the launcher's eval stage both build them here."""
+    from longhaul.clients.policy import OpenAIPolicy, SamplingParams
+    from longhaul.clients.user_simulator import OpenAIUserSimulator
+
+    return (OpenAIPolicy(policy_client, SamplingParams.from_spec(spec.policy.rollout.validation)),
+            OpenAIUserSimulator(user_client, SamplingParams.from_spec(spec.user_simulator.sampling)))
+
+
+def summarize_evaluation(
+    records: Sequence[dict[str, Any]], ks: Sequence[int] | None, *, bootstrap: int, confidence: float, seed: int,
+    null_floor: bool = True,
+) -> dict[str, Any]:
+    """The summary of an evaluation's records: the one function behind `longhaul eval`, `longhaul eval summarize`
+    and the launcher's eval stage, so the same records give the same document wherever they were produced.
+
+    `longhaul.eval.metrics.summarize_records` (`seed`: `bootstrap_seed(evaluation seeds)`), plus the do-nothing
+    agent's floor when `null_floor` and every task id is an airline task."""
+    floor = None
+    if null_floor:
+        known = load_tasks()
+        ids = sorted({TrialRecord.from_dict(r).task_id for r in records})
+        if all(t in known for t in ids):
+            floor = null_agent_outcomes(ids)
+    return summarize_records(records, ks, bootstrap=bootstrap, confidence=confidence, seed=seed, null_floor=floor)
 
 
 def select_tasks(split: Split, which: str | None, explicit: Sequence[str] | None) -> list[str]:

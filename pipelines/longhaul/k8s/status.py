@@ -23,9 +23,15 @@ class Phase(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     INVALID = "Invalid"
+    #: Only in `status.history`: a run stopped because the spec changed under the `new-run` policy
+    #: (`supersede_history`); the Experiment itself is then in the phases of the run that replaced it.
+    SUPERSEDED = "Superseded"
+    #: Never written by the operator: a batch backend's job state that longhaul has no mapping for (e.g. a Slurm
+    #: state newer than `longhaul.submit.slurm.PHASES`, or a job Slurm no longer knows), shown as is by `status`.
+    UNKNOWN = "Unknown"
 
 
-TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.INVALID}
+TERMINAL = {Phase.SUCCEEDED, Phase.FAILED, Phase.INVALID, Phase.SUPERSEDED}
 ACTIVE = {Phase.PENDING, Phase.QUEUED, Phase.RUNNING}
 
 # Condition types written by the operator.
@@ -441,8 +447,10 @@ def refused_status(previous: dict[str, Any], new_run: str | None, *, generation:
         message = head + f"The new spec is also invalid: {invalid}"
     else:
         message = head + (
-            f"A changed spec is a new run ({new_run}): apply it as a new Experiment (new metadata.name), or delete "
-            "this Experiment and apply it again; re-applying the running spec clears this condition"
+            f"A changed spec is a new run ({new_run}): apply it as a new Experiment (new metadata.name), delete "
+            "this Experiment and apply it again, or annotate this Experiment "
+            f"{C.ANNOTATION_ON_SPEC_CHANGE}={C.SPEC_CHANGE_NEW_RUN} to stop this run and start it; re-applying the "
+            "running spec clears this condition"
         )
     conditions = set_condition(list(previous.get("conditions") or []), COND_SPEC_CHANGE_REFUSED, True,
                                "RunInProgress", message, now=now, generation=generation)
@@ -489,3 +497,20 @@ def record_history(history: list[dict[str, Any]] | None, status: dict[str, Any],
         if status.get(key):
             entry[key] = status[key]
     return out[-HISTORY_LIMIT:]
+
+
+def supersede_history(history: list[dict[str, Any]] | None, previous: dict[str, Any], *,
+                      now: str) -> list[dict[str, Any]]:
+    """`status.history` once the run of `previous` (the status before the spec edit) was stopped for a new run
+    (policy `new-run`): its entry ends in phase Superseded at `now`.
+
+    The newest entry is that run's when the history followed it; otherwise (a status older than the history) an
+    entry is made from `previous`, as `record_history` would have. The same `previous` gives the same history
+    (a reconcile repeated after a lost status write), up to `now`.
+    """
+    # No git commit: the Experiment's annotation now names the edit's commit, not the stopped run's.
+    out = record_history(history, previous, git_commit=None)
+    if out and previous.get("runName") and out[-1].get("runName") == previous["runName"]:
+        out[-1]["phase"] = Phase.SUPERSEDED.value
+        out[-1]["completionTime"] = out[-1].get("completionTime") or now
+    return out

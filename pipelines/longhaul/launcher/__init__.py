@@ -8,7 +8,8 @@ What it does, in order:
    OpenAI-compatible servers (the user simulator; on the local backend also the policy) as child processes in
    their own process groups, with every log line prefixed `[simulator]` / `[policy]` on stdout and copied to
    `<run_dir>/logs/<role>.log`; waits for each `/health` within the spec's start-up timeout.
-3. Runs the stages in order (sft, grpo, eval), each as a child process with the plan's argv and environment.
+3. Runs the stages in order (sft, grpo, eval), each as `longhaul.launcher.stages.STAGES` names it: sft and grpo
+   as a child process with the plan's argv and environment, eval inside the launcher.
    A stage that finished is recorded in `<run_dir>/.longhaul/stages/<name>.done` and skipped when the job is
    started again (requeue, restart), so a requeued job continues where it stopped.
 4. Stops every server by PID (SIGTERM to its process group, SIGKILL after a grace period) on exit, error or
@@ -34,7 +35,7 @@ EXIT_USAGE     2: the spec is invalid or does not match the job.
 =============  ==================================================================================
 """
 
-from longhaul.launcher.protocol import (
+from longhaul.protocol import (
     CHECKPOINT_SIGNAL,
     EXIT_FAILED,
     EXIT_KILLED,

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from longhaul.launcher.protocol import CHECKPOINT_SIGNAL, EXIT_KILLED, EXIT_SIGINT
+from longhaul.protocol import CHECKPOINT_SIGNAL, EXIT_KILLED, EXIT_SIGINT
 
 
 class StopRequested(Exception):  # noqa: N818 - a control-flow signal, not an error

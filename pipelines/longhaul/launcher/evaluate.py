@@ -4,9 +4,9 @@ For every selected checkpoint (step 0 = the initial policy): veRL's FSDP shards 
 Hugging Face directory (`longhaul.checkpoints`: `<run_dir>/merged/global_step_N/`, reused when present), the
 policy server serves those weights, every task of the split runs `samples_per_task` trials per evaluation seed
 (validation sampling), the records go to `<eval_dir>/step_<N>/results.jsonl` (renamed into place when
-complete), and the summary (pass^k, pass@k, subsets, bootstrap CIs: `longhaul.eval.metrics.summarize_records`,
-seeded with the first evaluation seed, exactly as `longhaul eval` computes it) is logged as an MLflow child run of
-the training run (`longhaul.tracking`), and every episode as an MLflow trace linked to that child run
+complete), and the summary (pass^k, pass@k, subsets, bootstrap CIs, null-agent floor:
+`longhaul.eval.evaluate.summarize_evaluation`, seeded with the first evaluation seed, exactly as `longhaul eval`
+computes it) is logged as an MLflow child run of the training run (`longhaul.tracking`), and every episode as an MLflow trace linked to that child run
 (`longhaul.launcher.traces`; counted as `eval/traces_logged` / `eval/traces_dropped` and in `summary.json`). A checkpoint
 whose summary exists is skipped and a finished merge is reused, so a requeued job continues where it stopped.
 
@@ -23,12 +23,15 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longhaul.checkpoints import MergeAborted, merge_checkpoint, merged_model_dir, saved_steps
 from longhaul.constants import ENV_USER_SIM_API_KEY
+from longhaul.files import atomic_write_json
 from longhaul.launcher.control import RequeueRequested
-from longhaul.launcher.files import atomic_write_json
+
+if TYPE_CHECKING:
+    from longhaul.launcher.stages import StageContext
 
 
 class EvalStopped(Exception):  # noqa: N818 - control flow
@@ -48,7 +51,7 @@ def select_checkpoints(which: Any, saved: list[int]) -> list[int]:
     return list(which)
 
 
-def fetch_checkpoint_model(ctx: Any, step: int) -> Path:
+def fetch_checkpoint_model(ctx: StageContext, step: int) -> Path:
     """The Hugging Face directory to serve for `step`: the spec's model for 0, else the step's merge (made now
     if missing; a stop request interrupts it and requeues)."""
     from longhaul.render.verl import policy_model_path
@@ -58,26 +61,30 @@ def fetch_checkpoint_model(ctx: Any, step: int) -> Path:
         return Path(spec.policy.model.path or spec.policy.model.name)
     try:
         return merge_checkpoint(ctx.checkpoint_dir, step, merged_model_dir(ctx.run_dir, step),
-                                base_model=policy_model_path(ctx.exp, ctx.plan.paths),
+                                base_model=policy_model_path(ctx.exp, ctx.paths),
                                 abort=lambda: ctx.control.requested)
     except MergeAborted:
         ctx.control.check()
         raise RequeueRequested(f"eval step {step} (merging)") from None
 
 
-def run_eval_stage(ctx: Any) -> None:
+def run_eval_stage(ctx: StageContext) -> None:
     """Evaluate the spec's checkpoints (module docstring)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from longhaul.clients.openai_compat import ChatClient
-    from longhaul.clients.policy import OpenAIPolicy, SamplingParams
-    from longhaul.clients.user_simulator import OpenAIUserSimulator
     from longhaul.envs.airline.env import AirlineEnv
     from longhaul.envs.airline.splits import build_split
     from longhaul.envs.airline.tasks import base_db
     from longhaul.envs.runner import EpisodeLimits
-    from longhaul.eval.evaluate import EvalPlan, build_run_info, evaluate
-    from longhaul.eval.metrics import bootstrap_seed, summarize_records
+    from longhaul.eval.evaluate import (
+        EvalPlan,
+        build_eval_agents,
+        build_run_info,
+        evaluate,
+        summarize_evaluation,
+    )
+    from longhaul.eval.metrics import bootstrap_seed
     from longhaul.launcher.traces import log_episode_traces
     from longhaul.tracking.runs import log_evaluation, log_selection
     from longhaul.tracking.selection import build_selection, build_selection_message, check_select_on
@@ -94,13 +101,13 @@ def run_eval_stage(ctx: Any) -> None:
         say(f"warning: {not_selectable}; no checkpoint will be selected")
     limits = EpisodeLimits.from_spec(exp)
     plan = EvalPlan(task_ids=split.all_ids, samples=ev.samples_per_task, seeds=list(ev.seeds))
-    eval_dir = Path(ctx.plan.paths.eval_dir)
+    eval_dir = Path(ctx.paths.eval_dir)
     base = base_db()
     policy = ctx.policy_server()
     # The weights already served go first (no reload needed).
     served = policy.serving
     steps.sort(key=lambda s: (0 if (served == "base" and s == 0) or served == f"step {s}" else 1, s))
-    rows: list[dict[str, Any]] = ctx.results.setdefault("eval_rows", [])
+    rows = ctx.results.eval_rows
     summaries: dict[int, dict[str, Any]] = {}
     run_info = build_run_info(spec.policy.model.name, spec.user_simulator.model.name, limits, split)
 
@@ -135,8 +142,7 @@ def run_eval_stage(ctx: Any) -> None:
                     async with ChatClient(policy.base_url, policy.served_model_name, role="policy") as pc, \
                             ChatClient(ctx.simulator_base_url, ctx.simulator_model, role="user simulator",
                                        api_key=os.environ.get(ENV_USER_SIM_API_KEY)) as uc:  # as in training
-                        pol = OpenAIPolicy(pc, SamplingParams.from_spec(spec.policy.rollout.validation))
-                        user = OpenAIUserSimulator(uc, SamplingParams.from_spec(spec.user_simulator.sampling))
+                        pol, user = build_eval_agents(spec, pc, uc)
 
                         def done(traj):
                             episodes.append(traj)
@@ -155,8 +161,8 @@ def run_eval_stage(ctx: Any) -> None:
                     control.check()
                     raise RequeueRequested(f"eval step {step}") from None
                 partial.replace(out / "results.jsonl")
-                summary = summarize_records(records, ev.k, bootstrap=ev.bootstrap_samples, confidence=ev.confidence,
-                                            seed=bootstrap_seed(plan.seeds))
+                summary = summarize_evaluation(records, ev.k, bootstrap=ev.bootstrap_samples,
+                                               confidence=ev.confidence, seed=bootstrap_seed(plan.seeds))
                 summary["checkpoint_step"] = step
                 summary["seconds"] = round(time.monotonic() - t0, 1)
                 eval_run = log_evaluation(ctx.run_id, step, summary, out / "results.jsonl",
@@ -176,6 +182,6 @@ def run_eval_stage(ctx: Any) -> None:
     for row in rows:
         if row["step"] in summaries:
             row["selected"] = "yes" if selection is not None and row["step"] == selection.step else ""
-    ctx.results["selection"] = None if selection is None else {"select_on": select_on, "step": selection.step,
+    ctx.results.selection = None if selection is None else {"select_on": select_on, "step": selection.step,
                                                                "pass^1": selection.pass_hat_1}
     say(build_selection_message(selection, select_on, not_selectable))

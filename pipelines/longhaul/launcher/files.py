@@ -1,43 +1,12 @@
-"""Atomic file writes (a temporary file in the same directory, fsync, then rename: readers never see half a file,
-and a failed write — a full disk — leaves the previous file as it was), and the run directory's lock."""
+"""The run directory's lock: one launcher per run directory."""
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write `data` to `path` atomically; parent directories are created."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write UTF-8 `text` to `path` atomically."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> Path:
-    """Write `obj` as indented JSON to `path` atomically."""
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
 class LockBusy(RuntimeError):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TextIO
 
 from longhaul.constants import ENV_SUPERVISED_BY, ENV_SUPERVISED_ROLE
-from longhaul.launcher.protocol import STOP_GRACE_S
+from longhaul.protocol import STOP_GRACE_S
 
 #: Lines of a child's output that mean a full disk (the launcher adds what to do to the failure message).
 NO_SPACE_MARKERS = ("No space left on device", "[Errno 28]", "ENOSPC")

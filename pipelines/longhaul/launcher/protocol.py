@@ -1,20 +1,17 @@
-"""Exit codes and signals of `longhaul launch` and `longhaul train` (see the package docstring for the protocol)."""
+"""The launcher's signal and exit-code protocol, by the name rendered batch scripts cite (their comments say
+`Protocol: longhaul.launcher.protocol`; the golden scripts pin that text). The values live in `longhaul.protocol`,
+below every layer, because the Slurm renderer needs them too and may not import the launcher."""
 
-from __future__ import annotations
+from longhaul.protocol import (
+    CHECKPOINT_SIGNAL,
+    EXIT_FAILED,
+    EXIT_KILLED,
+    EXIT_OK,
+    EXIT_REQUEUE,
+    EXIT_SIGINT,
+    EXIT_USAGE,
+    STOP_GRACE_S,
+)
 
-import signal
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-#: "A checkpoint was saved after SIGUSR1: requeue me" (EX_TEMPFAIL from sysexits.h).
-EXIT_REQUEUE = 75
-#: Clean stop after SIGTERM (128 + 15) / Ctrl-C (128 + 2).
-EXIT_KILLED = 143
-EXIT_SIGINT = 130
-
-#: The signal that asks for "save a checkpoint, then exit with EXIT_REQUEUE".
-CHECKPOINT_SIGNAL = signal.SIGUSR1
-
-#: Seconds a child gets between SIGTERM and SIGKILL.
-STOP_GRACE_S = 20.0
+__all__ = ["CHECKPOINT_SIGNAL", "EXIT_FAILED", "EXIT_KILLED", "EXIT_OK", "EXIT_REQUEUE", "EXIT_SIGINT", "EXIT_USAGE",
+           "STOP_GRACE_S"]

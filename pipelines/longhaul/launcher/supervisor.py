@@ -2,92 +2,32 @@
 
 from __future__ import annotations
 
-import importlib
 import os
-import signal
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from longhaul import constants as C
-from longhaul.launcher.console import STEP_COLUMNS, grpo_console
+from longhaul.files import atomic_write_json, atomic_write_text
+from longhaul.launcher.console import STEP_COLUMNS
 from longhaul.launcher.control import RequeueRequested, StopControl, StopRequested, handle_signals
-from longhaul.launcher.files import LockBusy, atomic_write_json, atomic_write_text, exclusive_lock
-from longhaul.launcher.processes import (
-    NO_SPACE_MARKERS,
-    ManagedProcess,
-    describe_exit,
-    kill_supervised,
-)
-from longhaul.launcher.protocol import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
+from longhaul.launcher.files import LockBusy, exclusive_lock
+from longhaul.launcher.processes import NO_SPACE_MARKERS, kill_supervised
 from longhaul.launcher.servers import ManagedServer, PolicyServer, ServerStartError
-from longhaul.launcher.traces import log_training_traces
+from longhaul.launcher.stages import STAGES, ServerCrashed, StageContext, StageFailed
+from longhaul.layout import DONE_SUFFIX, LAUNCHER_LOCK_FILE, PLAN_FILE, STAGES_DIR
+from longhaul.protocol import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
 from longhaul.render.plan import LaunchPlan, StagePlan, render_plan
 from longhaul.spec import Experiment, SpecError, load_spec, resolved_yaml, run_name
 
 #: MLflow's switch for its "View run … at: <tracking URI>" line (set when the URI carries credentials).
 ENV_MLFLOW_QUIET_URL = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
-#: Stages implemented inside the launcher process (they need the server handles and the stop control).
-IN_PROCESS_STAGES = {
-    (): "longhaul.launcher.evaluate:run_eval_stage",
-}
-STATE_DIR = ".longhaul"
-#: Held (flock) by the launcher for its whole life: one launcher per run directory.
-LOCK_FILE = "launcher.lock"
 #: How many times one launch restarts a server that crashed during a stage (all servers together) and runs the
 #: interrupted stage again (the veRL stage resumes from its newest complete checkpoint); one more crash fails
 #: the run with a message that says how to resume.
 MAX_SERVER_RESTARTS = 2
-
-
-class StageFailed(RuntimeError):
-    """A stage exited non-zero or raised; the message names it and carries the tail of its log."""
-
-    def __init__(self, message: str, *, no_space: bool = False) -> None:
-        super().__init__(message)
-        self.no_space = no_space
-
-
-class ServerCrashed(RuntimeError):
-    """A server the launcher started exited during a stage; `servers` are the ones that did."""
-
-    def __init__(self, message: str, servers: list[ManagedServer]) -> None:
-        super().__init__(message)
-        self.servers = servers
-
-
-@dataclass
-class StageContext:
-    """What an in-process stage gets: the spec, the plan, the MLflow run and the servers."""
-
-    exp: Experiment
-    plan: LaunchPlan
-    run_dir: Path
-    tracking_uri: str
-    run_id: str
-    env: dict[str, str]
-    control: StopControl
-    simulator_base_url: str
-    simulator_model: str
-    echo: TextIO
-    _policy: PolicyServer | None = None
-    _policy_factory: Any = None
-    results: dict[str, Any] = field(default_factory=dict)
-    #: The MLflow experiment of the run ("" when resumed offline): where the printed UI link opens.
-    experiment_id: str = ""
-
-    def policy_server(self) -> PolicyServer:
-        """The policy server, started on first use (a veRL stage must not share its GPUs with it)."""
-        if self._policy is None:
-            self._policy = self._policy_factory()
-        return self._policy
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return Path(self.plan.paths.checkpoint_dir)
 
 
 def build_server_env(exp: Experiment, plan: LaunchPlan) -> dict[str, str]:
@@ -106,98 +46,14 @@ def _server_python(exp: Experiment, environ: Mapping[str, str]) -> str:
     return "python"
 
 
-def _in_process_target(stage: StagePlan) -> str | None:
-    return IN_PROCESS_STAGES.get(tuple(stage.argv[:2]) if stage.argv else ())
-
-
-def _load_target(path: str):
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def _done_marker(run_dir: Path, stage: str) -> Path:
-    return run_dir / STATE_DIR / "stages" / f"{stage}.done"
+    return run_dir / STAGES_DIR / f"{stage}{DONE_SUFFIX}"
 
 
 def _mark_requeued(uri: str, run_id: str) -> None:
     from longhaul.tracking.runs import mark_requeued
 
     mark_requeued(uri, run_id)
-
-
-def stage_command(argv: tuple[str, ...]) -> list[str]:
-    """A stage's argv as run here: the plan's `python` / `longhaul` are the launcher's own interpreter and CLI,
-    so a stage runs in the same environment as the launcher whatever PATH says (a virtualenv not on PATH)."""
-    if argv and argv[0] == "python":
-        return [sys.executable, *argv[1:]]
-    if argv and argv[0] == "longhaul":
-        return [sys.executable, "-m", "longhaul.cli", *argv[1:]]
-    return list(argv)
-
-
-def _crashed(servers: list[ManagedServer]) -> list[ManagedServer]:
-    return [s for s in servers if s.crashed]
-
-
-def _run_subprocess_stage(stage: StagePlan, env: dict[str, str], run_dir: Path, control: StopControl,
-                          echo: TextIO, console: Any = None, servers: list[ManagedServer] | None = None) -> None:
-    """Run a stage as a child process; stop it (SIGTERM to its group) on a stop or checkpoint request, or as soon
-    as one of `servers` exits (ServerCrashed: the stage would only fail its requests until it gave up)."""
-    proc = ManagedProcess(stage.name, stage_command(stage.argv), {**env, **stage.env},
-                          log_path=run_dir / "logs" / f"{stage.name}.log", echo=echo, console=console).start()
-    forwarded_ckpt = forwarded_stop = False
-    crashed: list[ManagedServer] = []
-    try:
-        while proc.poll() is None:
-            crashed = _crashed(servers or [])
-            if crashed:
-                break
-            if control.checkpoint.is_set() and not forwarded_ckpt:
-                forwarded_ckpt = True
-                # veRL has no "save now" hook: it is stopped and its newest periodic checkpoint (save_freq)
-                # is the resume point (trainer.resume_mode=auto).
-                proc.send_signal(signal.SIGTERM)
-            if control.stop.is_set() and not forwarded_stop:
-                forwarded_stop = True
-                proc.send_signal(signal.SIGTERM)
-            time.sleep(0.2)
-        rc = proc.stop() if crashed else proc.wait()
-    finally:
-        proc.stop()
-    if control.stop.is_set():
-        raise StopRequested(control.signal_name or "stop")
-    if control.checkpoint.is_set() or rc == EXIT_REQUEUE:
-        raise RequeueRequested(stage.name)
-    crashed = crashed or (_crashed(servers or []) if rc != 0 else [])
-    if crashed:
-        raise ServerCrashed(f"{'; '.join(s.describe_crash(stage.name) for s in crashed)} (the stage was stopped)",
-                            crashed)
-    if rc != 0:
-        raise StageFailed(f"stage '{stage.name}' {describe_exit(rc)}: {' '.join(stage.argv[:4])} …\n"
-                          f"--- last lines of {run_dir / 'logs' / (stage.name + '.log')} ---\n{proc.tail()}",
-                          no_space=proc.no_space_seen)
-
-
-def _prepare_verl_stage(exp: Experiment, plan: LaunchPlan, env: Mapping[str, str], say: Any) -> None:
-    """Before veRL starts: refuse a missing tracking target, write the task parquet and agent-loop/tool YAML."""
-    from longhaul.agentloop.dataset import write_verl_inputs
-    from longhaul.tracking.config import require_trainer_env
-
-    require_trainer_env(env)
-    written = write_verl_inputs(exp, plan.paths)
-    say(f"veRL inputs written: {', '.join(p.name for p in written)}")
-
-
-def _prepare_resume(ctx: StageContext, say: Any) -> None:
-    """Before veRL starts: its tracker names the newest complete checkpoint, a save cut short is cleared
-    (`longhaul.checkpoints.prepare_resume`); says where training resumes."""
-    from longhaul.checkpoints import prepare_resume
-
-    point = prepare_resume(ctx.checkpoint_dir)
-    for change in point.changes:
-        say(f"checkpoints: {change}")
-    say(f"veRL resumes from step {point.step} ({ctx.checkpoint_dir})" if point.step is not None
-        else f"no complete checkpoint in {ctx.checkpoint_dir}: veRL trains from step 0")
 
 
 def _newest_checkpoint(ctx: StageContext) -> str:
@@ -268,17 +124,6 @@ def _disk_full_hint(ctx: StageContext, backend: str) -> str:
             f"with {again}: it resumes from {'step ' + str(step) if step is not None else 'the start'}")
 
 
-def _record_checkpoints(ctx: StageContext, say: Any) -> None:
-    """Record veRL's saved checkpoints on the MLflow run (tag + artifact per step, by URI; idempotent)."""
-    from longhaul.checkpoints import saved_steps, step_dir
-    from longhaul.tracking.runs import log_checkpoint
-
-    steps = saved_steps(ctx.checkpoint_dir)
-    for step in steps:
-        log_checkpoint(ctx.tracking_uri, ctx.run_id, step, step_dir(ctx.checkpoint_dir, step).resolve().as_uri())
-    say(f"checkpoints saved by veRL: steps {steps or 'none'} in {ctx.checkpoint_dir}")
-
-
 def launch(
     spec_path: str | Path,
     backend: str,
@@ -312,7 +157,8 @@ def launch(
 
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with exclusive_lock(run_dir / STATE_DIR / LOCK_FILE, f"run directory {run_dir}"):
+        # Held for the launcher's whole life: one launcher per run directory.
+        with exclusive_lock(run_dir / LAUNCHER_LOCK_FILE, f"run directory {run_dir}"):
             return _launch_locked(exp, plan, stages, spec_path, backend, run_dir, environ, echo, say)
     except LockBusy as exc:
         say(f"refused: {exc}")
@@ -335,7 +181,7 @@ def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], s
     spec_file = Path(plan.paths.spec_file)
     if not spec_file.exists() or spec_file.resolve() != Path(spec_path).resolve():
         atomic_write_text(spec_file, resolved_yaml(exp))
-    atomic_write_json(run_dir / STATE_DIR / "plan.json", plan.to_dict())
+    atomic_write_json(run_dir / PLAN_FILE, plan.to_dict())
 
     from longhaul.redact import redact_uri
     from longhaul.tracking.config import ENV_TRACKING_URI, tracking_env
@@ -374,31 +220,18 @@ def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], s
         return server
 
     ctx = StageContext(exp, plan, run_dir, uri, tracked.run_id, env, control, plan.simulator_base_url,
-                       exp.spec.user_simulator.model.name, echo, _policy_factory=make_policy,
-                       experiment_id=tracked.experiment_id)
+                       exp.spec.user_simulator.model.name, echo, start_policy=make_policy,
+                       experiment_id=tracked.experiment_id, servers=servers)
     restarts = 0
 
     def run_stage(s: StagePlan) -> None:
-        target = _in_process_target(s)
-        if target is not None:
-            _load_target(target)(ctx)
-            return
-        console = None
-        if s.name == "grpo":
-            _prepare_verl_stage(exp, plan, env, say)
-            _prepare_resume(ctx, say)
-            console = grpo_console(exp.spec.algorithm.total_steps)
-        say(f"stage {s.name}: log in {logs_dir / (s.name + '.log')}")
-        _run_subprocess_stage(s, env, run_dir, control, echo, console, servers)
-        if s.name == "grpo":
-            _record_checkpoints(ctx, say)
-            log_training_traces(ctx, plan.paths.rollouts_dir, say)
+        STAGES[s.name](ctx, s)
 
     def restart_crashed(s: StagePlan, exc: BaseException) -> bool:
         """After a stage failed: restart the servers that crashed and say so (True), within the launch's budget;
         raise ServerCrashed past it; False when no server crashed (the failure is the stage's own)."""
         nonlocal restarts
-        crashed = exc.servers if isinstance(exc, ServerCrashed) else _crashed(servers)
+        crashed = exc.servers if isinstance(exc, ServerCrashed) else [sv for sv in servers if sv.crashed]
         if not crashed:
             return False
         what = "; ".join(sv.describe_crash(s.name) for sv in crashed)
@@ -494,7 +327,7 @@ def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], s
             except Exception as exc:  # noqa: BLE001 - the exit code must still reach the scheduler
                 say(f"warning: could not set MLflow run status {status}: {exc}")
             relay.close()
-    ctx.results["status"] = status
+    ctx.results.status = status
     _print_summary(ctx, echo)
     return rc
 
@@ -522,7 +355,7 @@ def _print_summary(ctx: StageContext, echo: TextIO) -> None:
         for step, row in train.items():
             t.add_row(str(step), *[fmt.format(row[key]) if key in row else "-" for key, _, fmt in STEP_COLUMNS])
         console.print(t)
-    evals = ctx.results.get("eval_rows") or []
+    evals = ctx.results.eval_rows
     if evals:
         cols = list(dict.fromkeys(k for r in evals for k in r))
         t = Table(title="evaluation (pass^k per checkpoint; step 0 = initial policy)")
@@ -531,7 +364,7 @@ def _print_summary(ctx: StageContext, echo: TextIO) -> None:
         for r in sorted(evals, key=lambda r: r["step"]):
             t.add_row(*[f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in cols])
         console.print(t)
-    console.print(f"status: {ctx.results.get('status')}; run directory: {ctx.run_dir}")
+    console.print(f"status: {ctx.results.status}; run directory: {ctx.run_dir}")
     from longhaul.tracking.config import build_ui_hint
 
     console.print(f"MLflow UI: {build_ui_hint(ctx.tracking_uri, ctx.experiment_id)}   (run id {ctx.run_id})",

@@ -12,13 +12,16 @@ tracking server never fails or stalls a stage.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from longhaul.launcher.stages import StageContext
 
 #: The longest a stage waits for its episode traces to reach MLflow (the rest are counted as dropped).
 TRACE_FLUSH_S = 120.0
 
 
-def _write(ctx: Any, link: str, traces: list[Any], prefix: str, step: int, say: Any, what: str) -> dict[str, int]:
+def _write(ctx: StageContext, link: str, traces: list[Any], prefix: str, step: int, say: Any, what: str) -> dict[str, int]:
     """Write `traces` linked to run `link`, then log the counts as `<prefix>/traces_logged|dropped` at `step`."""
     from longhaul.tracking.runs import log_metrics
     from longhaul.tracking.traces import TraceLogger
@@ -37,11 +40,11 @@ def _write(ctx: Any, link: str, traces: list[Any], prefix: str, step: int, say: 
     return {"logged": counts.logged, "dropped": counts.dropped}
 
 
-def _tracked(ctx: Any) -> bool:
+def _tracked(ctx: StageContext) -> bool:
     return bool(ctx.tracking_uri and ctx.experiment_id)
 
 
-def log_episode_traces(ctx: Any, step: int, episodes: list[Any], split: Any, eval_run: str | None,
+def log_episode_traces(ctx: StageContext, step: int, episodes: list[Any], split: Any, eval_run: str | None,
                        say: Any) -> dict[str, int]:
     """Every evaluated episode of `step` (`Trajectory` objects) as an MLflow trace, linked to the step's eval run
     (the training run when the relay creates the eval run later)."""
@@ -61,7 +64,7 @@ def log_episode_traces(ctx: Any, step: int, episodes: list[Any], split: Any, eva
     return _write(ctx, link, traces, "eval", step, say, f"step {step}")
 
 
-def log_training_traces(ctx: Any, rollouts_dir: str, say: Any) -> dict[str, int]:
+def log_training_traces(ctx: StageContext, rollouts_dir: str, say: Any) -> dict[str, int]:
     """A sample of each step's trained episodes (`tracking.training_traces_per_step`) as MLflow traces, linked to
     the training run; the counts are logged at the last sampled step."""
     from longhaul.spec import run_name

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from longhaul.layout import Paths
 from longhaul.memory.estimate import (
     CUDA_CONTEXT,
     NCCL_BUFFERS,
@@ -35,7 +36,11 @@ from longhaul.memory.estimate import (
 )
 from longhaul.memory.gpus import GiB, gpu_capacity
 from longhaul.memory.shapes import ModelShape, format_count
+from longhaul.render.plan import render_policy_server, render_simulator_server
+from longhaul.render.verl import render_verl_overrides
 from longhaul.spec.models import Experiment, GpuShare, Placement, Quantization, Stage
+from longhaul.spec.naming import run_name
+from longhaul.spec.placement import trainer_gpu_ids
 
 #: veRL 0.9.1 defaults the plan relies on when the rendered overrides do not set them (trainer/config/engine/fsdp.yaml).
 VERL_MODEL_DTYPE = "fp32"
@@ -175,9 +180,6 @@ class _Layout:
 
 
 def _layout(exp: Experiment) -> _Layout:
-    from longhaul.render.plan import Paths, render_policy_server, render_simulator_server, trainer_gpu_ids
-    from longhaul.render.verl import render_verl_overrides
-
     s = exp.spec
     overrides = render_verl_overrides(exp, Paths.under("run"))
     actor = "actor_rollout_ref.actor.fsdp_config"
@@ -308,8 +310,6 @@ def _gc_note(exp: Experiment, t: TrainerEstimate, where: str) -> str:
 
 
 def _title(exp: Experiment) -> str:
-    from longhaul.spec.naming import run_name
-
     return f"memory plan for {exp.metadata.name} (run {run_name(exp)}); estimates in GiB (2^30 bytes)"
 
 

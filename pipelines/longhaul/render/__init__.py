@@ -11,6 +11,11 @@ from dataclasses import dataclass
 
 import yaml
 
+from longhaul.layout import Paths, default_run_dir
+from longhaul.render.kubernetes import render_kubernetes
+from longhaul.render.plan import render_plan
+from longhaul.render.slurm import render_slurm
+from longhaul.render.verl import render_verl_overrides
 from longhaul.spec.models import Experiment
 from longhaul.spec.naming import run_name, seed_runs
 
@@ -37,16 +42,10 @@ def _yaml_docs(objs: list[dict]) -> str:
 
 def render(exp: Experiment, backend: str, *, run_dir: str | None = None) -> Rendered:
     """Render `exp` for `backend` (one of BACKENDS)."""
-    from longhaul.render.plan import Paths, default_run_dir, render_plan
-
     name = run_name(exp)
     if backend == "kubernetes":
-        from longhaul.render.kubernetes import render_kubernetes
-
         return Rendered(backend, {f"{name}.k8s.yaml": _yaml_docs(render_kubernetes(exp))})
     if backend == "slurm":
-        from longhaul.render.slurm import render_slurm
-
         return Rendered(backend, {f"{name}.sbatch": render_slurm(exp)})
     if backend not in ("verl", "local"):
         raise ValueError(f"unknown backend '{backend}'; valid: {', '.join(BACKENDS)}")
@@ -58,8 +57,6 @@ def render(exp: Experiment, backend: str, *, run_dir: str | None = None) -> Rend
     for r in runs:
         name = run_name(r)
         if backend == "verl":
-            from longhaul.render.verl import render_verl_overrides
-
             paths = Paths.under(run_dir or default_run_dir(r, "kubernetes"))
             files[f"{name}.verl-overrides.txt"] = "\n".join(render_verl_overrides(r, paths)) + "\n"
         else:

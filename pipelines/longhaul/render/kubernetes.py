@@ -22,9 +22,10 @@ import shlex
 from typing import Any
 
 from longhaul import constants as C
-from longhaul.spec import naming
+from longhaul.layout import default_run_dir
+from longhaul.render.jobenv import job_env
 from longhaul.spec.models import TRAINER_HOME, TRAINER_SCRATCH, Experiment, MultiNodeEngine, Placement, Stage
-from longhaul.spec.naming import resolved_yaml
+from longhaul.spec.naming import resolved_yaml, run_name, seed_group, seed_runs, spec_hash
 
 #: Kubernetes label values and Job names (the Job controller copies them into a label) are ≤ 63 characters.
 MAX_NAME = 63
@@ -40,29 +41,10 @@ RAYJOB_API = "ray.io/v1"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 #: Where the ConfigMap key lands inside the container (constants say the directory and the file name).
 CONTAINER_SPEC_PATH = f"{C.CONTAINER_SPEC_DIR}/{C.SPEC_FILENAME}"
-
-
-#: Memo of spec hashes: a render asks for the run name dozens of times and hashing dumps the whole spec.
-#: Keyed by object identity; the entry keeps the (frozen) Experiment alive, so an id is never reused.
-_HASHES: dict[int, tuple[Experiment, str]] = {}
-
-
-def spec_hash(exp: Experiment) -> str:
-    hit = _HASHES.get(id(exp))
-    if hit is None or hit[0] is not exp:
-        if len(_HASHES) >= 256:
-            _HASHES.clear()
-        hit = (exp, naming.spec_hash(exp))
-        _HASHES[id(exp)] = hit
-    return hit[1]
-
-
-def run_name(exp: Experiment) -> str:
-    """`naming.run_name` with the memoised hash."""
-    group = naming.seed_group(exp)
-    if group is not None:
-        return naming.run_name(exp)
-    return f"{exp.metadata.name}-{spec_hash(exp)[:8]}"
+#: The container lists longhaul's job variables first, then the offline flags: the order every rendered Job has
+#: had (golden files pin it); no variable refers to another (`$(VAR)`), so the order means nothing else.
+_ENV_FIRST = (C.ENV_SPEC, C.ENV_RUN_NAME, C.ENV_RUN_DIR, C.ENV_BACKEND, C.ENV_JOB_ID, C.ENV_IMAGE, C.ENV_STAGE,
+              C.ENV_GIT_COMMIT)
 
 
 def child_name(exp: Experiment, suffix: str) -> str:
@@ -105,7 +87,7 @@ def labels(exp: Experiment, stage: Stage | str | None = None) -> dict[str, str]:
     }
     if stage is not None:
         out[C.LABEL_STAGE] = str(stage)
-    group = naming.seed_group(exp)
+    group = seed_group(exp)
     if group is not None:
         out[C.LABEL_SEED_GROUP] = group
     return out
@@ -180,9 +162,7 @@ def render_configmap(exp: Experiment, *, namespace: str | None = None) -> dict[s
 
 def run_dir(exp: Experiment) -> str:
     """The run directory inside the pod: on the checkpoint PVC when one is set, else under /runs."""
-    vol = exp.spec.backends.kubernetes.checkpoint_volume
-    root = vol.mount_path.rstrip("/") if vol else C.CONTAINER_RUN_ROOT
-    return f"{root}/{run_name(exp)}"
+    return default_run_dir(exp, "kubernetes")
 
 
 def launcher_argv(exp: Experiment, stage: Stage | str) -> list[str]:
@@ -201,20 +181,16 @@ def launcher_argv(exp: Experiment, stage: Stage | str) -> list[str]:
 
 
 def _env(exp: Experiment, stage: Stage | str, job_name: str) -> list[dict[str, Any]]:
-    k8s = exp.spec.backends.kubernetes
-    env: list[dict[str, Any]] = [
-        {"name": C.ENV_SPEC, "value": CONTAINER_SPEC_PATH},
-        {"name": C.ENV_RUN_NAME, "value": run_name(exp)},
-        {"name": C.ENV_RUN_DIR, "value": run_dir(exp)},
-        {"name": C.ENV_BACKEND, "value": "kubernetes"},
-        {"name": C.ENV_JOB_ID, "value": job_name},
-        {"name": C.ENV_IMAGE, "value": k8s.image},
-        {"name": C.ENV_STAGE, "value": str(stage)},
-    ]
+    # The spec is the ConfigMap mounted read-only; the launcher copies it into the run directory, and the launch
+    # plan's environment points every stage at that copy.
+    job = job_env("kubernetes", run_name(exp), run_dir(exp), CONTAINER_SPEC_PATH, stage=str(stage), job_id=job_name)
+    # Provenance the launcher records with the run (`longhaul.tracking.provenance`): only a pod knows its image.
+    job[C.ENV_IMAGE] = exp.spec.backends.kubernetes.image
     commit = exp.metadata.annotations.get(C.ANNOTATION_GIT_COMMIT)
     if commit:
-        env.append({"name": C.ENV_GIT_COMMIT, "value": commit})
-    env += [{"name": k, "value": v} for k, v in C.OFFLINE_ENV.items()]
+        job[C.ENV_GIT_COMMIT] = commit
+    names = [n for n in _ENV_FIRST if n in job] + [n for n in job if n not in _ENV_FIRST]
+    env: list[dict[str, Any]] = [{"name": n, "value": job[n]} for n in names]
     tracking = exp.spec.tracking
     if tracking.uri:
         env.append({"name": "MLFLOW_TRACKING_URI", "value": tracking.uri})
@@ -443,4 +419,4 @@ def render_run(exp: Experiment, *, namespace: str | None = None) -> list[dict[st
 
 def render_kubernetes(exp: Experiment, *, namespace: str | None = None) -> list[dict[str, Any]]:
     """Every object of an Experiment: `render_run` of each of its runs (one per training seed), in seed order."""
-    return [obj for run in naming.seed_runs(exp) for obj in render_run(run, namespace=namespace)]
+    return [obj for run in seed_runs(exp) for obj in render_run(run, namespace=namespace)]

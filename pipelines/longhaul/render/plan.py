@@ -7,12 +7,18 @@ is printed by `longhaul render --backend local`, pinned by golden files, and exe
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from longhaul import constants as C
+from longhaul.chat.thinking import chat_template_kwargs, chat_template_override
+from longhaul.layout import Paths
+from longhaul.render.jobenv import job_env
+from longhaul.render.verl import _q, render_verl_overrides
 from longhaul.spec.models import Experiment, GpuShare, ModelRef, Placement, Quantization, Stage
 from longhaul.spec.naming import experiment_family, run_name, spec_hash
+from longhaul.spec.placement import trainer_gpu_ids
 from longhaul.verlcpu import cpu_job_env
 
 LOOPBACK = "127.0.0.1"
@@ -53,34 +59,6 @@ class StagePlan:
 
 
 @dataclass(frozen=True)
-class Paths:
-    """Where a run keeps its files (all under the run directory)."""
-
-    run_dir: str
-    spec_file: str
-    checkpoint_dir: str
-    data_dir: str
-    config_dir: str
-    eval_dir: str
-    logs_dir: str
-    rollouts_dir: str
-
-    @classmethod
-    def under(cls, run_dir: str) -> Paths:
-        run_dir = run_dir.rstrip("/") or "/"
-        return cls(
-            run_dir=run_dir,
-            spec_file=f"{run_dir}/{C.SPEC_FILENAME}",
-            checkpoint_dir=f"{run_dir}/checkpoints",
-            data_dir=f"{run_dir}/data",
-            config_dir=f"{run_dir}/config",
-            eval_dir=f"{run_dir}/eval",
-            logs_dir=f"{run_dir}/logs",
-            rollouts_dir=f"{run_dir}/rollouts",
-        )
-
-
-@dataclass(frozen=True)
 class LaunchPlan:
     run_name: str
     spec_hash: str
@@ -114,15 +92,6 @@ def model_location(model: ModelRef) -> str:
 
 def _gpu_list(start: int, count: int) -> str:
     return ",".join(str(i) for i in range(start, start + count))
-
-
-def trainer_gpu_ids(exp: Experiment) -> list[int]:
-    """GPU indices the trainer uses on each node (dedicated simulators take the last ones)."""
-    gpus = exp.spec.resources.gpus_per_node
-    sim = exp.spec.user_simulator
-    if sim.placement == Placement.COLOCATED and sim.gpu_share == GpuShare.DEDICATED:
-        return list(range(gpus - sim.tensor_parallel_size))
-    return list(range(gpus))
 
 
 def _server_env(exp: Experiment, visible: str | None) -> dict[str, str]:
@@ -196,10 +165,6 @@ def render_chat_args(exp: Experiment) -> tuple[str, ...]:
     evaluation renders every turn's context as training built it (`longhaul.chat.thinking`): the template is
     passed as text (vLLM takes a literal template), the keyword arguments as JSON. Nothing for models without a
     thinking mode."""
-    import json
-
-    from longhaul.chat.thinking import chat_template_kwargs, chat_template_override
-
     args: list[str] = []
     template = chat_template_override(exp.spec.policy)
     if template is not None:
@@ -232,16 +197,11 @@ def render_policy_server(exp: Experiment, model_dir: str | None = None, python: 
 
 
 def render_job_env(exp: Experiment, backend: str, paths: Paths) -> dict[str, str]:
-    """Environment every process of the job gets: offline flags and longhaul's own variables."""
-    env = dict(C.OFFLINE_ENV)
-    env.update({
-        C.ENV_RUN_NAME: run_name(exp),
-        C.ENV_RUN_DIR: paths.run_dir,
-        C.ENV_SPEC: paths.spec_file,
-        C.ENV_BACKEND: backend,
-        C.ENV_ROLLOUT_DIR: paths.rollouts_dir,
-        "MLFLOW_EXPERIMENT_NAME": experiment_family(exp),
-    })
+    """Environment every process the launcher starts gets: the job environment (`longhaul.render.jobenv`), with
+    the spec file the launcher keeps in the run directory (a backend may have mounted it elsewhere), plus where
+    the agent loop writes its traces, the MLflow experiment and the spec's tracking URI when it names one."""
+    env = job_env(backend, run_name(exp), paths.run_dir, paths.spec_file)
+    env.update({C.ENV_ROLLOUT_DIR: paths.rollouts_dir, "MLFLOW_EXPERIMENT_NAME": experiment_family(exp)})
     if exp.spec.tracking.uri:
         env["MLFLOW_TRACKING_URI"] = exp.spec.tracking.uri
     return env
@@ -249,21 +209,19 @@ def render_job_env(exp: Experiment, backend: str, paths: Paths) -> dict[str, str
 
 def render_stages(exp: Experiment, backend: str, paths: Paths) -> tuple[StagePlan, ...]:
     """The stages in order; the veRL stage carries its full Hydra override list."""
-    from longhaul.render.verl import _q, render_verl_overrides
-
     common = ("--spec", paths.spec_file, "--run-dir", paths.run_dir)
     stages: list[StagePlan] = []
     for stage in exp.spec.stages:
         if stage == Stage.SFT:
-            stages.append(StagePlan("sft", ("longhaul", "sft", "run", *common)))
+            stages.append(StagePlan(stage.value, ("longhaul", "sft", "run", *common)))
         elif stage == Stage.GRPO:
             overrides = render_verl_overrides(exp, paths)
             env = cpu_job_env() if exp.spec.resources.gpus_per_node == 0 else {}
             # Hydra's own output directory goes to the run's logs, not the working directory.
             hydra_dir = f"hydra.run.dir={_q(paths.logs_dir + '/hydra')}"
-            stages.append(StagePlan("grpo", ("python", "-m", VERL_TRAINER_MODULE, *overrides, hydra_dir), env))
-        else:
-            stages.append(StagePlan("eval", ()))
+            stages.append(StagePlan(stage.value, ("python", "-m", VERL_TRAINER_MODULE, *overrides, hydra_dir), env))
+        else:  # evaluation runs inside the launcher (`longhaul.launcher.stages.IN_PROCESS`): no command
+            stages.append(StagePlan(stage.value, ()))
     return tuple(stages)
 
 
@@ -284,14 +242,3 @@ def render_plan(exp: Experiment, backend: str, run_dir: str, *, server_python: s
         stages=render_stages(exp, backend, paths),
         simulator_base_url=sim_url,
     )
-
-
-def default_run_dir(exp: Experiment, backend: str) -> str:
-    """Run directory convention per backend (relative paths resolve against the submit directory)."""
-    name = run_name(exp)
-    if backend == "kubernetes":
-        vol = exp.spec.backends.kubernetes.checkpoint_volume
-        return f"{vol.mount_path if vol else C.CONTAINER_RUN_ROOT}/{name}"
-    if backend == "slurm":
-        return f"{exp.spec.backends.slurm.output_dir}/{name}"
-    return f"{exp.spec.backends.local.output_dir}/{name}"

@@ -12,7 +12,7 @@ The script, top to bottom:
    started with `srun`, the driver attached through `RAY_ADDRESS` — the layout veRL documents for Slurm.
 4. `longhaul launch --spec <run_dir>/experiment.yaml --backend slurm --run-dir <run_dir>` in the background,
    inside the container runtime (apptainer, pyxis) or the activated virtualenv (runtime `none`).
-5. The checkpoint protocol with the launcher (`longhaul.launcher.protocol`): Slurm sends SIGUSR1 to the batch
+5. The checkpoint protocol with the launcher (`longhaul.protocol`): Slurm sends SIGUSR1 to the batch
    shell `signal_lead_s` seconds before the time limit (`--signal=B:USR1@lead`); the trap forwards it to the
    launcher, which saves a checkpoint and exits with EXIT_REQUEUE (75); the script then runs
    `scontrol requeue $SLURM_JOB_ID`. The requeued job runs the same command on the same run directory and the
@@ -45,16 +45,18 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
 from longhaul import constants as C
+from longhaul import protocol
+from longhaul.layout import default_run_dir
+from longhaul.protocol import EXIT_REQUEUE
+from longhaul.render.jobenv import job_env
 from longhaul.spec.models import ContainerRuntime, Experiment, Stage
 from longhaul.spec.naming import run_name, seed_runs
 
-#: Mirrors `longhaul.launcher.protocol.EXIT_REQUEUE` (render may not import the launcher; a unit test pins it).
-EXIT_REQUEUE = 75
 #: The job's exit code when the requeue limit (`spec.backends.slurm.max_requeues`) stops it (module docstring).
 #: Outside sysexits' 64-78 and not used by the launcher, so it cannot be mistaken for anything else.
 EXIT_REQUEUE_LIMIT = 79
-#: Mirrors `longhaul.launcher.protocol.CHECKPOINT_SIGNAL` (SIGUSR1).
-CHECKPOINT_SIGNAL = "USR1"
+#: `protocol.CHECKPOINT_SIGNAL` as bash and sbatch name it (USR1).
+CHECKPOINT_SIGNAL = protocol.CHECKPOINT_SIGNAL.name.removeprefix("SIG")
 RAY_PORT = 6379
 RAY_HEAD_TIMEOUT_S = 300
 LOG_NAME = "slurm-%j.out"
@@ -159,7 +161,7 @@ def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str |
         lines += _requeue_limit_block(limit, job_var)
     if res.nodes > 1:
         lines += _ray_env_block(exp)
-    lines += _runtime_block(exp)
+    lines += _runtime_block(exp, stage)
     launch: list[_Word] = [*C.LAUNCHER_CMD, "--spec", spec_path, "--backend", "slurm", "--run-dir", task_dir]
     if stage:
         launch += ["--stage", stage]
@@ -171,7 +173,7 @@ def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str |
 
 def slurm_run_dir(exp: Experiment) -> str:
     """`<spec.backends.slurm.output_dir>/<run name>` (relative paths resolve against the submit directory)."""
-    return f"{exp.spec.backends.slurm.output_dir.rstrip('/') or '/'}/{run_name(exp)}".replace("//", "/")
+    return default_run_dir(exp, "slurm")
 
 
 def memory_mib(quantity: str) -> int:
@@ -240,22 +242,13 @@ def _array_task_block(runs: list[Experiment]) -> list[str]:
 
 
 def _env_block(name: _Word, run_dir: _Word, spec_path: _Word, job_id: str, stage: str | None) -> list[str]:
-    env: dict[str, _Word] = dict(C.OFFLINE_ENV)
-    env.update({
-        C.ENV_RUN_NAME: name,
-        C.ENV_RUN_DIR: run_dir,
-        C.ENV_SPEC: spec_path,
-        C.ENV_BACKEND: "slurm",
-    })
-    if stage:
-        env[C.ENV_STAGE] = stage
+    env = job_env("slurm", name, run_dir, spec_path, stage=stage, job_id=_Expand(f'"{job_id}"', job_id))
     out = ["# Offline model/data access and longhaul's job variables (always set, after any site setup)."]
     out += [f"export {k}={_word(v)}" for k, v in env.items()]
-    out += [f'export {C.ENV_JOB_ID}="{job_id}"', ""]
-    return out
+    return [*out, ""]
 
 
-def _runtime_block(exp: Experiment) -> list[str]:
+def _runtime_block(exp: Experiment, stage: str | None = None) -> list[str]:
     """Bash arrays that put a command into the job's runtime: PYXIS (srun options) and CONTAINER (argv prefix)."""
     slurm = exp.spec.backends.slurm
     cont = slurm.container
@@ -278,7 +271,7 @@ def _runtime_block(exp: Experiment) -> list[str]:
              else f'"${{{C.ENV_IMAGE}:?runtime {cont.runtime}: set spec.backends.slurm.container.image or {C.ENV_IMAGE}}}"')
     if cont.runtime == ContainerRuntime.APPTAINER:
         # --containall: no host HOME or environment leaks in; pass the job variables, bind the submit directory.
-        names = [*C.OFFLINE_ENV, C.ENV_RUN_NAME, C.ENV_RUN_DIR, C.ENV_SPEC, C.ENV_BACKEND, C.ENV_JOB_ID]
+        names = list(job_env("slurm", "", "", "", stage=stage, job_id=""))
         if exp.spec.resources.nodes > 1:
             names += ["RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"]
         argv = ["apptainer", "exec"] + (["--nv"] if gpus > 0 else []) + ["--containall"]

@@ -8,22 +8,18 @@ against veRL's real Hydra config and `validate_config` in the tests.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from longhaul.agentloop.config import AGENT_LOOP_NAME, sampler_overrides
 from longhaul.algos import render_algorithm_overrides
+from longhaul.chat.thinking import chat_template_kwargs, chat_template_override
+from longhaul.layout import Paths
 from longhaul.spec.models import Experiment, Stage
 from longhaul.spec.naming import experiment_family, run_name
+from longhaul.spec.placement import trainer_gpu_ids
 from longhaul.verlcpu import ROLLOUT_NAME as CPU_ROLLOUT_NAME
-
-if TYPE_CHECKING:
-    from longhaul.render.plan import Paths
 
 #: veRL's tool-response limit has no "unlimited"; this many characters means "never truncate" in practice.
 UNLIMITED_TOOL_CHARS = 10_000_000
-AGENT_LOOP_FILE = "agent_loops.yaml"
-TOOL_CONFIG_FILE = "tools.yaml"
-SFT_MODEL_SUBDIR = "sft/model"
 #: Logical Ray CPU slots on the CPU platform: scheduling slots for veRL's actors (TaskRunner, trainer rank,
 #: agent-loop worker, reward loop, TransferQueue controller and storage), not cores.
 CPU_RAY_SLOTS = 8
@@ -48,15 +44,13 @@ def _q(s: str) -> str:
 def policy_model_path(exp: Experiment, paths: Paths) -> str:
     """Initial policy for GRPO: the SFT stage's output when the spec warm-starts, else the baked model."""
     if Stage.SFT in exp.spec.stages:
-        return f"{paths.run_dir}/{SFT_MODEL_SUBDIR}"
+        return paths.sft.model
     return exp.spec.policy.model.path or exp.spec.policy.model.name
 
 
 def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
     """The complete override list for veRL's `ppo_trainer` config (GPU, or veRL's CPU platform when
     `resources.gpus_per_node` is 0: same trainer, agent loop and estimators; see `render_cpu_overrides`)."""
-    from longhaul.render.plan import trainer_gpu_ids
-
     s = exp.spec
     cpu = s.resources.gpus_per_node == 0
     env, alg, pol, roll = s.environment, s.algorithm, s.policy, s.policy.rollout
@@ -64,8 +58,8 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
     a = "actor_rollout_ref"
     out = [
         # data: one row per training task; the agent loop builds the real prompt (policy text, tools, first user turn)
-        f"data.train_files={_q(paths.data_dir + '/train.parquet')}",
-        f"data.val_files={_q(paths.data_dir + '/val.parquet')}",
+        f"data.train_files={_q(paths.data_file('train'))}",
+        f"data.val_files={_q(paths.data_file('val'))}",
         f"data.train_batch_size={alg.train_batch_size}",
         f"data.max_prompt_length={env.max_prompt_tokens}",
         f"data.max_response_length={env.max_response_tokens}",
@@ -121,8 +115,8 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"{a}.rollout.multi_turn.max_user_turns={env.max_turns}",
         f"{a}.rollout.multi_turn.max_parallel_calls=1",
         f"{a}.rollout.multi_turn.max_tool_response_length={tool_chars}",
-        f"{a}.rollout.multi_turn.tool_config_path={_q(paths.config_dir + '/' + TOOL_CONFIG_FILE)}",
-        f"{a}.rollout.agent.agent_loop_config_path={_q(paths.config_dir + '/' + AGENT_LOOP_FILE)}",
+        f"{a}.rollout.multi_turn.tool_config_path={_q(paths.tool_config_file)}",
+        f"{a}.rollout.agent.agent_loop_config_path={_q(paths.agent_loop_file)}",
         f"{a}.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
         # trainer
         "trainer.logger=[console,mlflow]",
@@ -160,8 +154,6 @@ def render_chat_overrides(exp: Experiment) -> list[str]:
     veRL's agent-loop worker installs `model.custom_chat_template` on the rollout tokenizer, and its
     continuous-token builder renders the first prompt and every appended message with
     `data.apply_chat_template_kwargs`. Nothing for models without a thinking mode."""
-    from longhaul.chat.thinking import chat_template_kwargs, chat_template_override
-
     out = [f"+data.apply_chat_template_kwargs.{k}={_b(v)}" for k, v in chat_template_kwargs(exp.spec.policy).items()]
     template = chat_template_override(exp.spec.policy)
     if template is not None:

@@ -34,10 +34,12 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from longhaul.rewards.prm_lite import PrmLiteResult
+from longhaul.spec.models import Credit, ProcessReward
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,55 @@ def combine_reward(outcome: float, prm: PrmLiteResult | None, weight: float) -> 
     return RewardBreakdown(float(outcome) + weight * prm.process, float(outcome), prm.process, weight, turn)
 
 
+@dataclass(frozen=True)
+class RewardSettings:
+    """What the reward of a trajectory depends on: `spec.reward` and `spec.algorithm.seed_compat`. The agent loop
+    (training), `longhaul explain` and the estimator settings all read the reward through this one class, so they
+    cannot disagree on when the process reward counts or with which weight. Field order is the order of the
+    agent-loop YAML (`to_dict`)."""
+
+    process: str
+    weight: float
+    credit: str
+    rules: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    seed_compat: bool = False
+
+    @classmethod
+    def from_spec(cls, exp: Any) -> RewardSettings:
+        """The settings of an Experiment (or ExperimentSpec)."""
+        spec = exp.spec if hasattr(exp, "spec") else exp
+        rew = spec.reward
+        return cls(process=str(getattr(rew.process, "value", rew.process)), weight=float(rew.weight),
+                   credit=str(getattr(rew.credit, "value", rew.credit)),
+                   rules={k: dict(v) for k, v in rew.rules.items()}, seed_compat=bool(spec.algorithm.seed_compat))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RewardSettings:
+        """Read `to_dict`'s mapping back (the agent loop gets it through veRL's agent-loop YAML)."""
+        return cls(process=str(d["process"]), weight=float(d["weight"]), credit=str(d["credit"]),
+                   rules={k: dict(v) for k, v in (d.get("rules") or {}).items()}, seed_compat=bool(d["seed_compat"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values for YAML, in field order."""
+        return {"process": self.process, "weight": self.weight, "credit": self.credit,
+                "rules": {k: dict(v) for k, v in self.rules.items()}, "seed_compat": self.seed_compat}
+
+    @property
+    def process_on(self) -> bool:
+        """Whether PRM-Lite's process reward is part of the training reward."""
+        return self.process == ProcessReward.PRM_LITE
+
+    @property
+    def process_weight(self) -> float:
+        """The weight the process reward enters the score with (0 when it is off)."""
+        return self.weight if self.process_on else 0.0
+
+    def combine(self, outcome: float, prm: PrmLiteResult | None) -> RewardBreakdown:
+        """The training reward of a trajectory: `combine_reward` with the process reward only when it is on, so
+        a caller that scored PRM-Lite for display (`longhaul explain`) gets the reward training used."""
+        return combine_reward(outcome, prm if self.process_on else None, self.weight)
+
+
 def turn_start_positions(response_mask: Sequence[int]) -> list[int]:
     """Index of the first token of every run of 1s (one run per assistant turn), in order."""
     starts = []
@@ -77,9 +128,9 @@ def build_token_rewards(reward: RewardBreakdown, response_mask: Sequence[int], c
     row = [0.0] * n
     if n == 0:
         return row
-    if credit not in ("trajectory", "turn"):
-        raise ValueError(f"unknown credit '{credit}'; valid: trajectory, turn")
-    starts = turn_start_positions(response_mask) if credit == "turn" and reward.turn_rewards else []
+    if credit not in tuple(Credit):
+        raise ValueError(f"unknown credit '{credit}'; valid: {', '.join(Credit)}")
+    starts = turn_start_positions(response_mask) if credit == Credit.TURN and reward.turn_rewards else []
     if not starts:
         row[n - 1] = reward.score
         return row

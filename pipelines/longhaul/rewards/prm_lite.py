@@ -58,6 +58,7 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from longhaul.envs.airline.toolnames import WRITE_TOOLS
 from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
 
 # ---------------------------------------------------------------------------------------------------------
@@ -68,10 +69,6 @@ SEED_READ_TOOLS = frozenset(
      "get_reservation_details", "calculate"}
 )
 READ_TOOLS = SEED_READ_TOOLS | {"get_flight_status"}
-WRITE_TOOLS = frozenset(
-    {"book_reservation", "cancel_reservation", "update_reservation_baggages", "update_reservation_passengers",
-     "update_reservation_flights", "send_certificate"}
-)
 ESCALATION_TOOLS = frozenset({"transfer_to_human_agents"})
 THINK_TOOLS = frozenset({"think", "implicit_think"})
 IMPLICIT_THINK = "implicit_think"

@@ -1,4 +1,4 @@
-"""The SFT stage as data: file layout, veRL SFT-trainer overrides and the argv of each step (pure).
+"""The SFT stage as data: veRL SFT-trainer overrides and the argv of each step (pure).
 
 The stage runs four steps in one job (`longhaul sft run` executes them in order; renderers may also use
 `render_sft_steps` directly):
@@ -9,6 +9,8 @@ The stage runs four steps in one job (`longhaul sft run` executes them in order;
                   config `sft_trainer_engine`, FSDP engine, LoRA from `spec.policy.lora`)
 4. export         the last checkpoint → a plain Hugging Face model at `<run_dir>/sft/model` (LoRA merged), the
                   GRPO stage's initial policy (`longhaul.render.verl.policy_model_path`)
+
+Its files are `longhaul.layout.SFTPaths`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from longhaul.layout import Paths
 from longhaul.spec.models import Experiment
+from longhaul.spec.naming import run_name
 
 #: veRL's SFT entry point and its Hydra config name (verl/trainer/config/sft_trainer_engine.yaml).
 SFT_MODULE = "verl.trainer.sft_trainer"
@@ -24,36 +28,6 @@ SFT_CONFIG_NAME = "sft_trainer_engine"
 #: The dataset class veRL loads through `data.custom_cls` (pre-tokenized ids + loss mask, no re-rendering).
 DATASET_CLS_PATH = "pkg://longhaul.sft.verl_dataset"
 DATASET_CLS_NAME = "RenderTwiceDiffDataset"
-
-
-@dataclass(frozen=True)
-class SFTPaths:
-    """Files of the SFT stage, all under `<run_dir>/sft`."""
-
-    run_dir: str
-    spec_file: str
-    sft_dir: str
-    trajectories: str
-    dataset: str
-    checkpoints: str
-    model: str
-
-    @classmethod
-    def under(cls, paths: Any) -> SFTPaths:
-        """From the run's `longhaul.render.plan.Paths` (anything with `run_dir` and `spec_file`)."""
-        from longhaul.render.verl import SFT_MODEL_SUBDIR
-
-        run_dir = str(paths.run_dir).rstrip("/") or "/"
-        sft = f"{run_dir}/sft"
-        return cls(
-            run_dir=run_dir,
-            spec_file=str(paths.spec_file),
-            sft_dir=sft,
-            trajectories=f"{sft}/trajectories.jsonl",
-            dataset=f"{sft}/dataset.parquet",
-            checkpoints=f"{sft}/checkpoints",
-            model=f"{run_dir}/{SFT_MODEL_SUBDIR}",
-        )
 
 
 @dataclass(frozen=True)
@@ -89,12 +63,10 @@ def _check_backend(exp: Experiment) -> None:
                          "run SFT as its own single-node spec and point spec.policy.model.path at its output")
 
 
-def render_sft_overrides(exp: Experiment, paths: Any) -> list[str]:
+def render_sft_overrides(exp: Experiment, paths: Paths) -> list[str]:
     """Hydra overrides for veRL 0.9.1's `sft_trainer_engine` config (pure)."""
-    from longhaul.spec import run_name
-
     sft = _sft(exp)
-    sp = SFTPaths.under(paths)
+    sp = paths.sft
     pol, res, lora = exp.spec.policy, exp.spec.resources, exp.spec.policy.lora
     targets = lora.target_modules if isinstance(lora.target_modules, str) else "[" + ",".join(lora.target_modules) + "]"
     gpus = max(1, res.gpus_per_node)
@@ -144,12 +116,12 @@ def render_sft_overrides(exp: Experiment, paths: Any) -> list[str]:
     ]
 
 
-def render_sft_steps(exp: Experiment, paths: Any) -> list[SFTStep]:
+def render_sft_steps(exp: Experiment, paths: Paths) -> list[SFTStep]:
     """The argv of each SFT step, in order (pure). Server URLs come from the launcher's environment at run time
     (`LONGHAUL_SIMULATOR_BASE_URL`), so they are not part of the argv."""
     sft = _sft(exp)
     _check_backend(exp)
-    sp = SFTPaths.under(paths)
+    sp = paths.sft
     common = ("--spec", sp.spec_file, "--run-dir", sp.run_dir)
     steps: list[SFTStep] = []
     trajectories = sft.dataset or sp.trajectories

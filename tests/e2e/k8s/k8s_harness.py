@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -165,7 +166,13 @@ class Operator:
                 [sys.executable, "-m", "kopf", *self.kopf_args(port)],
                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=self.process_env(),
             )
-        wait_http(f"http://127.0.0.1:{port}/healthz", 60, proc=self.proc, log=self.log)
+        self.health_url = f"http://127.0.0.1:{port}/healthz"
+        wait_http(self.health_url, 60, proc=self.proc, log=self.log)
+
+    def probes(self) -> dict[str, Any]:
+        """The operator's liveness payload (kopf's probe results, e.g. `experiments_tracked`)."""
+        with urllib.request.urlopen(self.health_url, timeout=5) as resp:
+            return json.loads(resp.read())
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, no final status write — like a node loss."""

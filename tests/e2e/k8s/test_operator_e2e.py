@@ -128,6 +128,9 @@ def test_apply_prm_lite_lata_runs_stages_and_cascades_on_delete(cluster: Cluster
     wait_until("the cascade to delete the Jobs", lambda: run_jobs(cluster, ns, run) == [])
     wait_until("the cascade to delete the ConfigMap", lambda: cluster.kubectl(
         "get", "configmap", f"{run}-spec", "-n", ns, check=False).returncode != 0)
+    # The operator forgets a deleted Experiment (no per-name state grows with every spec a GitOps repo prunes).
+    wait_until("the operator to forget the deleted Experiment",
+               lambda: operator.probes().get("experiments_tracked") == 0)
 
 
 def test_invalid_spec_ends_invalid_without_children(cluster: Cluster, namespace: str, operator: Operator) -> None:

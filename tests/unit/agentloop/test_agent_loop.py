@@ -110,8 +110,8 @@ def verl_config(tmp_path_factory):
     from hydra import compose, initialize_config_dir
 
     from longhaul.agentloop.config import render_agent_loop_yaml
-    from longhaul.render.plan import Paths
-    from longhaul.render.verl import AGENT_LOOP_FILE, render_verl_overrides
+    from longhaul.layout import AGENT_LOOP_FILE, Paths
+    from longhaul.render.verl import render_verl_overrides
     from longhaul.spec.load import parse_spec_text
 
     exp = parse_spec_text(SPEC_YAML)

@@ -9,7 +9,7 @@ import yaml
 
 from longhaul.agentloop.dataset import build_verl_rows, write_verl_inputs
 from longhaul.agentloop.loop import task_id_from_row
-from longhaul.render.plan import Paths
+from longhaul.layout import Paths
 from longhaul.render.verl import AGENT_LOOP_NAME, render_verl_overrides
 from longhaul.spec import load_spec
 

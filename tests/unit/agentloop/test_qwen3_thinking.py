@@ -179,7 +179,7 @@ def train(overrides: list[str], exp: Any, qwen3_dir: Path, tmp: Path, texts: lis
 
     from longhaul.agentloop.config import render_agent_loop_yaml
     from longhaul.agentloop.loop import LonghaulAirlineAgentLoop
-    from longhaul.render.verl import AGENT_LOOP_FILE
+    from longhaul.layout import AGENT_LOOP_FILE
     from support.verl_config import compose_verl
 
     loop_file = tmp / "config" / AGENT_LOOP_FILE  # where the rendered overrides point (Paths.under(tmp))
@@ -211,7 +211,7 @@ def train(overrides: list[str], exp: Any, qwen3_dir: Path, tmp: Path, texts: lis
 
 
 def _overrides(exp: Any, tmp: Path) -> list[str]:
-    from longhaul.render.plan import Paths
+    from longhaul.layout import Paths
     from longhaul.render.verl import render_verl_overrides
 
     return render_verl_overrides(exp, Paths.under(str(tmp)))

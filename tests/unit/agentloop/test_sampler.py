@@ -105,7 +105,7 @@ def test_rendered_overrides_plug_it_into_verls_trainer(fake_tq, tmp_path):
 
     from longhaul.agentloop.config import sampler_overrides
     from longhaul.agentloop.sampler import LonghaulReplayBuffer
-    from longhaul.render.plan import Paths
+    from longhaul.layout import Paths
     from longhaul.render.verl import render_verl_overrides
     from longhaul.spec import load_spec
     from support.verl_config import validate_verl

@@ -19,7 +19,7 @@ from longhaul.envs.airline.env import (
     replay_gold,
 )
 from longhaul.envs.airline.tasks import base_db, get_task, load_tasks
-from longhaul.envs.airline.tools import WRITE_TOOLS
+from longhaul.envs.airline.toolnames import WRITE_TOOLS
 from longhaul.envs.trajectory import Termination
 
 ALL_IDS = [str(i) for i in range(50)]

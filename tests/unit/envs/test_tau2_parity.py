@@ -148,9 +148,9 @@ async def test_tau1_option_ends_on_the_transfer(case_id):
 def test_the_stdlib_corpus_names_the_same_tools_as_the_environment():
     """tests/support/tau2_corpus.py is stdlib-only (it also runs in the scratch venv holding the official package),
     so it restates the write and transfer tools: they must stay the environment's."""
-    from longhaul.envs.airline import tools
+    from longhaul.envs.airline import toolnames
     from support import tau2_corpus
 
-    assert tau2_corpus.WRITE_TOOLS == tools.WRITE_TOOLS
-    assert tau2_corpus.TRANSFER_TOOL in tools.TOOL_NAMES
+    assert tau2_corpus.WRITE_TOOLS == toolnames.WRITE_TOOLS
+    assert tau2_corpus.TRANSFER_TOOL in toolnames.TOOL_NAMES
     assert tau2_corpus.MAX_ERRORS == TAU2_MAX_ERRORS == EpisodeLimits().max_tool_errors

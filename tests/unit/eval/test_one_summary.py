@@ -1,6 +1,6 @@
 """One evaluation summary: `longhaul eval`, `longhaul eval summarize` and the launcher's eval stage all compute it
-with `longhaul.eval.metrics.summarize_records`, the bootstrap seeded with the first evaluation seed, so the same
-records give the same summary, CIs included. And `longhaul eval` finds the endpoints (URLs, API keys) under the
+with `longhaul.eval.evaluate.summarize_evaluation`, the bootstrap seeded with the first evaluation seed, so the same
+records give the same summary, CIs and the do-nothing agent's floor included (the stage once left the floor out). And `longhaul eval` finds the endpoints (URLs, API keys) under the
 variable names the launcher and the Kubernetes renderer set.
 
 No endpoint is contacted: `evaluate` is replaced by one that writes deterministic records for the plan's trials,
@@ -24,8 +24,10 @@ from typer.testing import CliRunner
 from longhaul import constants as C
 from longhaul.cli import app
 from longhaul.eval import evaluate as eval_mod
-from longhaul.eval.metrics import bootstrap_seed, summarize_records
+from longhaul.eval.evaluate import summarize_evaluation
+from longhaul.eval.metrics import bootstrap_seed
 from longhaul.launcher import evaluate as stage_mod
+from longhaul.launcher.stages import StageResults
 from longhaul.launcher.supervisor import build_server_env
 from longhaul.render.plan import render_plan
 from longhaul.spec import load_spec
@@ -93,11 +95,11 @@ def _run_stage(s: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> dict[str,
     ctx = SimpleNamespace(
         exp=s.exp, echo=io.StringIO(), checkpoint_dir=s.tmp / "run" / "checkpoints",
         control=SimpleNamespace(requested=False, checkpoint=threading.Event(), check=lambda: None),
-        plan=SimpleNamespace(paths=SimpleNamespace(eval_dir=str(eval_dir))),
+        paths=SimpleNamespace(eval_dir=str(eval_dir)),
         policy_server=lambda: SimpleNamespace(serving="base", base_url=server.base_url,
                                               served_model_name=server.served_model_name),
         simulator_base_url=s.plan.simulator_base_url, simulator_model=s.exp.spec.user_simulator.model.name,
-        results={}, run_id="run", tracking_uri=None,
+        results=StageResults(), run_id="run", tracking_uri=None,
     )
     stage_mod.run_eval_stage(ctx)
     return json.loads((eval_dir / "step_0" / "summary.json").read_text())
@@ -110,11 +112,9 @@ def _run_cli_eval(s: SimpleNamespace, env: dict[str, str]) -> dict[str, Any]:
     return json.loads((out / "summary.json").read_text())
 
 
-def _without_floor(summary: dict[str, Any], *drop: str) -> dict[str, Any]:
-    """The summary less the caller's own keys and the do-nothing agent's floor (only the CLI looks it up)."""
-    out = {k: v for k, v in summary.items() if k not in {*drop, "null_agent_floor"}}
-    out["subsets"] = {n: {k: v for k, v in b.items() if k != "null_agent_floor"} for n, b in summary["subsets"].items()}
-    return out
+def _without(summary: dict[str, Any], *drop: str) -> dict[str, Any]:
+    """The summary less the caller's own keys (run info, timing, traces)."""
+    return {k: v for k, v in summary.items() if k not in drop}
 
 
 def test_cli_and_stage_give_the_same_summary_for_the_same_records(setup, monkeypatch) -> None:
@@ -123,8 +123,8 @@ def test_cli_and_stage_give_the_same_summary_for_the_same_records(setup, monkeyp
     stage = _run_stage(s, monkeypatch)
     cli = _run_cli_eval(s, {**build_server_env(s.exp, s.plan)})
     assert stage["ci"]["pass_hat_k"] and stage["tasks"] > 3
-    assert "null_agent_floor" in cli  # the CLI adds the floor; everything else is the same document
-    assert _without_floor(cli, "run") == _without_floor(stage, "checkpoint_step", "seconds", "traces")
+    assert stage["null_agent_floor"] is not None and all("null_agent_floor" in b for b in stage["subsets"].values())
+    assert _without(cli, "run") == _without(stage, "checkpoint_step", "seconds", "traces")
 
     # Both are the shared function seeded with the first evaluation seed (not spec.algorithm.seed, as the stage
     # once was): on these records the two seeds give different CIs, so the test tells them apart.
@@ -132,19 +132,19 @@ def test_cli_and_stage_give_the_same_summary_for_the_same_records(setup, monkeyp
     assert bootstrap_seed(ev.seeds) == EVAL_SEEDS[0]
 
     def summary(seed: int) -> dict[str, Any]:
-        return summarize_records(records, ev.k, bootstrap=ev.bootstrap_samples, confidence=ev.confidence, seed=seed)
+        return summarize_evaluation(records, ev.k, bootstrap=ev.bootstrap_samples, confidence=ev.confidence, seed=seed)
 
     assert summary(ALGORITHM_SEED)["ci"] != summary(EVAL_SEEDS[0])["ci"]
-    assert _without_floor(stage, "checkpoint_step", "seconds", "traces") == summary(EVAL_SEEDS[0])
+    assert _without(stage, "checkpoint_step", "seconds", "traces") == summary(EVAL_SEEDS[0])
 
     # `longhaul eval summarize` re-scores the stage's results file to the same summary (its --seed: the first
     # evaluation seed).
     k = ",".join(str(x) for x in ev.k)
     res = CliRunner().invoke(app, ["eval", "summarize", str(s.tmp / "run" / "eval" / "step_0" / "results.jsonl"),
-                                   "--json", "--no-null-floor", "--k", k, "--bootstrap", str(ev.bootstrap_samples),
+                                   "--json", "--k", k, "--bootstrap", str(ev.bootstrap_samples),
                                    "--confidence", str(ev.confidence), "--seed", str(EVAL_SEEDS[0])])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout) == _without_floor(stage, "checkpoint_step", "seconds", "traces")
+    assert json.loads(res.stdout) == _without(stage, "checkpoint_step", "seconds", "traces")
 
 
 def test_longhaul_eval_reads_what_the_launcher_sets(setup) -> None:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from longhaul.launcher import evaluate
+from longhaul.launcher.stages import StageResults
 from longhaul.spec import load_spec
 from longhaul.tracking import tags as T
 from unit.tracking.test_tracking_selection import SUMMARIES  # train ties at steps 1 and 2; test best at 2
@@ -45,8 +46,8 @@ def stage(tmp_path, monkeypatch):
         run_id = client.create_run(client.create_experiment(select_on)).info.run_id
         ctx = SimpleNamespace(
             exp=exp, control=SimpleNamespace(requested=False), echo=io.StringIO(),
-            checkpoint_dir=tmp_path / "checkpoints", plan=SimpleNamespace(paths=SimpleNamespace(eval_dir=str(eval_dir))),
-            policy_server=lambda: SimpleNamespace(serving="base"), results={}, run_id=run_id, tracking_uri=uri,
+            checkpoint_dir=tmp_path / "checkpoints", paths=SimpleNamespace(eval_dir=str(eval_dir)),
+            policy_server=lambda: SimpleNamespace(serving="base"), results=StageResults(), run_id=run_id, tracking_uri=uri,
         )
         evaluate.run_eval_stage(ctx)
         return ctx, client.get_run(run_id), client
@@ -63,9 +64,9 @@ def test_eval_stage_selects_on_train_prints_and_tags_the_training_run(stage):
     assert float(run.data.tags[T.SELECTED_PASS_HAT_1]) == 0.5
     [m] = client.get_metric_history(run.info.run_id, T.SELECTED_PASS_HAT_1_METRIC)
     assert (m.step, m.value) == (1, 0.5)
-    assert [(r["step"], r["selected"]) for r in sorted(ctx.results["eval_rows"], key=lambda r: r["step"])] == [
+    assert [(r["step"], r["selected"]) for r in sorted(ctx.results.eval_rows, key=lambda r: r["step"])] == [
         (0, ""), (1, "yes"), (2, "")]
-    assert ctx.results["selection"] == {"select_on": "train", "step": 1, "pass^1": 0.5}
+    assert ctx.results.selection == {"select_on": "train", "step": 1, "pass^1": 0.5}
 
 
 def test_eval_stage_refuses_to_select_on_unseen_the_test_split_by_another_name(stage):
@@ -74,5 +75,5 @@ def test_eval_stage_refuses_to_select_on_unseen_the_test_split_by_another_name(s
     assert "warning: select_on 'unseen' is the test split" in out
     assert "[eval] no checkpoint selected on unseen" in out
     assert T.SELECTED_STEP not in run.data.tags and "test split" in run.data.tags[T.SELECTION_NOTE]
-    assert ctx.results["selection"] is None
-    assert all(r["selected"] == "" for r in ctx.results["eval_rows"])
+    assert ctx.results.selection is None
+    assert all(r["selected"] == "" for r in ctx.results.eval_rows)

@@ -19,6 +19,7 @@ import pytest
 from longhaul.launcher import EXIT_FAILED, EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, supervisor
 from longhaul.launcher.control import RequeueRequested
 from longhaul.launcher.servers import probe_health
+from longhaul.launcher.stages import run_command
 
 
 def _pid_alive(pid: int) -> bool:
@@ -38,9 +39,9 @@ def _stages(monkeypatch, grpo, ev):
     mod = sys.modules[__name__]
     monkeypatch.setattr(mod, "_grpo", grpo, raising=False)
     monkeypatch.setattr(mod, "_eval", ev, raising=False)
-    # The grpo stage (`python -m verl.trainer.main_ppo …`) and eval run in-process as stand-ins.
-    monkeypatch.setattr(supervisor, "IN_PROCESS_STAGES", {("python", "-m"): f"{__name__}:_grpo",
-                                                          (): f"{__name__}:_eval"})
+    # The stages are looked up by name: grpo and eval run in-process as stand-ins.
+    monkeypatch.setattr(supervisor, "STAGES", {"grpo": lambda ctx, _stage: mod._grpo(ctx),
+                                               "eval": lambda ctx, _stage: mod._eval(ctx)})
 
 
 def _server_pids(log: Path) -> list[int]:
@@ -201,6 +202,5 @@ def test_checkpoint_request_stops_the_verl_stage_for_requeue(tmp_path):
     control = StopControl()
     threading.Timer(1.0, control.request_checkpoint).start()
     with pytest.raises(RequeueRequested):
-        supervisor._run_subprocess_stage(StagePlan("grpo", (sys.executable, str(child))), dict(os.environ), tmp_path,
-                                         control, sys.stdout)
+        run_command(StagePlan("grpo", (sys.executable, str(child))), dict(os.environ), tmp_path, control, sys.stdout)
     assert "stopping" in (tmp_path / "logs" / "grpo.log").read_text()

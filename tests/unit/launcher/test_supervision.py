@@ -24,6 +24,7 @@ from longhaul.launcher.control import StopControl
 from longhaul.launcher.files import LockBusy, exclusive_lock
 from longhaul.launcher.processes import ENV_SUPERVISED_BY, ManagedProcess, find_supervised, kill_supervised
 from longhaul.launcher.servers import ManagedServer, PolicyServer
+from longhaul.launcher.stages import run_command
 from longhaul.render.plan import StagePlan, render_plan
 from longhaul.spec import load_spec
 
@@ -59,8 +60,9 @@ def _stages(monkeypatch, grpo, ev=lambda ctx: None):
     mod = sys.modules[__name__]
     monkeypatch.setattr(mod, "_grpo", grpo, raising=False)
     monkeypatch.setattr(mod, "_eval", ev, raising=False)
-    monkeypatch.setattr(supervisor, "IN_PROCESS_STAGES", {("python", "-m"): f"{__name__}:_grpo",
-                                                          (): f"{__name__}:_eval"})
+    # The stages are looked up by name: grpo and eval run in-process as stand-ins.
+    monkeypatch.setattr(supervisor, "STAGES", {"grpo": lambda ctx, _stage: mod._grpo(ctx),
+                                               "eval": lambda ctx, _stage: mod._eval(ctx)})
 
 
 def _crash_simulator(log: Path) -> None:
@@ -124,8 +126,8 @@ def test_a_subprocess_stage_is_stopped_as_soon_as_a_server_dies(setup):
     t0 = time.monotonic()
     try:
         with pytest.raises(supervisor.ServerCrashed, match=r"simulator server .* exited \(killed by SIGKILL\) during stage 'grpo'"):
-            supervisor._run_subprocess_stage(StagePlan("grpo", (sys.executable, str(child))), dict(s["env"]),
-                                             s["tmp"], StopControl(), sys.stdout, servers=[server])
+            run_command(StagePlan("grpo", (sys.executable, str(child))), dict(s["env"]), s["tmp"], StopControl(),
+                        sys.stdout, servers=[server])
     finally:
         server.stop()
     assert time.monotonic() - t0 < 30

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from longhaul.render.plan import default_run_dir, render_plan, render_policy_server
+from longhaul.layout import default_run_dir
+from longhaul.render.plan import render_plan, render_policy_server
 from longhaul.spec import load_spec, run_name
 from support.specs import spec_variant
 

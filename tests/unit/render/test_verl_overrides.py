@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from longhaul.render.plan import Paths
+from longhaul.layout import Paths
 from longhaul.render.verl import UNLIMITED_TOOL_CHARS, render_verl_overrides
 from longhaul.spec import load_spec
 

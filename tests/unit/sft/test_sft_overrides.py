@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from longhaul.render.plan import Paths
-from longhaul.sft.overrides import SFTPaths, render_sft_overrides, render_sft_steps
+from longhaul.layout import Paths, SFTPaths
+from longhaul.sft.overrides import render_sft_overrides, render_sft_steps
 from longhaul.spec import parse_spec_text
 
 ROOT = Path(__file__).resolve().parents[3]

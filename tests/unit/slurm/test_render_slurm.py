@@ -134,9 +134,12 @@ def test_multi_node_ray_layout(tmp_path: Path) -> None:
 
 
 def test_protocol_constant_matches_launcher() -> None:
-    protocol = pytest.importorskip("longhaul.launcher.protocol")
-    assert protocol.EXIT_REQUEUE == EXIT_REQUEUE
-    assert protocol.CHECKPOINT_SIGNAL.name == "SIGUSR1"
+    from longhaul import protocol
+    from longhaul.launcher import protocol as cited  # the module the script's comment names
+
+    assert "Protocol: longhaul.launcher.protocol." in render_slurm(_exp("lata"))
+    assert EXIT_REQUEUE == protocol.EXIT_REQUEUE == cited.EXIT_REQUEUE
+    assert cited.CHECKPOINT_SIGNAL.name == "SIGUSR1"
 
 
 # ---------------------------------------------------------------------------------------------- hostile input

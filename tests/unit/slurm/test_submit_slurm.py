@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from longhaul.spec.models import Experiment
-from longhaul.submit import BackendUnavailable, backend_of_run, get_backend
-from longhaul.submit.slurm import PHASES, SlurmError, parse_scontrol, phase_of, read_run_progress, submit_run
+from longhaul.submit import BackendUnavailable, backend_of_run, get_backend, read_run_progress
+from longhaul.submit.slurm import PHASES, SlurmError, parse_scontrol, phase_of, submit_run
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -18,7 +18,8 @@ from longhaul.chat.thinking import (
     load_qwen3_template,
     visible_text,
 )
-from longhaul.render.plan import Paths, render_chat_args, render_policy_server
+from longhaul.layout import Paths
+from longhaul.render.plan import render_chat_args, render_policy_server
 from longhaul.render.verl import render_chat_overrides, render_verl_overrides
 from longhaul.spec import SpecError, load_spec, parse_spec_text
 from longhaul.spec.models import model_thinks

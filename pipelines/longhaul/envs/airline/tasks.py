@@ -59,7 +59,7 @@ class AirlineTask:
     @property
     def writes(self) -> bool:
         """True when a gold action writes to the database."""
-        from longhaul.envs.airline.tools import WRITE_TOOLS
+        from longhaul.envs.airline.toolnames import WRITE_TOOLS
 
         return any(a.name in WRITE_TOOLS for a in self.actions)
 

@@ -22,33 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-#: The agent tools, in the order the package's server lists them.
-TOOL_NAMES: tuple[str, ...] = (
-    "book_reservation",
-    "calculate",
-    "cancel_reservation",
-    "get_reservation_details",
-    "get_user_details",
-    "list_all_airports",
-    "search_direct_flight",
-    "search_onestop_flight",
-    "send_certificate",
-    "transfer_to_human_agents",
-    "update_reservation_baggages",
-    "update_reservation_flights",
-    "update_reservation_passengers",
-    "get_flight_status",
-)
-WRITE_TOOLS = frozenset(
-    {
-        "book_reservation",
-        "cancel_reservation",
-        "send_certificate",
-        "update_reservation_baggages",
-        "update_reservation_flights",
-        "update_reservation_passengers",
-    }
-)
+from longhaul.envs.airline.toolnames import TOOL_NAMES
+
 #: Tools that end the episode under τ-bench 1 semantics (`spec.environment.transfer_ends_episode`); in τ² (the
 #: default) the transfer is an ordinary tool and the user simulator ends the conversation.
 TERMINAL_TOOLS = frozenset({"transfer_to_human_agents"})
