@@ -25,6 +25,16 @@ ANNOTATION_SEED_GROUP = f"{API_GROUP}/seed-group"
 ANNOTATION_MLFLOW_RUN_ID = f"{API_GROUP}/mlflow-run-id"
 ANNOTATION_MLFLOW_URL = f"{API_GROUP}/mlflow-url"
 ANNOTATION_CHECKPOINT_STEP = f"{API_GROUP}/checkpoint-step"
+#: On an Experiment: what the operator does with a spec edit while its run is active (`longhaul.k8s.reconcile.
+#: spec_change_policy`): SPEC_CHANGE_REFUSE (the default: the run goes on, the edit is reported) or
+#: SPEC_CHANGE_NEW_RUN (the run is stopped and the edited spec starts as a new run).
+ANNOTATION_ON_SPEC_CHANGE = f"{API_GROUP}/on-spec-change"
+SPEC_CHANGE_REFUSE = "refuse"
+SPEC_CHANGE_NEW_RUN = "new-run"
+SPEC_CHANGE_POLICIES = (SPEC_CHANGE_REFUSE, SPEC_CHANGE_NEW_RUN)
+#: How the operator deletes the stage workloads of a run it stops: the workload stays (terminating) until its pods
+#: have exited, each pod after SIGTERM and its termination grace period.
+STOP_PROPAGATION_POLICY = "Foreground"
 APP_NAME = "longhaul"
 MANAGED_BY = "longhaul-operator"
 

@@ -45,6 +45,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
    Jobs: created (create; get after 409 AlreadyExists), listed by label, watched by kopf for job events.
    ConfigMaps (the resolved spec): created, read back, listed by label. Events: kopf posts core/v1 Events.
    RayJobs/JobSets: created, read back and listed by the periodic re-sync; never watched.
+   Jobs/RayJobs/JobSets: deleted only to stop a run for a spec edit under the annotation
+   longhaul.dev/on-spec-change: new-run (ConfigMaps and Experiments are never deleted by the operator).
    Kueue Workloads (kueue: true): listed by job uid to say why a queued stage waits; never written. */}}
 {{- define "longhaul.rules" -}}
 - apiGroups: ["longhaul.dev"]
@@ -55,7 +57,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
   verbs: ["patch"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "create"]
@@ -65,12 +67,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- if has "rayjob" .Values.multinodeEngines }}
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
-  verbs: ["get", "list", "create"]
+  verbs: ["get", "list", "create", "delete"]
 {{- end }}
 {{- if has "jobset" .Values.multinodeEngines }}
 - apiGroups: ["jobset.x-k8s.io"]
   resources: ["jobsets"]
-  verbs: ["get", "list", "create"]
+  verbs: ["get", "list", "create", "delete"]
 {{- end }}
 {{- if .Values.kueue }}
 - apiGroups: ["kueue.x-k8s.io"]

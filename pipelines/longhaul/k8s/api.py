@@ -1,4 +1,4 @@
-"""A small async Kubernetes REST client (httpx) for the operator: create/get/list/patch of any kind.
+"""A small async Kubernetes REST client (httpx) for the operator: create/get/list/patch/delete of any kind.
 
 The credentials come from kopf's login (`kopf.ConnectionInfo`), so kopf and this client talk to the same
 server the same way. Bodies are plain dicts: what `render_kubernetes` returned is what gets sent.
@@ -7,7 +7,8 @@ Every request is retried (tenacity, bounded by `RetryPolicy`) when the server as
 `Retry-After`), fails transiently (500, 502, 503, 504), or the request times out or loses its connection
 (exponential back-off with jitter). Retrying is safe for every call this client makes: GET and LIST read, the
 status PATCH is a merge patch without precondition (sending it twice gives the same object), and a POST that
-reached the server before its answer was lost comes back as 409 AlreadyExists, which `create` adopts. A 409
+reached the server before its answer was lost comes back as 409 AlreadyExists, which `create` adopts; a DELETE
+whose answer was lost comes back as 404, which `delete` reports as "already gone". A 409
 Conflict on a PATCH (a concurrent writer won) is retried too. Other 4xx answers are the caller's business.
 """
 
@@ -227,6 +228,19 @@ class KubeApi:
                 return []
             raise
         return out.get("items", [])
+
+    async def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *,
+                     propagation: str) -> bool:
+        """Delete one object with `propagation` (Foreground, Background or Orphan: what happens to its dependents,
+        e.g. a Job's pods); False when it did not exist (404)."""
+        try:
+            await self._call("DELETE", resource_path(api_version, kind, namespace, name),
+                             params={"propagationPolicy": propagation})
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     async def patch_status(self, api_version: str, kind: str, namespace: str | None, name: str,
                            status: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,10 @@ recomputed from what exists, so retries and operator restarts converge without d
 A multi-seed Experiment (`spec.algorithm.seeds`) is one stage chain per seed run (`longhaul.spec.seed_runs`),
 each reconciled exactly like a single run (`_reconcile_run`), all owned by the one Experiment; the status
 aggregates them (`status.build_group_status`).
+
+A spec edit while a run is active follows the Experiment's spec-change policy (`spec_change_policy`): refused
+(the default), or the run is stopped (its unfinished stage workloads deleted, `stop_run`) and the edited spec
+starts as a new run, the stopped one ending Superseded in `status.history`.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ from longhaul import constants as C
 from longhaul.k8s import status as S
 from longhaul.k8s.api import ApiError
 from longhaul.memory.load import memory_summary
-from longhaul.render.kubernetes import render_configmap, render_stage, run_name, spec_hash, stage_job_name
+from longhaul.render.kubernetes import render_configmap, render_stage, stage_job_name
 from longhaul.spec import SpecError, build_experiment, parse_spec_text, seed_runs
 from longhaul.spec.models import Experiment
-from longhaul.spec.naming import group_of
+from longhaul.spec.naming import group_of, run_name, spec_hash
 
 #: Annotation prefixes written by tools, not by users: never part of the Experiment that is validated.
 _TOOL_ANNOTATIONS = ("kubectl.kubernetes.io/", "kopf.zalando.org/", "meta.helm.sh/", "argocd.argoproj.io/")
@@ -41,6 +45,8 @@ class Api(Protocol):
     async def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> list[dict[str, Any]]: ...
     async def patch_status(self, api_version: str, kind: str, namespace: str | None, name: str,
                            status: dict[str, Any]) -> dict[str, Any]: ...
+    async def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *,
+                     propagation: str) -> bool: ...
 
 
 def clean_document(body: dict[str, Any]) -> dict[str, Any]:
@@ -100,16 +106,23 @@ def adopt(objs: list[dict[str, Any]], body: dict[str, Any]) -> list[dict[str, An
 
 @dataclass(frozen=True)
 class Decision:
-    """What to do with an Experiment: `track` a run (maybe refusing an edit) or report it `invalid`."""
+    """What to do with an Experiment: `track` a run (maybe refusing an edit, or stopping the run it replaces) or
+    report it `invalid`."""
 
     track: Experiment | None = None
     invalid: str | None = None
     refused_run: str | None = None  # the run name the edited spec would have had
     refused_invalid: str | None = None  # the edited spec's validation errors (the run continues)
+    stop: Experiment | None = None  # policy new-run: the spec of the active run that `track` replaces
 
 
 def decide(body: dict[str, Any], running: Experiment | None) -> Decision:
-    """Pure decision. `running` is the spec of the active run (from its ConfigMap), when one is active."""
+    """Pure decision. `running` is the spec of the active run (from its ConfigMap), when one is active.
+
+    A valid edit of a locked run is refused, unless the edited Experiment's policy (`spec_change_policy`) is
+    new-run: then an active run is stopped for it, and a finished run whose earlier edit was refused simply
+    gives way to it. An invalid edit is refused under either policy (the run continues).
+    """
     result = validate_body(body)
     status = body.get("status") or {}
     locked = run_locked(status)
@@ -118,8 +131,23 @@ def decide(body: dict[str, Any], running: Experiment | None) -> Decision:
             return Decision(track=running, refused_invalid=result)
         return Decision(invalid=result)
     if locked and running is not None and run_name(result) != status["runName"]:
+        if spec_change_policy(result) == C.SPEC_CHANGE_NEW_RUN:
+            return Decision(track=result, stop=running if status.get("phase") in S.ACTIVE else None)
         return Decision(track=running, refused_run=run_name(result))
     return Decision(track=result)
+
+
+def spec_change_policy(exp: Experiment) -> str:
+    """What a spec edit of the Experiment's active run does: C.SPEC_CHANGE_REFUSE (the default) or
+    C.SPEC_CHANGE_NEW_RUN, from the annotation `longhaul.dev/on-spec-change` (validated by the spec models).
+
+    An annotation, not a spec field, because the policy is about the Experiment object, not the run: the spec
+    hash (`longhaul.spec.naming.canonical_document`) covers the whole spec and leaves metadata out by design, so
+    setting or switching the policy alone never makes a new run; a spec field would be hashed, and one dropped
+    from the dump would be missing from the resolved spec `longhaul submit` applies. Like `longhaul.dev/git-commit`,
+    a GitOps tool can stamp it on every Experiment of a repository (e.g. kustomize `commonAnnotations`).
+    """
+    return exp.metadata.annotations.get(C.ANNOTATION_ON_SPEC_CHANGE, C.SPEC_CHANGE_REFUSE)
 
 
 def run_locked(status: dict[str, Any]) -> bool:
@@ -195,6 +223,16 @@ async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit
     ns, name, generation = meta.get("namespace"), meta["name"], meta.get("generation")
     previous = {k: v for k, v in (body.get("status") or {}).items() if k in _OPERATOR_KEYS}
     decision = decide(body, await load_running(api, body))
+    history = previous.get("history")
+    if decision.stop is not None:
+        # Before the new run's children: a stop that fails (e.g. no RBAC permission to delete) starts nothing.
+        stopped = await stop_run(api, body, decision.stop)
+        history = S.supersede_history(history, previous, now=now)
+        assert decision.track is not None
+        emit("Normal", "RunSuperseded",
+             f"spec changed (policy {C.SPEC_CHANGE_NEW_RUN}): run {run_name(decision.stop)} stopped "
+             f"({', '.join(stopped) or 'no unfinished workload'} deleted; its checkpoints and MLflow run are kept), "
+             f"run {run_name(decision.track)} starts")
 
     if decision.invalid is not None:
         new = S.invalid_status(previous, decision.invalid, generation=generation, now=now)
@@ -228,7 +266,7 @@ async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit
     else:
         new = S.clear_refusal(new, now=now, generation=generation)
     new = {**new, "memoryPlan": memory_summary(exp),
-           "history": S.record_history(previous.get("history"), new, git_commit=_git_commit(body))}
+           "history": S.record_history(history, new, git_commit=_git_commit(body))}
     if new.get("phase") != previous.get("phase") and new.get("phase") in (S.Phase.SUCCEEDED, S.Phase.FAILED):
         emit("Normal" if new["phase"] == S.Phase.SUCCEEDED else "Warning", new["phase"], new.get("message", ""))
     await _write(api, ns, name, previous, new)
@@ -240,6 +278,34 @@ def _git_commit(body: dict[str, Any]) -> str | None:
     CI), for `status.history`."""
     value = ((body.get("metadata") or {}).get("annotations") or {}).get(C.ANNOTATION_GIT_COMMIT)
     return str(value) if value else None
+
+
+async def stop_run(api: Api, body: dict[str, Any], running: Experiment) -> list[str]:
+    """Stop the run of `running` (all its seed runs): delete its unfinished stage workloads of this Experiment,
+    with C.STOP_PROPAGATION_POLICY, so their pods get SIGTERM and their grace period. Returns the names deleted.
+
+    Finished workloads stay (their pods' logs, and a re-applied spec of this run resumes after them); so does
+    the run's ConfigMap, which holds its resolved spec. Nothing else is touched: checkpoints live in the run
+    directory on the checkpoint volume, MLflow runs in MLflow, which this package cannot reach.
+    """
+    ns = body["metadata"].get("namespace")
+    uid = body["metadata"].get("uid")
+    run = run_name(running)
+    rendered = [render_stage(r, s, namespace=ns) for r in seed_runs(running) for s in r.spec.stages]
+    wanted = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in rendered}
+    selector = f"{C.LABEL_SEED_GROUP if running.spec.algorithm.seeds else C.LABEL_RUN_NAME}={run}"
+    deleted = []
+    for api_version, kind in sorted({(a, k) for a, k, _ in wanted}):
+        for obj in await api.list(api_version, kind, ns, selector):
+            meta = obj.get("metadata") or {}
+            ours = any(r.get("uid") == uid and r.get("controller") for r in meta.get("ownerReferences") or [])
+            if (api_version, kind, meta.get("name")) not in wanted or not ours or meta.get("deletionTimestamp"):
+                continue
+            if S.workload_phase(obj) in (S.Phase.SUCCEEDED, S.Phase.FAILED):
+                continue
+            if await api.delete(api_version, kind, ns, meta["name"], propagation=C.STOP_PROPAGATION_POLICY):
+                deleted.append(meta["name"])
+    return sorted(deleted)
 
 
 async def _reconcile_run(api: Api, body: dict[str, Any], exp: Experiment, *, started: bool, base: dict[str, Any],

@@ -168,7 +168,10 @@ STATUS_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "runName": {"type": "string"},
                     "specHash": {"type": "string"},
-                    "phase": {"type": "string", "enum": ["Pending", "Queued", "Running", "Succeeded", "Failed"]},
+                    "phase": {"type": "string",
+                              "enum": ["Pending", "Queued", "Running", "Succeeded", "Failed", "Superseded"],
+                              "description": "Superseded: stopped for a spec edit under the annotation "
+                                             "longhaul.dev/on-spec-change: new-run."},
                     "gitCommit": {"type": "string",
                                   "description": "Annotation longhaul.dev/git-commit when the run's entry was made."},
                     "mlflowRunId": {"type": "string"},

@@ -17,11 +17,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from longhaul.constants import (
     ANNOTATION_GIT_COMMIT,
+    ANNOTATION_ON_SPEC_CHANGE,
     ANNOTATION_SEED_GROUP,
     API_GROUP,
     API_VERSION,
     ENV_GIT_COMMIT,
     KIND,
+    SPEC_CHANGE_POLICIES,
+    SPEC_CHANGE_REFUSE,
 )
 from longhaul.envs.trajectory import TAU2_MAX_ERRORS
 from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
@@ -320,7 +323,9 @@ class Metadata(_Model):
     annotations: dict[QualifiedName, Annotated[str, Field(pattern=ANNOTATION_TEXT)]] = Field(
         default_factory=dict,
         description="Annotations (not part of the run hash); `longhaul.dev/git-commit` records the specs "
-        "repository commit set by GitOps tooling.",
+        "repository commit set by GitOps tooling; `longhaul.dev/on-spec-change` (Kubernetes operator: `refuse`, "
+        "the default, or `new-run`) says what a spec edit of an active run does: refused while the run goes on, "
+        "or the run is stopped and the edited spec starts as a new run.",
     )
 
     @field_validator("name")
@@ -343,6 +348,15 @@ class Metadata(_Model):
             raise FieldError(ANNOTATION_GIT_COMMIT, f"annotation {ANNOTATION_GIT_COMMIT} must be a commit as GitOps "
                              "tools record it (e.g. 0123abc or main@sha1:0123abc): it becomes the job's "
                              f"{ENV_GIT_COMMIT} variable and an MLflow tag")
+        return v
+
+    @field_validator("annotations")
+    @classmethod
+    def _on_spec_change(cls, v: dict[str, str]) -> dict[str, str]:
+        policy = v.get(ANNOTATION_ON_SPEC_CHANGE)
+        if policy is not None and policy not in SPEC_CHANGE_POLICIES:
+            raise FieldError(ANNOTATION_ON_SPEC_CHANGE, f"annotation {ANNOTATION_ON_SPEC_CHANGE}: {policy!r} is not a "
+                             f"policy; use {' or '.join(SPEC_CHANGE_POLICIES)} (absent: {SPEC_CHANGE_REFUSE})")
         return v
 
 

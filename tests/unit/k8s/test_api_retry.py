@@ -152,6 +152,22 @@ async def test_a_409_without_the_object_creates_again_a_bounded_number_of_times(
     assert [m for m, _ in server.requests] == ["POST", "GET"] * 3
 
 
+async def test_a_delete_sends_its_propagation_and_a_lost_answer_reads_as_already_gone() -> None:
+    """The DELETE reaches the server but its answer times out; the retried DELETE gets 404 → False (gone)."""
+    policies: list[str | None] = []
+
+    def delete_then_time_out(request: httpx.Request) -> httpx.Response:
+        policies.append(request.url.params.get("propagationPolicy"))
+        raise httpx.ReadTimeout("the answer was lost")
+
+    server = Server(delete_then_time_out, status(404, "NotFound"))
+    assert await server.api().delete("batch/v1", "Job", "ns", "run-grpo", propagation="Foreground") is False
+    assert server.requests == [("DELETE", f"{JOBS}/run-grpo")] * 2 and policies == ["Foreground"]
+    assert await Server().api().delete("batch/v1", "Job", "ns", "run-grpo", propagation="Foreground") is True
+    with pytest.raises(ApiError, match="403"):
+        await Server(status(403, "Forbidden")).api().delete("batch/v1", "Job", "ns", "x", propagation="Foreground")
+
+
 def test_backoff_doubles_up_to_its_cap_and_honours_retry_after() -> None:
     policy = RetryPolicy(initial_s=0.25, max_backoff_s=2.0, max_retry_after_s=10)
     assert [policy.backoff(n, None, rand=lambda: 1.0) for n in range(1, 6)] == [0.5, 1.0, 2.0, 2.0, 2.0]

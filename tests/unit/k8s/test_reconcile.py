@@ -14,7 +14,7 @@ from longhaul.k8s import reconcile as RC
 from longhaul.k8s.api import ApiError, resource_path
 from longhaul.spec import load_spec, run_name, seed_runs
 from longhaul.spec.models import Experiment
-from longhaul.spec.naming import group_of
+from longhaul.spec.naming import group_of, spec_hash
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = "2026-01-01T00:00:00Z"
@@ -28,6 +28,8 @@ class FakeApi:
         self.creates: list[tuple[str, str]] = []
         self.status_patches: list[dict[str, Any]] = []
         self.fail_next_create: str | None = None
+        #: (kind, name, propagation policy) of every delete call, found or not.
+        self.deletes: list[tuple[str, str, str]] = []
 
     async def create(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         key = (obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
@@ -54,6 +56,11 @@ class FakeApi:
                            status: dict[str, Any]) -> dict[str, Any]:
         self.status_patches.append(status)
         return {}
+
+    async def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *,
+                     propagation: str) -> bool:
+        self.deletes.append((kind, name, propagation))
+        return self.objects.pop((kind, namespace, name), None) is not None
 
 
 def body(path: str = "specs/prm_lite_lata.yaml", status: dict[str, Any] | None = None, gen: int = 1) -> dict[str, Any]:
@@ -353,3 +360,190 @@ async def test_status_carries_the_memory_plan_and_its_verdict() -> None:
     small["spec"]["resources"]["gpu_type"] = "l40s"
     st = await reconcile(FakeApi(), small, [])
     assert st["memoryPlan"].startswith("DOES NOT FIT: ") and " OVER" in st["memoryPlan"], st["memoryPlan"]
+
+
+# ---- spec-change policy: annotation longhaul.dev/on-spec-change (refuse | new-run) ----
+
+def with_policy(b: dict[str, Any], policy: str) -> dict[str, Any]:
+    b["metadata"]["annotations"][C.ANNOTATION_ON_SPEC_CHANGE] = policy
+    return b
+
+
+def edited_body(status: dict[str, Any], policy: str | None, gen: int = 2, **algorithm: Any) -> dict[str, Any]:
+    b = body(status=status, gen=gen)
+    b["spec"]["algorithm"].update(algorithm or {"total_steps": 400})
+    return with_policy(b, policy) if policy else b
+
+
+def refused(st: dict[str, Any]) -> bool:
+    return any(c["type"] == "SpecChangeRefused" and c["status"] == "True" for c in st.get("conditions") or [])
+
+
+def test_decide_refuses_by_default_and_stops_the_active_run_under_new_run() -> None:
+    running = RC.validate_body(body())
+    assert isinstance(running, Experiment)
+    old = run_name(running)
+    status = {"runName": old, "phase": "Running", "conditions": []}
+    new = run_name(RC.validate_body(edited_body(status, None)))
+    assert new != old
+    for policy in (None, C.SPEC_CHANGE_REFUSE):  # absent = refuse: today's behaviour
+        d = RC.decide(edited_body(status, policy), running)
+        assert (d.track, d.refused_run, d.stop) == (running, new, None)
+    d = RC.decide(edited_body(status, C.SPEC_CHANGE_NEW_RUN), running)
+    assert run_name(d.track) == new and d.stop is running and d.refused_run is None and d.refused_invalid is None
+    # Queued and Pending runs are active too: stopped the same way.
+    for phase in ("Queued", "Pending"):
+        assert RC.decide(edited_body({**status, "phase": phase}, C.SPEC_CHANGE_NEW_RUN), running).stop is running
+    # The policy alone (the running spec, the annotation switched): the same run, nothing stopped.
+    d = RC.decide(with_policy(body(status=status, gen=2), C.SPEC_CHANGE_NEW_RUN), running)
+    assert run_name(d.track) == old and d.stop is None and d.refused_run is None
+    # An invalid edit is refused under new-run as well: the run continues.
+    bad = edited_body(status, C.SPEC_CHANGE_NEW_RUN)
+    bad["spec"]["evaluation"]["k"] = [1, 16]
+    d = RC.decide(bad, running)
+    assert d.track is running and d.refused_invalid and d.stop is None
+    # A finished run held by an earlier refusal: under new-run the edit starts, and there is nothing to stop.
+    held = {**status, "phase": "Succeeded", "conditions": [{"type": "SpecChangeRefused", "status": "True"}]}
+    d = RC.decide(edited_body(held, C.SPEC_CHANGE_NEW_RUN), running)
+    assert run_name(d.track) == new and d.stop is None and d.refused_run is None
+    assert RC.decide(edited_body(held, None), running).refused_run == new
+
+
+def test_the_policy_is_validated_and_not_part_of_the_run_name() -> None:
+    plain = RC.validate_body(body())
+    for policy in C.SPEC_CHANGE_POLICIES:
+        exp = RC.validate_body(with_policy(body(), policy))
+        assert isinstance(exp, Experiment) and RC.spec_change_policy(exp) == policy
+        assert run_name(exp) == run_name(plain) and spec_hash(exp) == spec_hash(plain)
+    assert RC.spec_change_policy(plain) == C.SPEC_CHANGE_REFUSE
+    msg = RC.validate_body(with_policy(body(), "new_run"))
+    assert isinstance(msg, str) and C.ANNOTATION_ON_SPEC_CHANGE in msg and "refuse or new-run" in msg
+
+
+async def start_running(api: FakeApi, b: dict[str, Any], events: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """Reconcile `b` until its grpo Job runs and reports an MLflow run and a checkpoint; the written status."""
+    await reconcile(api, b, events)
+    status = apply_patch({}, api.status_patches[-1])
+    job = api.objects[("Job", "ns", f"{status['runName']}-grpo")]
+    job["status"] = {"active": 1, "ready": 1, "startTime": NOW}
+    job["metadata"]["annotations"] = {C.ANNOTATION_MLFLOW_RUN_ID: "m-old", C.ANNOTATION_CHECKPOINT_STEP: "40"}
+    await reconcile(api, {**b, "status": status}, events)
+    return apply_patch(status, api.status_patches[-1])
+
+
+async def test_new_run_policy_stops_the_active_run_and_starts_the_edit_once() -> None:
+    api, events = FakeApi(), []
+    status = await start_running(api, with_policy(body(), C.SPEC_CHANGE_NEW_RUN), events)
+    old = status["runName"]
+    assert (status["phase"], status["mlflowRunId"], status["lastCheckpointStep"]) == ("Running", "m-old", 40)
+    edited = edited_body(status, C.SPEC_CHANGE_NEW_RUN)
+    edited["metadata"]["annotations"][C.ANNOTATION_GIT_COMMIT] = "c2"
+    new = run_name(RC.validate_body(edited))
+    configmap_before = copy.deepcopy(api.objects[("ConfigMap", "ns", f"{old}-spec")])
+
+    st = await reconcile(api, edited, events)
+    assert (st["runName"], st["phase"], st["jobName"]) == (new, "Pending", f"{new}-grpo")
+    assert not refused(st) and "mlflowRunId" not in st and "lastCheckpointStep" not in st
+    # The old run's Job was deleted with foreground propagation; the new run's children were created; the old
+    # run's ConfigMap (its resolved spec) is untouched; nothing else was deleted (checkpoints live on the
+    # checkpoint volume and MLflow runs in MLflow, which longhaul.k8s cannot import: lint-imports).
+    assert api.deletes == [("Job", f"{old}-grpo", "Foreground")]
+    assert jobs(api) == [f"{new}-grpo"]
+    assert api.objects[("ConfigMap", "ns", f"{old}-spec")] == configmap_before
+    assert ("ConfigMap", "ns", f"{new}-spec") in api.objects
+    assert st["history"] == [
+        {"runName": old, "specHash": status["specHash"], "phase": "Superseded", "mlflowRunId": "m-old",
+         "startTime": NOW, "completionTime": NOW},
+        {"runName": new, "specHash": st["specHash"], "phase": "Pending", "gitCommit": "c2"}]
+    (superseded,) = [e for e in events if e[1] == "RunSuperseded"]
+    assert superseded[0] == "Normal" and f"{old}-grpo deleted" in superseded[2] and f"run {new} starts" in superseded[2]
+
+    # Reconciled again with the written status (a resync, a Job event): nothing is created, deleted or written.
+    after = apply_patch(status, api.status_patches[-1])
+    n, creates, deletes = len(api.status_patches), len(api.creates), len(api.deletes)
+    st2 = await reconcile(api, {**edited, "status": after}, events)
+    assert (len(api.status_patches), len(api.creates), len(api.deletes)) == (n, creates, deletes)
+    assert st2["history"] == st["history"] and len([e for e in events if e[1] == "RunSuperseded"]) == 1
+    # The first reconcile repeated (its status write lost: the status still names the old run): the same
+    # children and the same history, no second entry of either run.
+    st3 = await reconcile(api, {**edited, "status": status}, events)
+    assert jobs(api) == [f"{new}-grpo"] and st3["history"] == st["history"] and st3["runName"] == new
+
+
+async def test_new_run_policy_keeps_finished_stages_and_the_old_spec_resumes_its_run() -> None:
+    api, events = FakeApi(), []
+    b = with_policy(body(), C.SPEC_CHANGE_NEW_RUN)
+    status = await start_running(api, b, events)
+    old = status["runName"]
+    # grpo finished, eval runs: only eval is stopped.
+    api.objects[("Job", "ns", f"{old}-grpo")]["status"] = {"succeeded": 1, "startTime": NOW}
+    await reconcile(api, {**b, "status": status}, events)
+    status = apply_patch(status, api.status_patches[-1])
+    api.objects[("Job", "ns", f"{old}-eval")]["status"] = {"active": 1, "ready": 1}
+    await reconcile(api, {**b, "status": status}, events)
+    status = apply_patch(status, api.status_patches[-1])
+    assert (status["stage"], status["phase"]) == ("eval", "Running")
+    edited = edited_body(status, C.SPEC_CHANGE_NEW_RUN)
+    await reconcile(api, edited, events)
+    new_status = apply_patch(status, api.status_patches[-1])
+    new = new_status["runName"]
+    assert api.deletes == [("Job", f"{old}-eval", "Foreground")]
+    assert jobs(api) == sorted([f"{old}-grpo", f"{new}-grpo"])
+    # The old spec applied again: the new run is stopped and the old run goes on where it was stopped (its
+    # finished grpo stands, its eval starts again; veRL resumes a stage from its newest checkpoint).
+    api.objects[("Job", "ns", f"{new}-grpo")]["status"] = {"active": 1, "ready": 1}
+    back = with_policy(body(status=new_status, gen=3), C.SPEC_CHANGE_NEW_RUN)
+    st = await reconcile(api, back, events)
+    assert (st["runName"], st["stage"]) == (old, "eval")
+    assert api.deletes[-1] == ("Job", f"{new}-grpo", "Foreground")
+    assert jobs(api) == sorted([f"{old}-eval", f"{old}-grpo"])
+    assert [(h["runName"], h["phase"]) for h in st["history"]] == [
+        (old, "Superseded"), (new, "Superseded"), (old, "Pending")]
+
+
+async def test_new_run_policy_refuses_an_invalid_edit_and_ignores_a_policy_switch() -> None:
+    api, events = FakeApi(), []
+    status = await start_running(api, body(), events)  # no annotation: refuse
+    run = status["runName"]
+    # The policy alone, switched either way: the same run, no object created or deleted.
+    for policy in (C.SPEC_CHANGE_NEW_RUN, C.SPEC_CHANGE_REFUSE, C.SPEC_CHANGE_NEW_RUN):
+        creates = len(api.creates)
+        st = await reconcile(api, with_policy(body(status=status, gen=1), policy), events)
+        assert st["runName"] == run and not refused(st) and len(api.creates) == creates and api.deletes == []
+        assert len(st["history"]) == 1
+    # An invalid edit under new-run: refused, the run continues.
+    bad = edited_body(status, C.SPEC_CHANGE_NEW_RUN)
+    bad["spec"]["evaluation"]["k"] = [1, 16]
+    st = await reconcile(api, bad, events)
+    assert st["runName"] == run and st["phase"] == "Running" and refused(st) and api.deletes == []
+    assert "also invalid" in next(c for c in st["conditions"] if c["type"] == "SpecChangeRefused")["message"]
+    assert jobs(api) == [f"{run}-grpo"] and len(st["history"]) == 1
+    # A valid edit refused under refuse, then the policy switched to new-run: the refused edit starts now.
+    edited = edited_body(status, None, gen=3)
+    st = await reconcile(api, edited, events)
+    status = apply_patch(status, api.status_patches[-1])
+    assert st["runName"] == run and refused(st) and api.deletes == []
+    st = await reconcile(api, with_policy(edited_body(status, None, gen=3), C.SPEC_CHANGE_NEW_RUN), events)
+    assert st["runName"] == run_name(RC.validate_body(edited)) and not refused(st)
+    assert api.deletes == [("Job", f"{run}-grpo", "Foreground")]
+    assert [h["phase"] for h in st["history"]] == ["Superseded", "Pending"]
+
+
+async def test_new_run_policy_stops_every_seed_run_of_a_group_and_only_its_own_workloads() -> None:
+    api, events = FakeApi(), []
+    await reconcile(api, with_policy(group_body(), C.SPEC_CHANGE_NEW_RUN), events)
+    status = apply_patch({}, api.status_patches[-1])
+    group = status["runName"]
+    api.objects[("Job", "ns", f"{group}-s7-grpo")]["status"] = {"active": 1, "ready": 1}
+    # A Job with the group's label that this Experiment does not control is never deleted.
+    stranger = copy.deepcopy(api.objects[("Job", "ns", f"{group}-s8-grpo")])
+    stranger["metadata"]["ownerReferences"][0]["uid"] = "uid-other"
+    api.objects[("Job", "ns", f"{group}-s8-grpo")] = stranger
+    edited = with_policy(group_body(status=status, gen=2), C.SPEC_CHANGE_NEW_RUN)
+    edited["spec"]["algorithm"]["total_steps"] = 400
+    st = await reconcile(api, edited, events)
+    new = st["runName"]
+    assert new != group and st["seeds"] == "0/2"
+    assert api.deletes == [("Job", f"{group}-s7-grpo", "Foreground")]
+    assert jobs(api) == sorted([f"{group}-s8-grpo", f"{new}-s7-grpo", f"{new}-s8-grpo"])
+    assert [(h["runName"], h["phase"]) for h in st["history"]] == [(group, "Superseded"), (new, "Pending")]

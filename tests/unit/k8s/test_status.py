@@ -221,3 +221,16 @@ def test_history_is_bounded_newest_last() -> None:
         h = S.record_history(h, _st(f"x-{i:08d}", "Succeeded"), git_commit=None)
     assert len(h) == S.HISTORY_LIMIT
     assert h[0]["runName"] == "x-00000007" and h[-1]["runName"] == f"x-{S.HISTORY_LIMIT + 6:08d}"
+
+
+def test_supersede_history_ends_the_stopped_run_and_makes_its_entry_when_missing() -> None:
+    h = S.record_history(None, _st("x-aaaaaaaa", "Running", mlflowRunId="r1", startTime=NOW), git_commit="c1")
+    previous = _st("x-aaaaaaaa", "Running", mlflowRunId="r1", startTime=NOW)
+    out = S.supersede_history(h, previous, now=LATER)
+    assert out == [{**h[0], "phase": "Superseded", "completionTime": LATER}]
+    assert S.supersede_history(h, previous, now=LATER) == out and h[0]["phase"] == "Running"  # pure, repeatable
+    # A status from before the history existed: the stopped run gets its entry, without the edit's commit.
+    assert S.supersede_history(None, previous, now=LATER) == [
+        {"runName": "x-aaaaaaaa", "specHash": previous["specHash"], "phase": "Superseded", "mlflowRunId": "r1",
+         "startTime": NOW, "completionTime": LATER}]
+    assert S.Phase.SUPERSEDED in S.TERMINAL and S.Phase.SUPERSEDED not in S.ACTIVE
