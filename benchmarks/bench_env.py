@@ -157,11 +157,18 @@ def bench_concurrency(episodes: int, latency: float) -> dict:
             # warm up connections and caches outside the measured window
             await asyncio.gather(*[uc.chat([{"role": "user", "content": "x"}]) for _ in range(min(episodes, 64))])
             cpu0, t0 = time.process_time(), time.perf_counter()
-            trajs = await asyncio.gather(*[
-                run_episode(AirlineEnv, tasks[i % len(tasks)], OpenAIPolicy(pc), OpenAIUserSimulator(uc),
-                            EpisodeLimits(max_turns=30))
-                for i in range(episodes)
-            ])
+            trajs = await asyncio.gather(
+                *[
+                    run_episode(
+                        AirlineEnv,
+                        tasks[i % len(tasks)],
+                        OpenAIPolicy(pc),
+                        OpenAIUserSimulator(uc),
+                        EpisodeLimits(max_turns=30),
+                    )
+                    for i in range(episodes)
+                ]
+            )
             wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
             await pc.aclose()
             await uc.aclose()
@@ -170,7 +177,10 @@ def bench_concurrency(episodes: int, latency: float) -> dict:
         async def floor():
             # The HTTP client's own cost: sequential requests of a policy-sized body, nothing else running.
             c = ChatClient(url, "user")
-            msgs = [{"role": "system", "content": "<scenario>\nx\n</scenario>"}, {"role": "user", "content": "y" * 8000}]
+            msgs = [
+                {"role": "system", "content": "<scenario>\nx\n</scenario>"},
+                {"role": "user", "content": "y" * 8000},
+            ]
             for _ in range(10):
                 await c.chat(msgs, tools=tool_schemas())
             cpu0 = time.process_time()
@@ -187,9 +197,16 @@ def bench_concurrency(episodes: int, latency: float) -> dict:
     seq = max(len(t.turns) + sum(1 for m in t.messages if m["role"] == "user") for t in trajs)
     ideal = seq * latency
     return {
-        "episodes": episodes, "success": sum(t.outcome for t in trajs), "turns": turns, "wall_s": wall,
-        "critical_path_s": ideal, "wall_over_ideal": wall / ideal, "cpu_per_turn_s": cpu / turns, "seq_requests": seq,
-        "requests": requests, "http_floor_s": http_floor,
+        "episodes": episodes,
+        "success": sum(t.outcome for t in trajs),
+        "turns": turns,
+        "wall_s": wall,
+        "critical_path_s": ideal,
+        "wall_over_ideal": wall / ideal,
+        "cpu_per_turn_s": cpu / turns,
+        "seq_requests": seq,
+        "requests": requests,
+        "http_floor_s": http_floor,
     }
 
 
@@ -220,17 +237,25 @@ def bench_in_process(episodes: int, latency: float) -> dict:
 
     async def go():
         cpu0, t0 = time.process_time(), time.perf_counter()
-        trajs = await asyncio.gather(*[
-            run_episode(AirlineEnv, tasks[i % len(tasks)], Policy(), User(), EpisodeLimits(max_turns=30))
-            for i in range(episodes)
-        ])
+        trajs = await asyncio.gather(
+            *[
+                run_episode(AirlineEnv, tasks[i % len(tasks)], Policy(), User(), EpisodeLimits(max_turns=30))
+                for i in range(episodes)
+            ]
+        )
         return trajs, time.perf_counter() - t0, time.process_time() - cpu0
 
     trajs, wall, cpu = asyncio.run(go())
     turns = sum(len(t.turns) for t in trajs)
     seq = max(len(t.turns) + sum(1 for m in t.messages if m["role"] == "user") for t in trajs)
-    return {"wall_s": wall, "critical_path_s": seq * latency, "wall_over_ideal": wall / (seq * latency),
-            "cpu_per_turn_s": cpu / turns, "success": sum(t.outcome for t in trajs), "turns": turns}
+    return {
+        "wall_s": wall,
+        "critical_path_s": seq * latency,
+        "wall_over_ideal": wall / (seq * latency),
+        "cpu_per_turn_s": cpu / turns,
+        "success": sum(t.outcome for t in trajs),
+        "turns": turns,
+    }
 
 
 def main() -> None:
@@ -242,25 +267,35 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, python {sys.version.split()[0]}")
 
     r = bench_reset(2 if args.quick else 5)
-    print(f"reset            longhaul {_fmt_s(r['ours_s']):>12}   FlightDB.load {_fmt_s(r['naive_s']):>12}   "
-          f"{r['ratio']:,.0f}x faster (target ≥1000x)")
+    print(
+        f"reset            longhaul {_fmt_s(r['ours_s']):>12}   FlightDB.load {_fmt_s(r['naive_s']):>12}   "
+        f"{r['ratio']:,.0f}x faster (target ≥1000x)"
+    )
     m = bench_memory(args.episodes)
-    print(f"memory/episode   longhaul {m['ours_bytes'] / 1024:>9.1f} KiB   parsed DB     {m['naive_bytes'] / 2**20:>8.1f} MiB   "
-          f"{m['ratio']:,.0f}x smaller (target ≤1 MiB beyond the shared base)")
+    print(
+        f"memory/episode   longhaul {m['ours_bytes'] / 1024:>9.1f} KiB   parsed DB     {m['naive_bytes'] / 2**20:>8.1f} MiB   "  # noqa: E501 - a string literal kept whole
+        f"{m['ratio']:,.0f}x smaller (target ≤1 MiB beyond the shared base)"
+    )
     g = bench_grading(6 if args.quick else 26)
-    print(f"grading          longhaul {_fmt_s(g['warm_s']):>12} (first time per task {_fmt_s(g['cold_s'])})   "
-          f"reload+replay {_fmt_s(g['naive_s']):>12}   {g['ratio_warm']:,.0f}x faster "
-          f"({g['ratio_cold']:,.0f}x cold; target ≥25x, ≤20 ms) over {g['tasks']} writing tasks")
+    print(
+        f"grading          longhaul {_fmt_s(g['warm_s']):>12} (first time per task {_fmt_s(g['cold_s'])})   "
+        f"reload+replay {_fmt_s(g['naive_s']):>12}   {g['ratio_warm']:,.0f}x faster "
+        f"({g['ratio_cold']:,.0f}x cold; target ≥25x, ≤20 ms) over {g['tasks']} writing tasks"
+    )
     p = bench_in_process(args.episodes, args.latency)
-    print(f"{args.episodes} concurrent episodes in-process (no HTTP), {args.latency * 1e3:.0f} ms per answer: wall "
-          f"{p['wall_s']:.2f} s vs critical path {p['critical_path_s']:.2f} s = {p['wall_over_ideal']:.2f}x; "
-          f"runner+env+grader CPU {p['cpu_per_turn_s'] * 1e3:.2f} ms per assistant turn")
+    print(
+        f"{args.episodes} concurrent episodes in-process (no HTTP), {args.latency * 1e3:.0f} ms per answer: wall "
+        f"{p['wall_s']:.2f} s vs critical path {p['critical_path_s']:.2f} s = {p['wall_over_ideal']:.2f}x; "
+        f"runner+env+grader CPU {p['cpu_per_turn_s'] * 1e3:.2f} ms per assistant turn"
+    )
     c = bench_concurrency(args.episodes, args.latency)
-    print(f"{c['episodes']} concurrent episodes, {args.latency * 1e3:.0f} ms per answer: wall {c['wall_s']:.2f} s vs "
-          f"critical path {c['critical_path_s']:.2f} s ({c['seq_requests']} sequential requests) = "
-          f"{c['wall_over_ideal']:.2f}x (target ≤1.5x); CPU {c['cpu_per_turn_s'] * 1e3:.2f} ms per assistant turn "
-          f"(target <2 ms; {c['turns']} turns, {c['requests']} requests, {c['success']:.0f}/{c['episodes']} successes); "
-          f"httpx alone costs {c['http_floor_s'] * 1e3:.2f} ms CPU per request here")
+    print(
+        f"{c['episodes']} concurrent episodes, {args.latency * 1e3:.0f} ms per answer: wall {c['wall_s']:.2f} s vs "
+        f"critical path {c['critical_path_s']:.2f} s ({c['seq_requests']} sequential requests) = "
+        f"{c['wall_over_ideal']:.2f}x (target ≤1.5x); CPU {c['cpu_per_turn_s'] * 1e3:.2f} ms per assistant turn "
+        f"(target <2 ms; {c['turns']} turns, {c['requests']} requests, {c['success']:.0f}/{c['episodes']} successes); "
+        f"httpx alone costs {c['http_floor_s'] * 1e3:.2f} ms CPU per request here"
+    )
 
 
 if __name__ == "__main__":

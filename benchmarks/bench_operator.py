@@ -52,24 +52,52 @@ def main() -> None:
         else:
             port = free_port()
             kc = work / "kubeconfig"
-            procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests/support/run_kube_emulator.py"),
-                                           "--port", str(port), "--kubeconfig", str(kc)],
-                                          stdout=subprocess.DEVNULL, stderr=(work / "emulator.log").open("w")))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(ROOT / "tests/support/run_kube_emulator.py"),
+                        "--port",
+                        str(port),
+                        "--kubeconfig",
+                        str(kc),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=(work / "emulator.log").open("w"),
+                )
+            )
             base = f"http://127.0.0.1:{port}"
             wait_http(f"{base}/version")
         env = {**os.environ, "KUBECONFIG": str(kc), "KUBECACHEDIR": str(work / "cache")}
 
         def k(*a: str, input: str | None = None) -> str:
-            return subprocess.run([kubectl, *a], input=input, env=env, check=True, capture_output=True, text=True).stdout
+            return subprocess.run(
+                [kubectl, *a], input=input, env=env, check=True, capture_output=True, text=True
+            ).stdout
 
         k("apply", "-f", str(ROOT / "charts/longhaul/crds/experiments.longhaul.dev.yaml"))
         k("wait", "--for=condition=Established", "crd/experiments.longhaul.dev")
         k("apply", "-f", "-", input=k("create", "namespace", NS, "--dry-run=client", "-o", "yaml"))
         probe = free_port()
-        procs.append(subprocess.Popen(
-            [sys.executable, *(["-m", "cProfile", "-o", args.profile] if args.profile else []), "-m", "kopf", "run", "--standalone", f"--namespace={NS}",
-             f"--liveness=http://127.0.0.1:{probe}/healthz", "--log-format=json", str(ROOT / "operator/longhaul_operator.py")],
-            env=env, stdout=(work / "operator.log").open("w"), stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    *(["-m", "cProfile", "-o", args.profile] if args.profile else []),
+                    "-m",
+                    "kopf",
+                    "run",
+                    "--standalone",
+                    f"--namespace={NS}",
+                    f"--liveness=http://127.0.0.1:{probe}/healthz",
+                    "--log-format=json",
+                    str(ROOT / "operator/longhaul_operator.py"),
+                ],
+                env=env,
+                stdout=(work / "operator.log").open("w"),
+                stderr=subprocess.STDOUT,
+            )
+        )
         wait_http(f"http://127.0.0.1:{probe}/healthz")
 
         base_doc = yaml.safe_load((ROOT / "specs/prm_lite_lata.yaml").read_text())
@@ -91,8 +119,14 @@ def main() -> None:
             if t_jobs is None and len(jobs) >= args.count:
                 t_jobs = time.monotonic() - t0
             if t_jobs is not None:
-                rows = k("get", "experiments", "-n", NS, "-o",
-                         'jsonpath={range .items[*]}{.status.phase},{.status.runName}{"\\n"}{end}').split()
+                rows = k(
+                    "get",
+                    "experiments",
+                    "-n",
+                    NS,
+                    "-o",
+                    'jsonpath={range .items[*]}{.status.phase},{.status.runName}{"\\n"}{end}',
+                ).split()
                 if sum(1 for r in rows if r.startswith("Pending,") and len(r) > len("Pending,")) >= args.count:
                     t_status = time.monotonic() - t0
                     break

@@ -33,10 +33,20 @@ from longhaul.rewards.prm_lite import (
 TOOLS = [
     ("get_user_details", lambda r: {"user_id": r.choice(["mia_li_3668", "ann_lee_12", "unknown"])}),
     ("get_reservation_details", lambda r: {"reservation_id": r.choice(["ABC123", "XYZ789", "previous"])}),
-    ("search_direct_flight", lambda r: {"origin": "JFK", "destination": r.choice(["LAX", "SFO"]), "date": "2024-05-20"}),
+    (
+        "search_direct_flight",
+        lambda r: {"origin": "JFK", "destination": r.choice(["LAX", "SFO"]), "date": "2024-05-20"},
+    ),
     ("cancel_reservation", lambda r: {"reservation_id": r.choice(["ABC123", "XYZ789"])}),
-    ("update_reservation_baggages", lambda r: {"reservation_id": "ABC123", "total_baggages": 2, "nonfree_baggages": 0,
-                                               "payment_id": "credit_card_4421"}),
+    (
+        "update_reservation_baggages",
+        lambda r: {
+            "reservation_id": "ABC123",
+            "total_baggages": 2,
+            "nonfree_baggages": 0,
+            "payment_id": "credit_card_4421",
+        },
+    ),
     ("think", lambda r: {"thought": "check the policy"}),
     ("calculate", lambda r: {"expression": "100 * 2"}),
     ("transfer_to_human_agents", lambda r: {"summary": "the user wants a refund"}),
@@ -50,13 +60,19 @@ def make_trajectory(rng: random.Random, steps: int, i: int) -> Trajectory:
         name, args = rng.choice(TOOLS)
         a = args(rng)
         err = rng.random() < 0.15
-        turns.append(Turn(k, rng.choice(["", "ok", "Let me check the reservation details for you."]), [
-            ToolCall(name, a, json.dumps(a), f"c{k}", result="Error: not found" if err else OBS, is_error=err)]))
+        turns.append(
+            Turn(
+                k,
+                rng.choice(["", "ok", "Let me check the reservation details for you."]),
+                [ToolCall(name, a, json.dumps(a), f"c{k}", result="Error: not found" if err else OBS, is_error=err)],
+            )
+        )
     return Trajectory(str(i), 0, 0, [], turns, "user_stop", Grade(False, 0.0, False, False), steps, 0)
 
 
 def original_structure(history: list[dict]) -> float:
     """The original algorithm's structure (method.md a.2/a.3), weights hard-coded, seen entities rebuilt per step."""
+
     def placeholder(params):
         for k, v in params.items():
             if not isinstance(v, str):
@@ -138,12 +154,32 @@ def main() -> None:
     histories = []
     dicts = []
     for t in trajs:
-        h = [ActionEntry(c.name, c.arguments, c.is_error, {} if c.is_error else extract_entities(c.result or ""),
-                         tt.content, turn=tt.index) for tt in t.turns for c in tt.tool_calls]
+        h = [
+            ActionEntry(
+                c.name,
+                c.arguments,
+                c.is_error,
+                {} if c.is_error else extract_entities(c.result or ""),
+                tt.content,
+                turn=tt.index,
+            )
+            for tt in t.turns
+            for c in tt.tool_calls
+        ]
         histories.append(h)
-        dicts.append([{"tool": e.tool, "parameters": dict(e.params), "param_str": canonical_param_str(e.params),
-                       "is_error": e.is_error, "extracted_entities": {k: list(v) for k, v in e.entities.items()},
-                       "content": e.content} for e in h])
+        dicts.append(
+            [
+                {
+                    "tool": e.tool,
+                    "parameters": dict(e.params),
+                    "param_str": canonical_param_str(e.params),
+                    "is_error": e.is_error,
+                    "extracted_entities": {k: list(v) for k, v in e.entities.items()},
+                    "content": e.content,
+                }
+                for e in h
+            ]
+        )
     # Same numbers as the straightforward version (sanity check before timing).
     for h, d in zip(histories[:200], dicts[:200], strict=True):
         assert abs(score_prm_lite(h, seed_compat=True).process - original_structure(d)) < 1e-9

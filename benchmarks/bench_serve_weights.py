@@ -51,8 +51,16 @@ def main() -> int:
     url = f"http://{plan_server.host}:{plan_server.port}/v1/completions"
 
     def greedy() -> str:
-        r = httpx.post(url, json={"model": plan_server.served_model_name, "prompt": "I want to cancel",
-                                  "max_tokens": 12, "temperature": 0}, timeout=300)
+        r = httpx.post(
+            url,
+            json={
+                "model": plan_server.served_model_name,
+                "prompt": "I want to cancel",
+                "max_tokens": 12,
+                "temperature": 0,
+            },
+            timeout=300,
+        )
         return r.json()["choices"][0]["text"]
 
     try:

@@ -112,8 +112,15 @@ async def _reconcile_fresh(api: KubeApi, fresh: dict[str, Any], body: Any, logge
         kopf.event(dict(body), type=kind, reason=reason, message=message[:1000])
 
     status = await reconcile_experiment(api, fresh, now=_now(), emit=emit)
-    logger.info("reconciled", extra={"phase": status.get("phase"), "run": status.get("runName"),
-                                     "stage": status.get("stage"), "seeds": status.get("seeds")})
+    logger.info(
+        "reconciled",
+        extra={
+            "phase": status.get("phase"),
+            "run": status.get("runName"),
+            "stage": status.get("stage"),
+            "seeds": status.get("seeds"),
+        },
+    )
     return status
 
 
@@ -125,17 +132,26 @@ async def experiment_changed(namespace: str, name: str, body: kopf.Body, logger:
     await _reconcile(namespace, name, body, logger)
 
 
-@kopf.on.update(GROUP, VERSION, PLURAL, id="spec_change_policy",
-                field=("metadata", "annotations", C.ANNOTATION_ON_SPEC_CHANGE))
-async def spec_change_policy_changed(namespace: str, name: str, body: kopf.Body, logger: logging.Logger,
-                                     **_: Any) -> None:
+@kopf.on.update(
+    GROUP, VERSION, PLURAL, id="spec_change_policy", field=("metadata", "annotations", C.ANNOTATION_ON_SPEC_CHANGE)
+)
+async def spec_change_policy_changed(
+    namespace: str, name: str, body: kopf.Body, logger: logging.Logger, **_: Any
+) -> None:
     """The spec-change policy annotation changed (a metadata edit, which the `spec` handler does not see): an edit
     refused earlier starts now if the policy became new-run; with the spec matching the run, nothing changes."""
     await _reconcile(namespace, name, body, logger)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_S, initial_delay=RESYNC_S, idle=RESYNC_S,
-            when=lambda status, **_: (status or {}).get("phase") in ("Pending", "Queued", "Running"))
+@kopf.timer(
+    GROUP,
+    VERSION,
+    PLURAL,
+    interval=RESYNC_S,
+    initial_delay=RESYNC_S,
+    idle=RESYNC_S,
+    when=lambda status, **_: (status or {}).get("phase") in ("Pending", "Queued", "Running"),
+)
 async def resync(namespace: str, name: str, body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
     """Periodic re-sync of active Experiments (lost events; children kinds the operator does not watch)."""
     await _reconcile(namespace, name, body, logger)
@@ -162,8 +178,11 @@ async def job_event(event: dict[str, Any], body: kopf.Body, logger: logging.Logg
         logger.info("job changed while unwatched (re-listed)", extra={"resourceVersion": version})
     for ref in body.get("metadata", {}).get("ownerReferences") or []:
         if ref.get("kind") == C.KIND and ref.get("apiVersion", "").startswith(f"{GROUP}/"):
-            exp = {"apiVersion": ref["apiVersion"], "kind": C.KIND,
-                   "metadata": {"name": ref["name"], "namespace": body["metadata"]["namespace"], "uid": ref.get("uid")}}
+            exp = {
+                "apiVersion": ref["apiVersion"],
+                "kind": C.KIND,
+                "metadata": {"name": ref["name"], "namespace": body["metadata"]["namespace"], "uid": ref.get("uid")},
+            }
             await _reconcile(body["metadata"]["namespace"], ref["name"], exp, logger)
 
 

@@ -29,8 +29,9 @@ export LONGHAUL_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 log "tiny local models"
 longhaul tiny build
 
-log "lint: ruff"
+log "lint: ruff (check, format)"
 ruff check pipelines tests scripts benchmarks operator
+ruff format --check pipelines tests scripts benchmarks operator
 
 # The browser tests' screenshots (MLflow's compare page, an episode's trace) are kept here as CI artefacts.
 export LONGHAUL_BROWSER_SHOTS="${LONGHAUL_BROWSER_SHOTS:-$PWD/ci-artifacts/screenshots}"

@@ -51,26 +51,38 @@ class Limits:
 #: nodes (15x: room for explicit train/test lists of thousands of task ids) and 32 levels keep the worst case
 #: well under a second: PyYAML's pure-Python parser spends ~2 µs a character and ~30-50 µs a node.
 SPEC = Limits(
-    "an Experiment spec", max_bytes=64 * KiB, max_depth=32, max_nodes=5_000,
+    "an Experiment spec",
+    max_bytes=64 * KiB,
+    max_depth=32,
+    max_nodes=5_000,
     hint="an Experiment needs a few KB (the shipped ones are 2-3 KB); check that this is the file you meant",
 )
 
 #: `longhaul eval summarize` input: one small record per trial (task id, trial, success, subsets; < 2 KB).
 #: 200,000 trials is 4,000 tasks x 50 trials; 1 MiB per line is 500x a record.
 RESULTS = Limits(
-    "a results JSONL file", max_bytes=64 * MiB, max_record_bytes=1 * MiB, max_records=200_000,
+    "a results JSONL file",
+    max_bytes=64 * MiB,
+    max_record_bytes=1 * MiB,
+    max_records=200_000,
     hint="summarize one evaluation's results.jsonl at a time",
 )
 
 #: `longhaul explain` input: whole episodes (system prompt and tool schemas ~18 KB, plus every turn).
 TRAJECTORIES = Limits(
-    "a trajectory file", max_bytes=64 * MiB, max_record_bytes=16 * MiB, max_records=100_000,
+    "a trajectory file",
+    max_bytes=64 * MiB,
+    max_record_bytes=16 * MiB,
+    max_records=100_000,
     hint="split it or pass fewer records (a step's directory, or single files)",
 )
 
 #: `longhaul sft build-dataset` input: teacher trajectories, one episode (~20-100 KB) per line.
 SFT_TRAJECTORIES = Limits(
-    "an SFT trajectories JSONL file", max_bytes=256 * MiB, max_record_bytes=4 * MiB, max_records=100_000,
+    "an SFT trajectories JSONL file",
+    max_bytes=256 * MiB,
+    max_record_bytes=4 * MiB,
+    max_records=100_000,
     hint="build the dataset from fewer trajectories (one collection run's trajectories.jsonl)",
 )
 
@@ -79,19 +91,25 @@ SMALL_JSON = Limits("a JSON side file", max_bytes=4 * MiB, hint="this file is wr
 
 #: `--tasks 1,2,3`: τ² airline has 50 tasks; 10,000 leaves room for larger domains. Ids are short strings.
 TASK_IDS = Limits(
-    "a task-id list", max_bytes=1 * MiB, max_record_bytes=64, max_records=10_000,
+    "a task-id list",
+    max_bytes=1 * MiB,
+    max_record_bytes=64,
+    max_records=10_000,
     hint="pass fewer ids, or a subset of the split with --subset",
 )
 
-_ANCHOR_HINT = ("write the value out in full: anchors (&name), aliases (*name) and merge keys (<<) are refused "
-                "because a few lines of them can expand into gigabytes; Kubernetes manifests never need them")
+_ANCHOR_HINT = (
+    "write the value out in full: anchors (&name), aliases (*name) and merge keys (<<) are refused "
+    "because a few lines of them can expand into gigabytes; Kubernetes manifests never need them"
+)
 
 
 class InputError(ValueError):
     """A user file refused: too large, too deep, too many records, an alias, not UTF-8, not JSON."""
 
-    def __init__(self, file: str, line: int | None, path: str, message: str, value: Any = None,
-                 hint: str | None = None) -> None:
+    def __init__(
+        self, file: str, line: int | None, path: str, message: str, value: Any = None, hint: str | None = None
+    ) -> None:
         self.file, self.line, self.path, self.message, self.value, self.hint = file, line, path, message, value, hint
         super().__init__(self.render())
 
@@ -150,8 +168,14 @@ def _refuse_if_oversized(fh: Any, path: str | Path, limits: Limits) -> None:
 
 def _too_large(path: str | Path, line: int, limits: Limits, size: int | None = None) -> InputError:
     got = f"{size:,} bytes" if size is not None else f"more than {limits.max_bytes:,} bytes"
-    return InputError(str(path), line, "", f"file is larger than the {_size(limits.max_bytes)} limit of "
-                      f"{limits.kind} ({got}; the limit is reached on this line)", hint=limits.hint)
+    return InputError(
+        str(path),
+        line,
+        "",
+        f"file is larger than the {_size(limits.max_bytes)} limit of "
+        f"{limits.kind} ({got}; the limit is reached on this line)",
+        hint=limits.hint,
+    )
 
 
 def _decode(data: bytes, path: str | Path, first_line: int) -> str:
@@ -159,15 +183,18 @@ def _decode(data: bytes, path: str | Path, first_line: int) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = first_line + data.count(b"\n", 0, exc.start)
-        raise InputError(str(path), line, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})",
-                         hint="save the file as UTF-8") from None
+        raise InputError(
+            str(path), line, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})", hint="save the file as UTF-8"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------------------
 # JSON and JSON Lines
 
 
-def read_jsonl(path: str | Path, limits: Limits, *, expected: str = "one JSON record per line") -> list[tuple[int, Any]]:
+def read_jsonl(
+    path: str | Path, limits: Limits, *, expected: str = "one JSON record per line"
+) -> list[tuple[int, Any]]:
     """(line number, value) of every non-blank line of a JSON Lines file, read line by line with every bound
     of `limits` checked before the line is decoded."""
     out: list[tuple[int, Any]] = []
@@ -182,8 +209,13 @@ def read_jsonl(path: str | Path, limits: Limits, *, expected: str = "one JSON re
             if total > limits.max_bytes:
                 raise _too_large(path, lineno, limits)
             if len(raw) > max_line and not (len(raw) == max_line + 1 and raw.endswith(b"\n")):
-                raise InputError(str(path), lineno, "", f"line is longer than the {_size(max_line)} limit of "
-                                 f"{limits.kind}", hint=f"expected {expected}; {limits.hint}")
+                raise InputError(
+                    str(path),
+                    lineno,
+                    "",
+                    f"line is longer than the {_size(max_line)} limit of {limits.kind}",
+                    hint=f"expected {expected}; {limits.hint}",
+                )
             if not raw.strip():
                 continue
             if limits.max_records is not None and len(out) >= limits.max_records:
@@ -224,13 +256,19 @@ def _loads(text: str, path: str | Path, lineno: int, limits: Limits, expected: s
 
 def _too_many(path: str | Path, line: int | None, limits: Limits, got: int | None = None) -> InputError:
     n = f"{got:,}" if got is not None else f"more than {limits.max_records:,}"
-    return InputError(str(path), line, "", f"{n} records, over the {limits.max_records:,} limit of {limits.kind}",
-                      hint=limits.hint)
+    return InputError(
+        str(path), line, "", f"{n} records, over the {limits.max_records:,} limit of {limits.kind}", hint=limits.hint
+    )
 
 
 def _too_deep_json(path: str | Path, line: int | None, limits: Limits) -> InputError:
-    return InputError(str(path), line, "", f"nested deeper than the {limits.max_depth} levels allowed in "
-                      f"{limits.kind}", hint="records are flat objects with a few nested lists; check the file")
+    return InputError(
+        str(path),
+        line,
+        "",
+        f"nested deeper than the {limits.max_depth} levels allowed in {limits.kind}",
+        hint="records are flat objects with a few nested lists; check the file",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -250,12 +288,22 @@ def check_data(data: Any, file: str, limits: Limits, *, line: int | None = None,
         if not isinstance(value, dict | list):
             continue
         if depth > limits.max_depth:
-            raise InputError(file, line, dotted_path(loc), f"nested deeper than the {limits.max_depth} levels "
-                             f"allowed in {limits.kind}", hint="flatten the data")
+            raise InputError(
+                file,
+                line,
+                dotted_path(loc),
+                f"nested deeper than the {limits.max_depth} levels allowed in {limits.kind}",
+                hint="flatten the data",
+            )
         nodes += len(value)
         if limits.max_nodes is not None and nodes > limits.max_nodes:
-            raise InputError(file, line, dotted_path(loc), f"more than {limits.max_nodes:,} values in "
-                             f"{limits.kind}", hint=limits.hint)
+            raise InputError(
+                file,
+                line,
+                dotted_path(loc),
+                f"more than {limits.max_nodes:,} values in {limits.kind}",
+                hint=limits.hint,
+            )
         items = value.items() if isinstance(value, dict) else enumerate(value)
         stack.extend((v, depth + 1, (*loc, k)) for k, v in items if isinstance(v, dict | list))
 
@@ -280,9 +328,14 @@ class _BoundedLoader(yaml.SafeLoader):
         # The scanner looks ahead across a whole line of `[[[[…` (each could start a key) and keeps one
         # possible key per flow level: bound the level here, or the look-ahead is quadratic in it.
         if self.flow_level >= self._limits.max_depth:
-            raise InputError(self._file, self.line + 1, "", f"flow collections ([ or {{) nested deeper than the "
-                             f"{self._limits.max_depth} levels allowed in {self._limits.kind}",
-                             hint="flatten the document; a spec is about 6 levels deep")
+            raise InputError(
+                self._file,
+                self.line + 1,
+                "",
+                f"flow collections ([ or {{) nested deeper than the "
+                f"{self._limits.max_depth} levels allowed in {self._limits.kind}",
+                hint="flatten the document; a spec is about 6 levels deep",
+            )
         super().fetch_flow_collection_start(TokenClass)
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
@@ -295,19 +348,30 @@ class _BoundedLoader(yaml.SafeLoader):
             loc = self._loc
         line = event.start_mark.line + 1
         if isinstance(event, yaml.AliasEvent):
-            raise InputError(self._file, line, dotted_path(loc), "YAML aliases are not allowed",
-                             f"*{event.anchor}", _ANCHOR_HINT)
+            raise InputError(
+                self._file, line, dotted_path(loc), "YAML aliases are not allowed", f"*{event.anchor}", _ANCHOR_HINT
+            )
         if event.anchor is not None:
-            raise InputError(self._file, line, dotted_path(loc), "YAML anchors are not allowed",
-                             f"&{event.anchor}", _ANCHOR_HINT)
+            raise InputError(
+                self._file, line, dotted_path(loc), "YAML anchors are not allowed", f"&{event.anchor}", _ANCHOR_HINT
+            )
         self._nodes += 1
         if self._limits.max_nodes is not None and self._nodes > self._limits.max_nodes:
-            raise InputError(self._file, line, dotted_path(loc), f"more than {self._limits.max_nodes:,} YAML nodes "
-                             f"(keys, values, list items) in {self._limits.kind}", hint=self._limits.hint)
+            raise InputError(
+                self._file,
+                line,
+                dotted_path(loc),
+                f"more than {self._limits.max_nodes:,} YAML nodes (keys, values, list items) in {self._limits.kind}",
+                hint=self._limits.hint,
+            )
         if self._depth >= self._limits.max_depth:
-            raise InputError(self._file, line, dotted_path(loc), f"nested deeper than the {self._limits.max_depth} "
-                             f"levels allowed in {self._limits.kind}", hint="flatten the document; a spec "
-                             "is about 6 levels deep")
+            raise InputError(
+                self._file,
+                line,
+                dotted_path(loc),
+                f"nested deeper than the {self._limits.max_depth} levels allowed in {self._limits.kind}",
+                hint="flatten the document; a spec is about 6 levels deep",
+            )
         saved, self._loc = self._loc, loc
         self._depth += 1
         try:
@@ -330,8 +394,13 @@ def compose_yaml(text: str, file: str, limits: Limits) -> yaml.Node | None:
         node = loader.get_node() if loader.check_node() else None
         if node is not None and loader.check_node():
             mark = loader.peek_event().start_mark
-            raise InputError(file, mark.line + 1, "", "expected one YAML document, found a second one",
-                             hint="put each Experiment in its own file")
+            raise InputError(
+                file,
+                mark.line + 1,
+                "",
+                "expected one YAML document, found a second one",
+                hint="put each Experiment in its own file",
+            )
         return node
     finally:
         loader.dispose()
@@ -344,15 +413,27 @@ def compose_yaml(text: str, file: str, limits: Limits) -> yaml.Node | None:
 def split_ids(text: str, what: str = "--tasks", limits: Limits = TASK_IDS) -> list[str]:
     """Comma-separated ids, blanks dropped; refuses too many ids or over-long ones before splitting."""
     if len(text) > limits.max_bytes:
-        raise InputError(what, None, "", f"{len(text):,} characters, over the {_size(limits.max_bytes)} limit of "
-                         f"{limits.kind}", hint=limits.hint)
+        raise InputError(
+            what,
+            None,
+            "",
+            f"{len(text):,} characters, over the {_size(limits.max_bytes)} limit of {limits.kind}",
+            hint=limits.hint,
+        )
     n = text.count(",") + 1
     if limits.max_records is not None and n > limits.max_records:
-        raise InputError(what, None, "", f"{n:,} ids, over the {limits.max_records:,} limit of {limits.kind}",
-                         hint=limits.hint)
+        raise InputError(
+            what, None, "", f"{n:,} ids, over the {limits.max_records:,} limit of {limits.kind}", hint=limits.hint
+        )
     ids = [t.strip() for t in text.split(",") if t.strip()]
     for t in ids:
         if limits.max_record_bytes is not None and len(t) > limits.max_record_bytes:
-            raise InputError(what, None, "", f"a task id longer than {limits.max_record_bytes} characters",
-                             t[:40] + "…", hint="task ids are short, e.g. 0,12,37")
+            raise InputError(
+                what,
+                None,
+                "",
+                f"a task id longer than {limits.max_record_bytes} characters",
+                t[:40] + "…",
+                hint="task ids are short, e.g. 0,12,37",
+            )
     return ids

@@ -91,8 +91,10 @@ SHARD_KINDS = ("model", "optim", "extra_state")
 #: The dataloader state `main_ppo` writes in the step directory after the actor's files (before the tracker).
 DATALOADER_FILE = "data.pt"
 #: What a complete step needs, for error messages (module docstring).
-_COMPLETE_NEEDS = (f"a complete step needs {FSDP_CONFIG_FILE}, whole model/optim/extra_state shards of every rank, "
-                   f"{HF_SUBDIR}/config.json and (main_ppo) {DATALOADER_FILE}, and a tracker not older than it")
+_COMPLETE_NEEDS = (
+    f"a complete step needs {FSDP_CONFIG_FILE}, whole model/optim/extra_state shards of every rank, "
+    f"{HF_SUBDIR}/config.json and (main_ppo) {DATALOADER_FILE}, and a tracker not older than it"
+)
 #: A step directory the tracker recorded but that is incomplete is renamed to `global_step_<N>.incomplete`.
 _INCOMPLETE_SUFFIX = ".incomplete"
 #: Where veRL's model merger puts a LoRA adapter inside its output.
@@ -129,9 +131,11 @@ def tracker_step(checkpoint_dir: str | Path) -> int | None:
         return None
     text = tracker.read_text(errors="replace").strip()
     if not text.isdigit():
-        raise ValueError(f"{tracker}: expected a step number, found {text!r} (a veRL save cut short? "
-                         f"`longhaul run` repairs it before training resumes; or write the last complete step "
-                         f"into it, or remove it to restart training)")
+        raise ValueError(
+            f"{tracker}: expected a step number, found {text!r} (a veRL save cut short? "
+            f"`longhaul run` repairs it before training resumes; or write the last complete step "
+            f"into it, or remove it to restart training)"
+        )
     return int(text)
 
 
@@ -187,14 +191,16 @@ def shards_complete(shards: str | Path, required: tuple[str, ...] = SHARD_KINDS[
     return True
 
 
-def step_complete(checkpoint_dir: str | Path, step: int, *, component: str | None = ACTOR_SUBDIR,
-                  bound: int | None = None) -> bool:
+def step_complete(
+    checkpoint_dir: str | Path, step: int, *, component: str | None = ACTOR_SUBDIR, bound: int | None = None
+) -> bool:
     """Whether `step` under `checkpoint_dir` is a complete checkpoint (module docstring) whose step is at most
     `bound` (the tracker's step; `saved_steps` passes it, `prepare_resume` also checks steps past a torn tracker)."""
     if bound is not None and step > bound:
         return False
-    if not shards_complete(shard_dir(checkpoint_dir, step, component),
-                           required=SHARD_KINDS if component else SHARD_KINDS[:1]):
+    if not shards_complete(
+        shard_dir(checkpoint_dir, step, component), required=SHARD_KINDS if component else SHARD_KINDS[:1]
+    ):
         return False
     return component is None or file_whole(step_dir(checkpoint_dir, step) / DATALOADER_FILE)
 
@@ -204,7 +210,7 @@ def _step_dirs(root: Path) -> dict[int, Path]:
     out = {}
     if root.is_dir():
         for d in root.glob(f"{STEP_PREFIX}*"):
-            n = d.name[len(STEP_PREFIX):]
+            n = d.name[len(STEP_PREFIX) :]
             if n.isdigit() and d.is_dir():
                 out[int(n)] = d
     return out
@@ -256,7 +262,8 @@ def prepare_resume(checkpoint_dir: str | Path, *, component: str | None = ACTOR_
             f"{tracker}: holds {before!r} but no complete checkpoint exists{'' if torn else ' up to that step'} "
             f"(steps on disk: {sorted(dirs) or 'none'}; {_COMPLETE_NEEDS}). Training was not started, so that "
             f"nothing is overwritten: to start over, move {root} away; to resume from a step you repaired, write "
-            f"its number into {tracker}")
+            f"its number into {tracker}"
+        )
     changes: list[str] = []
     for n, d in sorted(dirs.items()):
         if resume is not None and n <= resume:
@@ -281,8 +288,15 @@ def _write_tracker(tracker: Path, step: int) -> None:
     atomic_write_text(tracker, str(step))
 
 
-def merge_checkpoint(checkpoint_dir: str | Path, step: int, out_dir: str | Path, base_model: str | Path | None,
-                     *, component: str | None = ACTOR_SUBDIR, abort: Callable[[], bool] | None = None) -> Path:
+def merge_checkpoint(
+    checkpoint_dir: str | Path,
+    step: int,
+    out_dir: str | Path,
+    base_model: str | Path | None,
+    *,
+    component: str | None = ACTOR_SUBDIR,
+    abort: Callable[[], bool] | None = None,
+) -> Path:
     """Merge complete `step` of `checkpoint_dir` into the Hugging Face directory `out_dir` (returned).
 
     `base_model`: where the tokenizer comes from if the checkpoint has none (the model training started from).
@@ -296,12 +310,14 @@ def merge_checkpoint(checkpoint_dir: str | Path, step: int, out_dir: str | Path,
         raise FileNotFoundError(
             f"{src}: step {step} is not a complete veRL checkpoint (complete steps: "
             f"{saved_steps(checkpoint_dir, component=component) or 'none'}; tracker: "
-            f"{tracker_step(checkpoint_dir)}); {_COMPLETE_NEEDS}")
+            f"{tracker_step(checkpoint_dir)}); {_COMPLETE_NEEDS}"
+        )
     return _merge_shards(src, out, base_model, abort)
 
 
-def merge_lora_adapter(base_dir: str | Path, adapter_dir: str | Path, out_dir: str | Path,
-                       tokenizer_dir: str | Path | None = None) -> None:
+def merge_lora_adapter(
+    base_dir: str | Path, adapter_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Path | None = None
+) -> None:
     """Base model + PEFT LoRA adapter → one merged model saved to `out_dir`, with the tokenizer of
     `tokenizer_dir` (default: the base's)."""
     from peft import PeftModel
@@ -356,8 +372,18 @@ def _merge_shards(src: Path, out: Path, base_model: str | Path | None, abort: Ca
 
 
 def _run_model_merger(src: Path, target: Path, abort: Callable[[], bool] | None) -> None:
-    argv = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(src),
-            "--target_dir", str(target)]
+    argv = [
+        sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(src),
+        "--target_dir",
+        str(target),
+    ]
     log = target.with_name("model_merger.log")
     with log.open("wb") as fh:
         proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT)
@@ -376,8 +402,10 @@ def _run_model_merger(src: Path, target: Path, abort: Callable[[], bool] | None)
                     proc.wait()
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"veRL's model merger failed on {src} (exit {proc.returncode}): "
-                           f"{' '.join(argv)}\n--- last output ---\n{tail}")
+        raise RuntimeError(
+            f"veRL's model merger failed on {src} (exit {proc.returncode}): "
+            f"{' '.join(argv)}\n--- last output ---\n{tail}"
+        )
 
 
 def _fsync_tree(root: Path) -> None:

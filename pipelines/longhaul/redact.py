@@ -9,8 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 REDACTED = "***"
 #: Query parameters whose values are credentials (`?token=…`, `&X-Amz-Signature=…`, `api_key=…`).
-_SECRET_QUERY = re.compile(
-    r"(?i)([?&;][^=&;#]*(?:token|secret|passw|pwd|key|sig|credential|auth)[^=&;#]*=)[^&;#]*")
+_SECRET_QUERY = re.compile(r"(?i)([?&;][^=&;#]*(?:token|secret|passw|pwd|key|sig|credential|auth)[^=&;#]*=)[^&;#]*")
 
 
 def redact_uri(uri: str) -> str:

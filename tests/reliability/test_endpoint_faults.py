@@ -111,11 +111,15 @@ def _split() -> Split:
     return Split(train=list(TASKS), test=[], subsets={"train": list(TASKS)}, name="faults")
 
 
-async def _evaluate(server: StubServer, inject, results: Path, samples: int = 1) -> tuple[list[dict], list[Any], dict, dict]:
+async def _evaluate(
+    server: StubServer, inject, results: Path, samples: int = 1
+) -> tuple[list[dict], list[Any], dict, dict]:
     """One evaluation of TASKS (`samples` trials each, one at a time); `inject()` runs before each episode."""
     trajectories: list[Any] = []
-    async with ChatClient(server.base_url, "policy", retry=RETRY, role="policy") as pc, \
-            ChatClient(server.base_url, "user", retry=RETRY, role="user simulator") as uc:
+    async with (
+        ChatClient(server.base_url, "policy", retry=RETRY, role="policy") as pc,
+        ChatClient(server.base_url, "user", retry=RETRY, role="user simulator") as uc,
+    ):
 
         def done(traj: Any) -> None:
             trajectories.append(traj)
@@ -124,9 +128,16 @@ async def _evaluate(server: StubServer, inject, results: Path, samples: int = 1)
 
         inject()
         try:
-            records = await evaluate(EvalPlan(list(TASKS), samples, [1]), policy=OpenAIPolicy(pc), user=OpenAIUserSimulator(uc),
-                                     limits=EpisodeLimits(max_turns=12), split=_split(), concurrency=1,
-                                     results_path=results, on_done=done)
+            records = await evaluate(
+                EvalPlan(list(TASKS), samples, [1]),
+                policy=OpenAIPolicy(pc),
+                user=OpenAIUserSimulator(uc),
+                limits=EpisodeLimits(max_turns=12),
+                split=_split(),
+                concurrency=1,
+                results_path=results,
+                on_done=done,
+            )
         finally:
             faults = {"policy": dict(pc.faults), "user": dict(uc.faults)}
             sent = {"policy": pc.requests_sent, "user": uc.requests_sent}
@@ -169,16 +180,27 @@ def test_transient_fault_is_retried_and_the_episode_keeps_its_fate(server, tmp_p
     if kind is not None:  # an endpoint fault: retried, the episode ends as without it
         explicit = [not _silent(r) for r in records]
     elif fault == "invalid_tool_args":  # the policy's bad call: an error observation, recorded; the episode goes on
-        explicit = [not _silent(r) and r["num_tool_errors"] == 1
-                    and any(c.parse_error and c.is_error for turn in t.turns for c in turn.tool_calls)
-                    for r, t in zip(records, trajectories, strict=True)]
+        explicit = [
+            not _silent(r)
+            and r["num_tool_errors"] == 1
+            and any(c.parse_error and c.is_error for turn in t.turns for c in turn.tool_calls)
+            for r, t in zip(records, trajectories, strict=True)
+        ]
     else:  # the policy said nothing: τ²'s premature end, named in the record (scored 0, and says why)
-        explicit = [r["termination"] == "policy_format_error" and r["aborted"] and t.turns[-1].content == ""
-                    for r, t in zip(records, trajectories, strict=True)]
+        explicit = [
+            r["termination"] == "policy_format_error" and r["aborted"] and t.turns[-1].content == ""
+            for r, t in zip(records, trajectories, strict=True)
+        ]
     survived = sum(explicit)
     lost = (len(TASKS) - len(records) if crashed else 0) + explicit.count(False)
-    reliability("endpoints", f"{ROLES[role]}: {fault} (transient)", injected=delivered, survived=survived, lost=lost,
-                lost_what="silent failures")
+    reliability(
+        "endpoints",
+        f"{ROLES[role]}: {fault} (transient)",
+        injected=delivered,
+        survived=survived,
+        lost=lost,
+        lost_what="silent failures",
+    )
     assert not crashed, crashed
     assert delivered == N_TRANSIENT == len(TASKS) and server.pending_faults() == 0
     assert survived == len(TASKS) and lost == 0, records
@@ -194,10 +216,15 @@ def _persistent_fault_kinds() -> list[tuple[str, str]]:
 def _unscored_as_expected(rec: dict, fault: str, role: str) -> bool:
     """The record of the episode a persistent fault ended: explicit, ungraded, naming the endpoint and the fault."""
     kind = _policy_faults(role)[fault]
-    return (rec["termination"] == "endpoint_error" and rec["scored"] is False and rec["reward"] is None
-            and not rec["success"] and rec["endpoint_fault"] == kind
-            and f"{ROLES[role]} endpoint" in rec["endpoint_error"]
-            and f"failed after {RETRY.attempts} attempts" in rec["endpoint_error"])
+    return (
+        rec["termination"] == "endpoint_error"
+        and rec["scored"] is False
+        and rec["reward"] is None
+        and not rec["success"]
+        and rec["endpoint_fault"] == kind
+        and f"{ROLES[role]} endpoint" in rec["endpoint_error"]
+        and f"failed after {RETRY.attempts} attempts" in rec["endpoint_error"]
+    )
 
 
 @pytest.mark.parametrize(("fault", "role"), _persistent_fault_kinds())
@@ -225,8 +252,14 @@ def test_persistent_fault_ends_the_episode_unscored_never_a_zero(server, tmp_pat
         if fault == "refuse":
             _wait_listening(server)
         server.clear_faults()  # what the stopped evaluation did not consume
-    reliability("endpoints", f"{ROLES[role]}: {fault} past the retry budget", injected=injected, survived=explicit,
-                lost=lost, lost_what="silent failures")
+    reliability(
+        "endpoints",
+        f"{ROLES[role]}: {fault} past the retry budget",
+        injected=injected,
+        survived=explicit,
+        lost=lost,
+        lost_what="silent failures",
+    )
     assert explicit == injected and lost == 0, kept
     assert kept == [TASKS[:2]] * N_PERSISTENT  # the finished episode, then the unscored one; nothing after
 
@@ -234,18 +267,31 @@ def test_persistent_fault_ends_the_episode_unscored_never_a_zero(server, tmp_pat
 def test_an_unscored_episode_within_the_budget_leaves_its_task_out_of_the_rates(server, tmp_path, reliability):
     """Twelve trials allow one unscored episode: the evaluation completes, the summary rates the other tasks on all
     their trials and lists the incomplete one; nothing is counted as a failure."""
-    records, _, _, _ = asyncio.run(_evaluate(server, _second_episode_fails(server, "status", "policy"),
-                                             tmp_path / "r.jsonl", samples=4))
+    records, _, _, _ = asyncio.run(
+        _evaluate(server, _second_episode_fails(server, "status", "policy"), tmp_path / "r.jsonl", samples=4)
+    )
     server.clear_faults()
     unscored = [r for r in records if r["scored"] is False]
     summary = compute_summary([TrialRecord.from_dict(r) for r in records], [1, 4])
-    ok = (len(records) == 12 and len(unscored) == 1 and _unscored_as_expected(unscored[0], "status", "policy")
-          and summary["unscored_trials"] == 1 and summary["incomplete_tasks"] == [TASKS[0]]
-          and summary["tasks"] == len(TASKS) - 1 and summary["c_over_n"] == "8/8"
-          and summary["pass_hat_k"] == {"1": 1.0, "4": 1.0} and "endpoint_error" not in summary["terminations"])
-    reliability("endpoints", "policy: status past the retry budget, within the evaluation's allowance", injected=1,
-                survived=int(ok), lost=sum(1 for r in records if r["scored"] and _silent(r)),
-                lost_what="silent failures")
+    ok = (
+        len(records) == 12
+        and len(unscored) == 1
+        and _unscored_as_expected(unscored[0], "status", "policy")
+        and summary["unscored_trials"] == 1
+        and summary["incomplete_tasks"] == [TASKS[0]]
+        and summary["tasks"] == len(TASKS) - 1
+        and summary["c_over_n"] == "8/8"
+        and summary["pass_hat_k"] == {"1": 1.0, "4": 1.0}
+        and "endpoint_error" not in summary["terminations"]
+    )
+    reliability(
+        "endpoints",
+        "policy: status past the retry budget, within the evaluation's allowance",
+        injected=1,
+        survived=int(ok),
+        lost=sum(1 for r in records if r["scored"] and _silent(r)),
+        lost_what="silent failures",
+    )
     assert ok, (unscored, summary)
 
 

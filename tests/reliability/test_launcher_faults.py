@@ -76,8 +76,12 @@ def small_filesystem(path: Path, size_bytes: int) -> Iterator[bool]:
     (not root, no CAP_SYS_ADMIN); unmounted after."""
     path.mkdir(parents=True, exist_ok=True)
     try:
-        res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
-                             capture_output=True, text=True, timeout=30)
+        res = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         mounted = res.returncode == 0
     except OSError:
         mounted = False
@@ -90,8 +94,9 @@ def small_filesystem(path: Path, size_bytes: int) -> Iterator[bool]:
 
 
 def _digest(d: Path) -> dict[str, str]:
-    return {str(f.relative_to(d)): hashlib.sha256(f.read_bytes()).hexdigest()
-            for f in sorted(d.rglob("*")) if f.is_file()}
+    return {
+        str(f.relative_to(d)): hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(d.rglob("*")) if f.is_file()
+    }
 
 
 def _tree_bytes(d: Path) -> int:
@@ -264,17 +269,33 @@ def verl_saves(tmp_path_factory) -> SimpleNamespace:
     one = 3 * (policy / "model.safetensors").stat().st_size + 2**20
     t0 = time.monotonic()
     with small_filesystem(out / "full" / "checkpoints", int(one * 1.5)) as mounted:
-        res = subprocess.run([sys.executable, "-c", HARNESS, str(out), str(policy), str(SEED), str(KILLS),
-                              str(out / "full" / "checkpoints") if mounted else "-"],
-                             env=_cpu_env(), capture_output=True, text=True, timeout=900)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                HARNESS,
+                str(out),
+                str(policy),
+                str(SEED),
+                str(KILLS),
+                str(out / "full" / "checkpoints") if mounted else "-",
+            ],
+            env=_cpu_env(),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     took = time.monotonic() - t0
     (out / "harness.log").write_text(res.stdout + res.stderr)
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
     events = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-    return SimpleNamespace(kills=[e for e in events if e["event"] == "kill"],
-                           fill=next((e for e in events if e["event"] == "fill"), None),
-                           pristine=Path(next(e["dir"] for e in events if e["event"] == "pristine")),
-                           mounted=mounted, took=took)
+    return SimpleNamespace(
+        kills=[e for e in events if e["event"] == "kill"],
+        fill=next((e for e in events if e["event"] == "fill"), None),
+        pristine=Path(next(e["dir"] for e in events if e["event"] == "pristine")),
+        mounted=mounted,
+        took=took,
+    )
 
 
 def _landed_mid_write(rec: dict) -> bool:
@@ -297,19 +318,33 @@ def test_sigkill_of_real_verl_saves_never_chooses_a_half_written_checkpoint(verl
             newest_complete = int(tracker)
         else:  # killed while veRL rewrote the tracker: the step it was recording has all its files
             newest_complete = max(int(d.rsplit("_", 1)[1]) for d in rec["dirs_at_kill"])
-        ok = ("error" not in rec and rec["chosen"] == newest_complete
-              and rec["verl_choice"] == (f"global_step_{newest_complete}" if newest_complete else None)
-              and rec.get("loaded", True) is True and rec["saved"][-1:] == ([newest_complete] if newest_complete else []))
+        ok = (
+            "error" not in rec
+            and rec["chosen"] == newest_complete
+            and rec["verl_choice"] == (f"global_step_{newest_complete}" if newest_complete else None)
+            and rec.get("loaded", True) is True
+            and rec["saved"][-1:] == ([newest_complete] if newest_complete else [])
+        )
         if not ok:
             bad.append(rec)
     mid = [r for r in verl_saves.kills if _landed_mid_write(r)]
     between = [r for r in verl_saves.kills if not _landed_mid_write(r)]
-    reliability("launcher", "SIGKILL mid-checkpoint (veRL save, seeded)", injected=len(mid),
-                survived=len([r for r in mid if r not in bad]), lost=len([r for r in mid if r in bad]),
-                lost_what="checkpoints")
-    reliability("launcher", "SIGKILL between saves (veRL save, seeded)", injected=len(between),
-                survived=len([r for r in between if r not in bad]), lost=len([r for r in between if r in bad]),
-                lost_what="checkpoints")
+    reliability(
+        "launcher",
+        "SIGKILL mid-checkpoint (veRL save, seeded)",
+        injected=len(mid),
+        survived=len([r for r in mid if r not in bad]),
+        lost=len([r for r in mid if r in bad]),
+        lost_what="checkpoints",
+    )
+    reliability(
+        "launcher",
+        "SIGKILL between saves (veRL save, seeded)",
+        injected=len(between),
+        survived=len([r for r in between if r not in bad]),
+        lost=len([r for r in between if r in bad]),
+        lost_what="checkpoints",
+    )
     assert len(verl_saves.kills) == KILLS
     assert not bad, json.dumps(bad, indent=1)[:4000]
     assert len(mid) >= 3, "too few kills landed inside a save to test it"
@@ -349,18 +384,40 @@ def test_truncated_checkpoints_are_never_chosen(verl_saves, reliability, tmp_pat
         tracker = rng.choice(["2", "1", ""])
         (root / TRACKER_FILE).write_text(tracker)
         point = prepare_resume(root)
-        rec = {"trial": i, "damage": kind, "file": str(src.relative_to(pristine)), "tracker": tracker,
-               "chosen": point.step, "saved": saved_steps(root), "verl": _verl_choice(root),
-               "step1_intact": _digest(step_dir(root, 1)) == step1, "step2_left": step_dir(root, 2).exists()}
+        rec = {
+            "trial": i,
+            "damage": kind,
+            "file": str(src.relative_to(pristine)),
+            "tracker": tracker,
+            "chosen": point.step,
+            "saved": saved_steps(root),
+            "verl": _verl_choice(root),
+            "step1_intact": _digest(step_dir(root, 1)) == step1,
+            "step2_left": step_dir(root, 2).exists(),
+        }
         trials.append(rec)
-        if (rec["chosen"], rec["saved"], rec["verl"], rec["step1_intact"], rec["step2_left"]) != \
-                (1, [1], "global_step_1", True, False):
+        if (rec["chosen"], rec["saved"], rec["verl"], rec["step1_intact"], rec["step2_left"]) != (
+            1,
+            [1],
+            "global_step_1",
+            True,
+            False,
+        ):
             bad.append(rec)
-    reliability("launcher", "truncated checkpoint (veRL save, seeded)", injected=len(trials),
-                survived=len(trials) - len(bad), lost=len(bad), lost_what="checkpoints")
+    reliability(
+        "launcher",
+        "truncated checkpoint (veRL save, seeded)",
+        injected=len(trials),
+        survived=len(trials) - len(bad),
+        lost=len(bad),
+        lost_what="checkpoints",
+    )
     assert not bad, json.dumps(bad, indent=1)
     assert {t["damage"] for t in trials} == {"cut", "remove", "truncate"} and {t["tracker"] for t in trials} == {
-        "2", "1", ""}
+        "2",
+        "1",
+        "",
+    }
 
 
 @pytest.mark.verl
@@ -368,10 +425,21 @@ def test_disk_full_during_a_real_verl_save_keeps_the_previous_checkpoint(verl_sa
     if not verl_saves.mounted:
         pytest.skip("mounting a tmpfs is not permitted here (needs root / CAP_SYS_ADMIN)")
     rec = verl_saves.fill
-    ok = (rec["error"] is not None and rec["step1_intact"] and rec.get("chosen") == 1
-          and rec.get("verl_choice") == "global_step_1" and rec.get("loaded") is True)
-    reliability("launcher", "disk full during save (veRL save)", injected=1, survived=int(ok), lost=int(not ok),
-                lost_what="checkpoints")
+    ok = (
+        rec["error"] is not None
+        and rec["step1_intact"]
+        and rec.get("chosen") == 1
+        and rec.get("verl_choice") == "global_step_1"
+        and rec.get("loaded") is True
+    )
+    reliability(
+        "launcher",
+        "disk full during save (veRL save)",
+        injected=1,
+        survived=int(ok),
+        lost=int(not ok),
+        lost_what="checkpoints",
+    )
     assert ok, rec
     # torch's zip writer reports the short write without the errno ("unexpected pos"); the launcher recognises a
     # full disk by the free space left (test_disk_full_while_checkpointing, below, and tests/unit/launcher)
@@ -486,8 +554,14 @@ def pipeline(tmp_path_factory) -> SimpleNamespace:
     s["backends"]["local"] = {"output_dir": str(base / "runs"), "policy_port": free_port()}
     s["environment"].update(max_turns=2, max_tokens_per_turn=32)
     # one prompt group of two per step, two steps, a checkpoint after each
-    s["algorithm"].update(group_size=2, train_batch_size=1, ppo_mini_batch_size=1, ppo_micro_batch_size_per_gpu=2,
-                          total_steps=2, save_freq=1)
+    s["algorithm"].update(
+        group_size=2,
+        train_batch_size=1,
+        ppo_mini_batch_size=1,
+        ppo_micro_batch_size_per_gpu=2,
+        total_steps=2,
+        save_freq=1,
+    )
     spec = base / "faults.yaml"
     spec.write_text(yaml.safe_dump(doc, sort_keys=False))
     run_dir = base / "runs" / run_name(load_spec(spec))
@@ -500,8 +574,14 @@ def pipeline(tmp_path_factory) -> SimpleNamespace:
 
     def start(name: str) -> Run:
         out = base / f"{name}.out"
-        proc = subprocess.Popen([longhaul, "run", str(spec)], cwd=ROOT, env=env, stdout=out.open("wb"),
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [longhaul, "run", str(spec)],
+            cwd=ROOT,
+            env=env,
+            stdout=out.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         runs.append(Run(name, proc, out))
         return runs[-1]
 
@@ -525,7 +605,8 @@ def pipeline(tmp_path_factory) -> SimpleNamespace:
             os.kill(sims[0], signal.SIGKILL)
             r1.notes["restarted"] = r1.wait_for(lambda: "restarting it (1/" in r1.out(), 120)
             r1.notes["resumed"] = r1.wait_for(
-                lambda: log_text().count("Found checkpoint") > r1.notes["found_before"], RUN_TIMEOUT_S)
+                lambda: log_text().count("Found checkpoint") > r1.notes["found_before"], RUN_TIMEOUT_S
+            )
             step2 = run_dir / "rollouts" / "step_2"
             t_resumed = time.time()
             # mid-step: once the resumed step 2 has finished a trajectory (at most 20 s after the resume)
@@ -541,8 +622,9 @@ def pipeline(tmp_path_factory) -> SimpleNamespace:
             r2 = start("run2")
             ns.r2 = r2
             r2.notes["resumed_from_1"] = r2.wait_for(lambda: "veRL resumes from step 1" in r2.out(), 600)
-            r2.notes["orphans_left"] = [p for p in r1.notes["orphans"] if Path(f"/proc/{p}").exists()
-                                        and p in _ours(base, run_dir)]
+            r2.notes["orphans_left"] = [
+                p for p in r1.notes["orphans"] if Path(f"/proc/{p}").exists() and p in _ours(base, run_dir)
+            ]
             known: list[int] = []
             last_scan = 0.0
 
@@ -560,8 +642,11 @@ def pipeline(tmp_path_factory) -> SimpleNamespace:
             r2.finish(60)
             r2.notes["tracker_at_kill"] = _tracker(ckpt)
             r2.notes["step2_complete_at_kill"] = step_complete(ckpt, 2, bound=None)
-            r2.notes["step2_files"] = {str(f.relative_to(step_dir(ckpt, 2))): f.stat().st_size
-                                       for f in step_dir(ckpt, 2).rglob("*") if f.is_file()}
+            r2.notes["step2_files"] = {
+                str(f.relative_to(step_dir(ckpt, 2))): f.stat().st_size
+                for f in step_dir(ckpt, 2).rglob("*")
+                if f.is_file()
+            }
             r2.notes["saved"] = saved_steps(ckpt)
             r2.notes["verl_choice"] = _verl_choice(ckpt)
             r2.notes["orphans"] = {p: _cmdline(p) for p in _wait_gone(base, run_dir, 30)}
@@ -606,8 +691,11 @@ def pipeline(tmp_path_factory) -> SimpleNamespace:
             ns.leftovers_at_end = {p: _cmdline(p) for p in leftovers}
             ns.grpo_log = log_text()
     ns.times = {r.name: r.seconds for r in runs}
-    (base / "observations.json").write_text(json.dumps(
-        {r.name: {"seconds": r.seconds, **{k: v for k, v in r.notes.items()}} for r in runs}, indent=1, default=str))
+    (base / "observations.json").write_text(
+        json.dumps(
+            {r.name: {"seconds": r.seconds, **{k: v for k, v in r.notes.items()}} for r in runs}, indent=1, default=str
+        )
+    )
     print(f"\nlauncher fault pipeline: {ns.times} (s); errors: {ns.errors}; details: {base / 'observations.json'}")
     return ns
 
@@ -623,10 +711,14 @@ def test_vllm_simulator_crash_mid_rollout_restarts_and_resumes(pipeline, reliabi
     ns = pipeline
     r1 = ns.r1
     out = r1.out()
-    ok = bool(r1.notes.get("restarted") and r1.notes.get("resumed")) and "exited (killed by SIGKILL) during stage " \
-        "'grpo'" in out and "veRL resumes from step 1" in out.split("restarting it (1/")[-1]
-    reliability("launcher", "vLLM simulator crash mid-rollout", injected=1, survived=int(ok), lost=0,
-                lost_what="checkpoints")
+    ok = (
+        bool(r1.notes.get("restarted") and r1.notes.get("resumed"))
+        and "exited (killed by SIGKILL) during stage 'grpo'" in out
+        and "veRL resumes from step 1" in out.split("restarting it (1/")[-1]
+    )
+    reliability(
+        "launcher", "vLLM simulator crash mid-rollout", injected=1, survived=int(ok), lost=0, lost_what="checkpoints"
+    )
     assert ok, _tail(ns, r1)
     assert f"simulator server (pid {r1.notes['simulator_pid']}) exited" in out
     assert "simulator server healthy again" in out and "stage grpo: starting again" in out
@@ -640,8 +732,14 @@ def test_sigkill_of_the_launcher_mid_step_resumes_from_the_newest_checkpoint(pip
     mid_step = r1.notes.get("tracker_at_kill") == "1" and r1.notes.get("dirs_at_kill") == ["global_step_1"]
     resumed = r2 is not None and bool(r2.notes.get("resumed_from_1"))
     reaped = r2 is not None and not r2.notes.get("orphans_left")
-    reliability("launcher", "SIGKILL mid-step (launcher alone)", injected=int(mid_step),
-                survived=int(mid_step and resumed and reaped), lost=int(not resumed), lost_what="checkpoints")
+    reliability(
+        "launcher",
+        "SIGKILL mid-step (launcher alone)",
+        injected=int(mid_step),
+        survived=int(mid_step and resumed and reaped),
+        lost=int(not resumed),
+        lost_what="checkpoints",
+    )
     assert not ns.errors or r2 is not None, _tail(ns, r1)
     assert mid_step, r1.notes
     assert resumed, _tail(ns, r2)
@@ -659,10 +757,17 @@ def test_sigkill_mid_checkpoint_write_never_chooses_the_half_written_step(pipeli
     assert r2 is not None and "tracker_at_kill" in r2.notes, _tail(ns, ns.r1)
     mid_write = r2.notes["tracker_at_kill"] == "1" and not r2.notes["step2_complete_at_kill"]
     chosen_ok = r2.notes["saved"] == [1] and r2.notes["verl_choice"] == "global_step_1"
-    resumed = r3 is not None and r3.notes.get("resumed_from_1") and "removed global_step_2: a save cut short" in r3.out()
-    reliability("launcher", "SIGKILL mid-checkpoint (whole job)", injected=int(mid_write),
-                survived=int(mid_write and chosen_ok and bool(resumed)), lost=int(not chosen_ok),
-                lost_what="checkpoints")
+    resumed = (
+        r3 is not None and r3.notes.get("resumed_from_1") and "removed global_step_2: a save cut short" in r3.out()
+    )
+    reliability(
+        "launcher",
+        "SIGKILL mid-checkpoint (whole job)",
+        injected=int(mid_write),
+        survived=int(mid_write and chosen_ok and bool(resumed)),
+        lost=int(not chosen_ok),
+        lost_what="checkpoints",
+    )
     assert mid_write, r2.notes
     assert chosen_ok, r2.notes
     assert resumed, _tail(ns, r3)
@@ -679,11 +784,16 @@ def test_disk_full_while_checkpointing_fails_clearly_and_keeps_the_previous_chec
     assert r3 is not None and "rc" in r3.notes, _tail(ns, getattr(ns, "r2", None))
     out = r3.out()
     message = f"FAILED: no space left on device under the run directory {ns.run_dir}"
-    intact = r3.notes["step1_intact"] and r3.notes["saved"] == [1] and r3.notes["next_resume"] == 1 and \
-        r3.notes["verl_choice"] == "global_step_1"
+    intact = (
+        r3.notes["step1_intact"]
+        and r3.notes["saved"] == [1]
+        and r3.notes["next_resume"] == 1
+        and r3.notes["verl_choice"] == "global_step_1"
+    )
     ok = r3.notes["rc"] == 1 and message in out and intact
-    reliability("launcher", "disk full during save", injected=1, survived=int(ok), lost=int(not intact),
-                lost_what="checkpoints")
+    reliability(
+        "launcher", "disk full during save", injected=1, survived=int(ok), lost=int(not intact), lost_what="checkpoints"
+    )
     assert r3.notes["rc"] == 1, _tail(ns, r3)
     assert message in out, _tail(ns, r3)
     assert "the newest complete checkpoint, step 1, is intact" in out and "it resumes from step 1" in out

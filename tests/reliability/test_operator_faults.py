@@ -154,9 +154,10 @@ def judge(exp: Exp, body: dict[str, Any] | None, jobs: list[dict[str, Any]], cms
                 v.active_jobs.append((name, p))
         chains.append((seed, run, phase, stage))
         # Counted per run label: exactly the allowed Jobs and one ConfigMap carry it.
-        labelled = {o["metadata"]["name"] for o in [*jobs, *cms]
-                    if o["metadata"]["labels"].get(C.LABEL_RUN_NAME) == run}
-        allowed = {f"{run}-{s}" for s in STAGES[:len(phases)]} | {f"{run}-spec"}
+        labelled = {
+            o["metadata"]["name"] for o in [*jobs, *cms] if o["metadata"]["labels"].get(C.LABEL_RUN_NAME) == run
+        }
+        allowed = {f"{run}-{s}" for s in STAGES[: len(phases)]} | {f"{run}-spec"}
         unexpected.update(labelled - allowed)
         if f"{run}-spec" not in {c["metadata"]["name"] for c in cms}:
             v.missing += 1
@@ -178,12 +179,20 @@ def judge(exp: Exp, body: dict[str, Any] | None, jobs: list[dict[str, Any]], cms
     if exp.seeds:
         found = {p for *_, p, _ in chains}
         v.phase = next((p for p in ("Running", "Pending", "Failed") if p in found), "Succeeded")
-        want = {"runName": exp.run, "phase": v.phase,
-                "seeds": f"{sum(1 for *_, p, _ in chains if p == 'Succeeded')}/{len(chains)}",
-                "seedRuns": [(seed, run, p, s) for seed, run, p, s in chains]}
-        got = {"runName": st.get("runName"), "phase": st.get("phase"), "seeds": st.get("seeds"),
-               "seedRuns": [(e.get("seed"), e.get("runName"), e.get("phase"), e.get("stage"))
-                            for e in st.get("seedRuns") or []]}
+        want = {
+            "runName": exp.run,
+            "phase": v.phase,
+            "seeds": f"{sum(1 for *_, p, _ in chains if p == 'Succeeded')}/{len(chains)}",
+            "seedRuns": [(seed, run, p, s) for seed, run, p, s in chains],
+        }
+        got = {
+            "runName": st.get("runName"),
+            "phase": st.get("phase"),
+            "seeds": st.get("seeds"),
+            "seedRuns": [
+                (e.get("seed"), e.get("runName"), e.get("phase"), e.get("stage")) for e in st.get("seedRuns") or []
+            ],
+        }
     else:
         ((_, run, phase, stage),) = chains
         v.phase = phase
@@ -241,11 +250,21 @@ class Emulator:
 def _describe(emu: Emulator, ns: str) -> dict[str, Any]:
     """What is stored, in short (for failure messages)."""
     exps, jobs, cms = emu.snapshot(ns)
-    return {"experiments": {n: {k: (e.get("status") or {}).get(k) for k in ("phase", "runName", "stage", "seeds")}
-                            for n, e in exps.items()},
-            "jobs": {j["metadata"]["name"]: [j["metadata"]["labels"].get(C.LABEL_EXPERIMENT), job_phase(j),
-                                             j["metadata"].get("creationTimestamp")] for j in jobs},
-            "configmaps": [c["metadata"]["name"] for c in cms]}
+    return {
+        "experiments": {
+            n: {k: (e.get("status") or {}).get(k) for k in ("phase", "runName", "stage", "seeds")}
+            for n, e in exps.items()
+        },
+        "jobs": {
+            j["metadata"]["name"]: [
+                j["metadata"]["labels"].get(C.LABEL_EXPERIMENT),
+                job_phase(j),
+                j["metadata"].get("creationTimestamp"),
+            ]
+            for j in jobs
+        },
+        "configmaps": [c["metadata"]["name"] for c in cms],
+    }
 
 
 def apply(cluster: H.Cluster, ns: str, exps: list[Exp]) -> None:
@@ -277,8 +296,12 @@ def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     workdir = tmp_path_factory.mktemp("k8s-faults")
     port, log, kubeconfig = free_port(), workdir / "emulator.log", workdir / "kubeconfig"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, str(H.EMULATOR), "--port", str(port), "--kubeconfig", str(kubeconfig)],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(
+            [sys.executable, str(H.EMULATOR), "--port", str(port), "--kubeconfig", str(kubeconfig)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
     try:
         wait_http(f"http://127.0.0.1:{port}/version", 60, proc=proc, log=log)
         cluster = H.Cluster(kubeconfig=kubeconfig, emulated=True, workdir=workdir)
@@ -319,8 +342,7 @@ def test_sigkill_at_random_moments_of_reconcile(emu: Emulator, tmp_path: Path, r
     cluster = emu.cluster
     ns = new_namespace(cluster, "lh-kill")
     # Slow writes widen the reconcile (POST Job/ConfigMap answered after the write), so kills land inside it.
-    emu.faults(rules=[], delays={"POST:jobs": 0.3, "POST:configmaps": 0.2, "PATCH:experiments": 0.1},
-               reset_counts=True)
+    emu.faults(rules=[], delays={"POST:jobs": 0.3, "POST:configmaps": 0.2, "PATCH:experiments": 0.1}, reset_counts=True)
     op = H.WarmOperator(cluster, ns, tmp_path)
     exps: dict[str, Exp] = {}
     counter = [0]
@@ -357,8 +379,7 @@ def test_sigkill_at_random_moments_of_reconcile(emu: Emulator, tmp_path: Path, r
             requests = sum(emu.state()["answers"].values()) - before
             at_kill = emu.judge_all(ns, list(exps.values()))
             pending = not all(v.ok for v in at_kill.values())
-            where = ("mid-reconcile" if pending and requests else "before reconcile" if pending else
-                     "after reconcile")
+            where = "mid-reconcile" if pending and requests else "before reconcile" if pending else "after reconcile"
             if during_restart:
                 # Also kill the next process while it starts and resumes every Experiment.
                 op.start(wait=False)
@@ -369,11 +390,20 @@ def test_sigkill_at_random_moments_of_reconcile(emu: Emulator, tmp_path: Path, r
             ok, secs, verdicts = converge(emu, ns, list(exps.values()))
             extra = sum(v.extra for v in verdicts.values())
             duplicates += extra
-            trials.append({"trial": trial, "move": move if move == "apply" else f"{move} {arg}", "where": where,
-                           "kills": 2 if during_restart else 1, "converged": ok, "seconds": round(secs, 2),
-                           "action_s": round(t_action, 2),
-                           "total_s": round(time.monotonic() - t0, 2), "extra": extra,
-                           "problems": [p for v in verdicts.values() for p in v.problems]})
+            trials.append(
+                {
+                    "trial": trial,
+                    "move": move if move == "apply" else f"{move} {arg}",
+                    "where": where,
+                    "kills": 2 if during_restart else 1,
+                    "converged": ok,
+                    "seconds": round(secs, 2),
+                    "action_s": round(t_action, 2),
+                    "total_s": round(time.monotonic() - t0, 2),
+                    "extra": extra,
+                    "problems": [p for v in verdicts.values() for p in v.problems],
+                }
+            )
             if os.environ.get("LONGHAUL_RELIABILITY_VERBOSE"):
                 print(json.dumps(trials[-1]), flush=True)
             if not ok or extra:
@@ -382,12 +412,20 @@ def test_sigkill_at_random_moments_of_reconcile(emu: Emulator, tmp_path: Path, r
     finally:
         op.stop()
     survived = sum(t["kills"] for t in trials if t["converged"] and not t["extra"])
-    reliability(AREA, "SIGKILL of kopf run during reconcile (seeded)", injected=kills, survived=survived,
-                lost=duplicates, lost_what="duplicate Jobs/ConfigMaps")
+    reliability(
+        AREA,
+        "SIGKILL of kopf run during reconcile (seeded)",
+        injected=kills,
+        survived=survived,
+        lost=duplicates,
+        lost_what="duplicate Jobs/ConfigMaps",
+    )
     where = collections.Counter(t["where"] for t in trials)
     moves = collections.Counter(t["move"].split()[0] for t in trials)
-    print(f"\nseed {SEED}: {len(trials)} trials, {kills} SIGKILLs in {time.monotonic() - t_start:.0f} s; kill points "
-          f"{dict(where)}; moves {dict(moves)}; slowest convergence {max(t['seconds'] for t in trials)} s")
+    print(
+        f"\nseed {SEED}: {len(trials)} trials, {kills} SIGKILLs in {time.monotonic() - t_start:.0f} s; kill points "
+        f"{dict(where)}; moves {dict(moves)}; slowest convergence {max(t['seconds'] for t in trials)} s"
+    )
     failed = [t for t in trials if not t["converged"] or t["extra"]]
     assert not failed, f"seed {SEED}: {json.dumps(failed, indent=1)}\n{op.logs()[-4000:]}"
     assert len(trials) >= KILL_TRIALS and duplicates == 0
@@ -450,27 +488,40 @@ async def test_crash_after_every_api_call_of_reconcile_then_reconcile_from_store
 
         def judge_stored(exp: Exp) -> Verdict:
             def mine(plural: str, group: str) -> list[dict[str, Any]]:
-                return [o for o in server.list_objects(group, plural, "ns")
-                        if (o["metadata"].get("labels") or {}).get(C.LABEL_EXPERIMENT) == exp.name]
+                return [
+                    o
+                    for o in server.list_objects(group, plural, "ns")
+                    if (o["metadata"].get("labels") or {}).get(C.LABEL_EXPERIMENT) == exp.name
+                ]
 
             body = server.get_object(C.API_GROUP, C.PLURAL, "ns", exp.name)
             return judge(exp, body, mine("jobs", "batch"), mine("configmaps", ""))
 
         def set_job(name: str, phase: str) -> None:
             job = server.store[("batch", "jobs", "ns", name)]
-            job["status"] = {"Running": {"ready": 1, "active": 1},
-                             "Succeeded": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]},
-                             "Failed": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}}[phase]
+            job["status"] = {
+                "Running": {"ready": 1, "active": 1},
+                "Succeeded": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]},
+                "Failed": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]},
+            }[phase]
 
         scenarios = [  # (Experiment, the Job changes before each reconcile step)
             (Exp("inproc-single"), [[], [("grpo", "Running")], [("grpo", "Succeeded")], [("eval", "Succeeded")]]),
-            (Exp("inproc-seeds", (3, 4)), [[], [("s3-grpo", "Running"), ("s4-grpo", "Succeeded")],
-                                           [("s3-grpo", "Succeeded"), ("s4-eval", "Failed")],
-                                           [("s3-eval", "Succeeded")]]),
+            (
+                Exp("inproc-seeds", (3, 4)),
+                [
+                    [],
+                    [("s3-grpo", "Running"), ("s4-grpo", "Succeeded")],
+                    [("s3-grpo", "Succeeded"), ("s4-eval", "Failed")],
+                    [("s3-eval", "Succeeded")],
+                ],
+            ),
         ]
         for exp, steps in scenarios:
-            resp = await client.post(f"{EXP_API}/namespaces/ns/experiments", json={**exp.doc, "apiVersion":
-                                     f"{C.API_GROUP}/{C.API_VERSION}", "kind": C.KIND})
+            resp = await client.post(
+                f"{EXP_API}/namespaces/ns/experiments",
+                json={**exp.doc, "apiVersion": f"{C.API_GROUP}/{C.API_VERSION}", "kind": C.KIND},
+            )
             assert resp.status_code == 201, resp.text
             for step, changes in enumerate(steps):
                 for suffix, phase in changes:
@@ -496,8 +547,10 @@ async def test_crash_after_every_api_call_of_reconcile_then_reconcile_from_store
                         if v.ok and not v.extra:
                             survived += 1
                         else:
-                            failures.append(f"{exp.name} step {step} crash before call {n + 1}"
-                                            f"{' (answer lost)' if lose_answer else ''}: {v.problems}")
+                            failures.append(
+                                f"{exp.name} step {step} crash before call {n + 1}"
+                                f"{' (answer lost)' if lose_answer else ''}: {v.problems}"
+                            )
                     if finished:
                         break
                 else:
@@ -505,8 +558,14 @@ async def test_crash_after_every_api_call_of_reconcile_then_reconcile_from_store
                 await reconcile(api, exp.name)  # the step done properly before the next one
                 assert judge_stored(exp).ok, judge_stored(exp).problems
         await client.aclose()
-    reliability(AREA, "crash after the N-th API call of reconcile (in-process, every N)", injected=points,
-                survived=survived, lost=duplicates, lost_what="duplicate Jobs/ConfigMaps")
+    reliability(
+        AREA,
+        "crash after the N-th API call of reconcile (in-process, every N)",
+        injected=points,
+        survived=survived,
+        lost=duplicates,
+        lost_what="duplicate Jobs/ConfigMaps",
+    )
     print(f"\n{points} crash points, {survived} converged, {duplicates} duplicates")
     assert not failures, "\n".join(failures[:20])
     assert points >= 50 and duplicates == 0
@@ -528,16 +587,13 @@ def test_fault_rules_parse_match_and_count() -> None:
     for bad in ("POST:jobs", "FETCH:jobs=500", "POST:jobs=oops", "POST:jobs=500x"):
         with pytest.raises(ValueError, match="METHOD:PLURAL=FAULT"):
             parse_rule(bad)
-    faults = Faults(rules=[parse_rule("GET:jobs=429x2"), parse_rule("GET:jobs=500x1")],
-                    exempt_agents=("kubectl",))
+    faults = Faults(rules=[parse_rule("GET:jobs=429x2"), parse_rule("GET:jobs=500x1")], exempt_agents=("kubectl",))
     picked = [r.fault if (r := faults.pick("GET", "jobs", None, "kopf/1.45")) else None for _ in range(5)]
     assert picked == ["429", "429", "500", None, None]
     assert faults.pick("GET", "jobs", None, "kubectl/v1.33.9") is None  # exempt, and not counted
     assert [(r.injected, r.passed) for r in faults.rules] == [(2, 2), (1, 2)]
     faults.configure({"rules": ["WATCH:jobs=410"], "drop_watches_s": 2, "reset_counts": True})
     assert faults.to_dict()["rules"][0]["remaining"] is None and faults.drop_watches_s == 2.0
-
-
 
 
 @dataclass(frozen=True)
@@ -552,19 +608,38 @@ class FaultKind:
 
 
 FAULTS = [
-    FaultKind("API 409 (AlreadyExists on create, Conflict on status write)",
-              ("POST:jobs=409x2", "POST:configmaps=409x1", "PATCH:experiments/status=409x3"), seeds=(1, 2)),
+    FaultKind(
+        "API 409 (AlreadyExists on create, Conflict on status write)",
+        ("POST:jobs=409x2", "POST:configmaps=409x1", "PATCH:experiments/status=409x3"),
+        seeds=(1, 2),
+    ),
     # The Job watch is down (503s, kopf backs off 1 + 1 + 2 s) while the Job succeeds; the reconnect meets 410 and
     # kopf re-lists: the change arrives only in the listing (the operator must notice it; re-sync is off).
-    FaultKind("API 410 Gone on watch (after 503s on the reconnect; change seen only in the re-listing)",
-              ("WATCH:jobs=503x3", "WATCH:jobs=410x1", "WATCH:experiments=410x2"), drop_now=True, in_gap=True),
-    FaultKind("API 429 Too Many Requests (Retry-After 1 s)",
-              ("GET:experiments=429x3", "POST:jobs=429x2", "PATCH:experiments/status=429x2")),
-    FaultKind("API 500/503", ("POST:jobs=500x2", "POST:configmaps=503x1", "GET:jobs=500x2",
-                              "PATCH:experiments/status=503x2", "GET:experiments=503x1"), seeds=(1, 2)),
-    FaultKind("API request timeout / connection reset",
-              ("POST:jobs=timeoutx1", "GET:experiments=timeoutx1", "PATCH:experiments/status=resetx2",
-               "GET:jobs=resetx1")),
+    FaultKind(
+        "API 410 Gone on watch (after 503s on the reconnect; change seen only in the re-listing)",
+        ("WATCH:jobs=503x3", "WATCH:jobs=410x1", "WATCH:experiments=410x2"),
+        drop_now=True,
+        in_gap=True,
+    ),
+    FaultKind(
+        "API 429 Too Many Requests (Retry-After 1 s)",
+        ("GET:experiments=429x3", "POST:jobs=429x2", "PATCH:experiments/status=429x2"),
+    ),
+    FaultKind(
+        "API 500/503",
+        (
+            "POST:jobs=500x2",
+            "POST:configmaps=503x1",
+            "GET:jobs=500x2",
+            "PATCH:experiments/status=503x2",
+            "GET:experiments=503x1",
+        ),
+        seeds=(1, 2),
+    ),
+    FaultKind(
+        "API request timeout / connection reset",
+        ("POST:jobs=timeoutx1", "GET:experiments=timeoutx1", "PATCH:experiments/status=resetx2", "GET:jobs=resetx1"),
+    ),
     FaultKind("dropped watch connections (every 1 s)", drop_watches_s=1.0, seeds=(1, 2)),
 ]
 
@@ -603,13 +678,20 @@ def _drive(emu: Emulator, ns: str, exps: list[Exp], timeout: float = 45) -> tupl
 
 @pytest.mark.k8s
 @pytest.mark.parametrize("kind", FAULTS, ids=lambda k: k.row.split(" (")[0].replace(" ", "-"))
-def test_api_server_faults_are_retried_and_converge(emu: Emulator, fault_operator: tuple[H.Operator, str],
-                                                   kind: FaultKind, reliability: Record) -> None:
+def test_api_server_faults_are_retried_and_converge(
+    emu: Emulator, fault_operator: tuple[H.Operator, str], kind: FaultKind, reliability: Record
+) -> None:
     op, ns = fault_operator
     exp = Exp(f"f-{FAULTS.index(kind)}", kind.seeds)
     log_start = len(op.logs())
-    faults = {"rules": list(kind.rules), "drop_watches_s": kind.drop_watches_s or 0, "retry_after_s": 1,
-              "hold_s": 3, "reset_counts": True, "drop_watches_now": kind.drop_now}
+    faults = {
+        "rules": list(kind.rules),
+        "drop_watches_s": kind.drop_watches_s or 0,
+        "retry_after_s": 1,
+        "hold_s": 3,
+        "reset_counts": True,
+        "drop_watches_now": kind.drop_now,
+    }
     try:
         if not kind.in_gap:
             emu.faults(**faults)
@@ -628,8 +710,14 @@ def test_api_server_faults_are_retried_and_converge(emu: Emulator, fault_operato
     rules = state["rules"]
     injected = sum(r["injected"] for r in rules) + (state["dropped_watches"] if kind.drop_watches_s else 0)
     lost = verdict.extra + (0 if converged else 1)
-    reliability(AREA, kind.row, injected=injected, survived=injected if converged and not verdict.extra else 0,
-                lost=lost, lost_what="duplicate objects / unconverged Experiments")
+    reliability(
+        AREA,
+        kind.row,
+        injected=injected,
+        survived=injected if converged and not verdict.extra else 0,
+        lost=lost,
+        lost_what="duplicate objects / unconverged Experiments",
+    )
     counts = [f"{r['spec']}: {r['injected']}" for r in rules]
     if kind.drop_watches_s:
         counts.append(f"dropped watches: {state['dropped_watches']}")
@@ -682,11 +770,18 @@ def test_two_operators_at_once_create_no_duplicates(emu: Emulator, tmp_path: Pat
     duplicates = sum(v.extra for v in verdicts.values())
     reconciled = [op.logs().count('"message": "reconciled"') for op in ops]
     raced = answers.get("POST jobs 409", 0) + answers.get("POST configmaps 409", 0)
-    reliability(AREA, "two operator replicas at once (unsupported; chart enforces 1)", injected=len(exps),
-                survived=sum(1 for ok, v in zip(results, verdicts.values(), strict=True) if ok and not v.extra),
-                lost=duplicates, lost_what="duplicate Jobs/ConfigMaps")
-    print(f"\ntwo operators: reconciles {reconciled}, creates that lost the race (409 → adopted) {raced}, "
-          f"duplicates {duplicates}")
+    reliability(
+        AREA,
+        "two operator replicas at once (unsupported; chart enforces 1)",
+        injected=len(exps),
+        survived=sum(1 for ok, v in zip(results, verdicts.values(), strict=True) if ok and not v.extra),
+        lost=duplicates,
+        lost_what="duplicate Jobs/ConfigMaps",
+    )
+    print(
+        f"\ntwo operators: reconciles {reconciled}, creates that lost the race (409 → adopted) {raced}, "
+        f"duplicates {duplicates}"
+    )
     assert all(results) and duplicates == 0, (notes, {n: v.problems for n, v in verdicts.items()})
     assert all(n > 0 for n in reconciled), f"both operators act: {reconciled}"
 
@@ -694,20 +789,28 @@ def test_two_operators_at_once_create_no_duplicates(emu: Emulator, tmp_path: Pat
 @pytest.mark.k8s
 def test_chart_runs_exactly_one_replica_and_recreates(tmp_path: Path) -> None:
     chart = ROOT / "charts/longhaul"
-    env = {**os.environ, "HELM_CACHE_HOME": str(tmp_path / "c"), "HELM_CONFIG_HOME": str(tmp_path / "g"),
-           "HELM_DATA_HOME": str(tmp_path / "d")}
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(tmp_path / "c"),
+        "HELM_CONFIG_HOME": str(tmp_path / "g"),
+        "HELM_DATA_HOME": str(tmp_path / "d"),
+    }
 
     def helm(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([H._tool("helm"), "template", "lh", str(chart), *args], capture_output=True, text=True,
-                              env=env, timeout=120)
+        return subprocess.run(
+            [H._tool("helm"), "template", "lh", str(chart), *args], capture_output=True, text=True, env=env, timeout=120
+        )
 
     out = helm()
     assert out.returncode == 0, out.stderr
     (dep,) = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "Deployment"]
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     assert "--standalone" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    for args in (["--set", "replicaCount=2"], ["--skip-schema-validation", "--set", "replicaCount=2"],
-                 ["--skip-schema-validation", "--set", "replicaCount=0"]):
+    for args in (
+        ["--set", "replicaCount=2"],
+        ["--skip-schema-validation", "--set", "replicaCount=2"],
+        ["--skip-schema-validation", "--set", "replicaCount=0"],
+    ):
         out = helm(*args)
         assert out.returncode != 0, args
         if "--skip-schema-validation" in args:  # the template's own refusal, with the reason

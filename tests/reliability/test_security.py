@@ -187,11 +187,19 @@ SETUP = ("spec", "backends", "slurm", "setup", ITEM)
 
 def test_schema_walk_finds_the_string_fields() -> None:
     names = {s.name for s in SLOTS}
-    for expected in ("metadata.name", "metadata.labels.{key}", "metadata.annotations.{value}[longhaul.dev/git-commit]",
-                     "spec.backends.slurm.setup.[]", "spec.backends.slurm.container.binds.[]",
-                     "spec.backends.kubernetes.checkpoint_volume.mount_path", "spec.tracking.tags.{value}",
-                     "spec.backends.kubernetes.node_selector.{key}", "spec.user_simulator.url",
-                     "spec.policy.lora.target_modules.[]", "spec.backends.kubernetes.tolerations.[].value"):
+    for expected in (
+        "metadata.name",
+        "metadata.labels.{key}",
+        "metadata.annotations.{value}[longhaul.dev/git-commit]",
+        "spec.backends.slurm.setup.[]",
+        "spec.backends.slurm.container.binds.[]",
+        "spec.backends.kubernetes.checkpoint_volume.mount_path",
+        "spec.tracking.tags.{value}",
+        "spec.backends.kubernetes.node_selector.{key}",
+        "spec.user_simulator.url",
+        "spec.policy.lora.target_modules.[]",
+        "spec.backends.kubernetes.tolerations.[].value",
+    ):
         assert expected in names, f"{expected} not found by the schema walk: {sorted(names)}"
     assert len([s for s in SLOTS if not s.closed]) >= 50
 
@@ -204,26 +212,47 @@ def _base_doc() -> dict[str, Any]:
     """lata.yaml with every optional string field set to something benign (so each slot exists)."""
     doc = yaml.safe_load((ROOT / "specs" / "lata.yaml").read_text(encoding="utf-8"))
     s = doc["spec"]
-    doc["metadata"].update({
-        "namespace": "team-a",
-        "labels": {"example.com/team": "a"},
-        "annotations": {"example.com/note": "benign", C.ANNOTATION_GIT_COMMIT: "0123456789abcdef0123456789abcdef01234567"},
-    })
+    doc["metadata"].update(
+        {
+            "namespace": "team-a",
+            "labels": {"example.com/team": "a"},
+            "annotations": {
+                "example.com/note": "benign",
+                C.ANNOTATION_GIT_COMMIT: "0123456789abcdef0123456789abcdef01234567",
+            },
+        }
+    )
     s["stages"] = ["sft", "grpo", "eval"]
     s["policy"]["model"].update({"path": "models/policy", "revision": "v1"})
     s["policy"]["lora"]["target_modules"] = ["q_proj"]
     s["user_simulator"]["model"]["path"] = "models/user"
-    s["sft"] = {"teacher": {"model": {"name": "Qwen/Qwen2.5-72B-Instruct-AWQ", "path": "models/teacher"},
-                            "url": "http://teacher:8000/v1"}, "dataset": "data/sft.jsonl"}
+    s["sft"] = {
+        "teacher": {
+            "model": {"name": "Qwen/Qwen2.5-72B-Instruct-AWQ", "path": "models/teacher"},
+            "url": "http://teacher:8000/v1",
+        },
+        "dataset": "data/sft.jsonl",
+    }
     s["reward"]["rules"] = {"placeholder": {"write_weight": -0.1}}
     s["tracking"] = {"uri": "http://mlflow:5000", "experiment": "exp", "tags": {"owner": "me"}}
     s["backends"] = {
-        "kubernetes": {"namespace": "team-a", "service_account": "trainer", "node_selector": {"example.com/pool": "gpu"},
-                       "tolerations": [{"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
-                       "priority_class": "high", "queue": "team-a-queue", "checkpoint_volume": {"claim_name": "ckpt", "mount_path": "/checkpoints"}},
-        "slurm": {"partition": "gpu", "account": "proj", "qos": "normal", "setup": ["module load cuda/12.4"],
-                  "container": {"runtime": "apptainer", "image": "images/trainer.sif", "binds": ["/data:/data:ro"]},
-                  "output_dir": "runs"},
+        "kubernetes": {
+            "namespace": "team-a",
+            "service_account": "trainer",
+            "node_selector": {"example.com/pool": "gpu"},
+            "tolerations": [{"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+            "priority_class": "high",
+            "queue": "team-a-queue",
+            "checkpoint_volume": {"claim_name": "ckpt", "mount_path": "/checkpoints"},
+        },
+        "slurm": {
+            "partition": "gpu",
+            "account": "proj",
+            "qos": "normal",
+            "setup": ["module load cuda/12.4"],
+            "container": {"runtime": "apptainer", "image": "images/trainer.sif", "binds": ["/data:/data:ro"]},
+            "output_dir": "runs",
+        },
         "local": {"output_dir": "runs", "policy_server_cmd": ["bin/serve"]},
     }
     return doc
@@ -243,7 +272,11 @@ def _make_variant(name: str) -> dict[str, Any]:
     doc = _base_doc()
     s = doc["spec"]
     if name == "pyxis":
-        s["backends"]["slurm"]["container"] = {"runtime": "pyxis", "image": "images/trainer.sqsh", "binds": ["/data:/data"]}
+        s["backends"]["slurm"]["container"] = {
+            "runtime": "pyxis",
+            "image": "images/trainer.sqsh",
+            "binds": ["/data:/data"],
+        }
     elif name == "venv":
         s["backends"]["slurm"]["container"] = {"runtime": "none"}
         s["backends"]["slurm"]["venv"] = "venv"
@@ -255,8 +288,9 @@ def _make_variant(name: str) -> dict[str, Any]:
         s["algorithm"]["seeds"] = [1, 2]
         s["algorithm"].pop("seed", None)
     elif name == "external-sim":
-        s["user_simulator"].update({"placement": "external", "url": "http://sim:8001/v1",
-                                    "api_key_secret": {"name": "sim", "key": "api-key"}})
+        s["user_simulator"].update(
+            {"placement": "external", "url": "http://sim:8001/v1", "api_key_secret": {"name": "sim", "key": "api-key"}}
+        )
     elif name == "cpu":  # veRL's CPU platform: where the local backend's policy_server_cmd is used
         s["resources"]["gpus_per_node"] = 0
         s["policy"]["lora"] = {"rank": 0}
@@ -453,8 +487,9 @@ def run_script(box: Sandbox, script: str, extra_env: dict[str, str] | None = Non
         "LANG": "C.UTF-8",
         **(extra_env or {}),
     }
-    return subprocess.run(["bash", str(path)], cwd=box.root, env=env, capture_output=True, text=True, timeout=60,
-                          errors="replace")
+    return subprocess.run(
+        ["bash", str(path)], cwd=box.root, env=env, capture_output=True, text=True, timeout=60, errors="replace"
+    )
 
 
 def sbatch_header_problems(script: str, base_script: str) -> list[str]:
@@ -502,13 +537,26 @@ def check_sbatch_execution(exp: Experiment, script: str, base_script: str, box: 
         return [*problems, f"script exited {proc.returncode}: {proc.stderr[-2000:]}"]
     launches = box.records("longhaul")
     run_dir = slurm_run_dir(run)
-    want_argv = [*C.LAUNCHER_CMD[1:], "--spec", f"{run_dir}/{C.SPEC_FILENAME}", "--backend", "slurm", "--run-dir", run_dir]
+    want_argv = [
+        *C.LAUNCHER_CMD[1:],
+        "--spec",
+        f"{run_dir}/{C.SPEC_FILENAME}",
+        "--backend",
+        "slurm",
+        "--run-dir",
+        run_dir,
+    ]
     if launches != [want_argv]:
         problems.append(f"launcher argv {launches!r} != {want_argv!r}")
         return problems
     env = box.launcher_env()
-    want_env = {C.ENV_RUN_NAME: run_name(run), C.ENV_RUN_DIR: run_dir, C.ENV_SPEC: f"{run_dir}/{C.SPEC_FILENAME}",
-                C.ENV_BACKEND: "slurm", **C.OFFLINE_ENV}
+    want_env = {
+        C.ENV_RUN_NAME: run_name(run),
+        C.ENV_RUN_DIR: run_dir,
+        C.ENV_SPEC: f"{run_dir}/{C.SPEC_FILENAME}",
+        C.ENV_BACKEND: "slurm",
+        **C.OFFLINE_ENV,
+    }
     for k, v in want_env.items():
         if env.get(k) != v:
             problems.append(f"launcher env {k}={env.get(k)!r} != {v!r}")
@@ -530,7 +578,9 @@ def check_sbatch_execution(exp: Experiment, script: str, base_script: str, box: 
         mounts = next(x.split("=", 1)[1] for x in argv if x.startswith("--container-mounts="))
         want_image = cont.image or extra["LONGHAUL_IMAGE"]
         if image != want_image or mounts != ",".join([*cont.binds, str(box.root)]):
-            problems.append(f"pyxis image/mounts {image!r} {mounts!r} != {want_image!r} {[*cont.binds, str(box.root)]!r}")
+            problems.append(
+                f"pyxis image/mounts {image!r} {mounts!r} != {want_image!r} {[*cont.binds, str(box.root)]!r}"
+            )
     else:
         venv = slurm.venv or extra["LONGHAUL_VENV"]
         if box.records("source") != [[f"{venv}/bin/activate"]]:
@@ -606,8 +656,11 @@ def expandable_values(objs: list[dict[str, Any]]) -> list[str]:
     for obj in objs:
         for pod in _pod_specs(obj):
             for c in pod.get("containers", []) + pod.get("initContainers", []):
-                for s in [*(c.get("command") or []), *(c.get("args") or []),
-                          *(e["value"] for e in c.get("env") or [] if "value" in e)]:
+                for s in [
+                    *(c.get("command") or []),
+                    *(c.get("args") or []),
+                    *(e["value"] for e in c.get("env") or [] if "value" in e),
+                ]:
                     if "$(" in s:
                         out.append(s)
     return out
@@ -615,8 +668,13 @@ def expandable_values(objs: list[dict[str, Any]]) -> list[str]:
 
 def bash_words(text: str, box: Sandbox) -> tuple[list[str], list[Path]]:
     """How bash splits `text` (a shell command line, e.g. a RayJob entrypoint) into words, run in the sandbox."""
-    proc = subprocess.run(["bash", "-c", f"set -- {text}\nprintf '%s\\0' \"$@\""], cwd=box.root,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(box.root)}, capture_output=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", "-c", f"set -- {text}\nprintf '%s\\0' \"$@\""],
+        cwd=box.root,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(box.root)},
+        capture_output=True,
+        timeout=30,
+    )
     return proc.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1], box.canaries()
 
 
@@ -636,8 +694,11 @@ class Baseline:
 
 
 def _plan(exp: Experiment) -> Any:
-    return json.loads(render(exp, "local").text()) if not exp.spec.algorithm.seeds else [
-        json.loads(t) for t in render(exp, "local").files.values()]
+    return (
+        json.loads(render(exp, "local").text())
+        if not exp.spec.algorithm.seeds
+        else [json.loads(t) for t in render(exp, "local").files.values()]
+    )
 
 
 def _verl(exp: Experiment) -> list[str]:
@@ -685,7 +746,11 @@ def _hydra_problems(lines: list[str], base: list[str], payload: str) -> list[str
             continue
         value = ov.value()
         values = value if isinstance(value, list) and isinstance(ref_ov.value(), list) else [value]
-        if ov.key_or_group != ref_ov.key_or_group or ov.is_sweep_override() or not all(isinstance(v, str) for v in values):
+        if (
+            ov.key_or_group != ref_ov.key_or_group
+            or ov.is_sweep_override()
+            or not all(isinstance(v, str) for v in values)
+        ):
             problems.append(f"veRL override {line!r} parses to {ov.key_or_group}={value!r} (benign: {ref!r})")
         elif any("${" in v for v in values) or not any(payload in v for v in values):
             problems.append(f"veRL override {line!r}: value {value!r} does not carry the payload verbatim")
@@ -728,7 +793,9 @@ def check_inert(exp: Experiment, slot: Slot, payload: str, base: Baseline, box_b
         elif build_experiment(yaml.load(text, Loader=yaml.CSafeLoader), "configmap") != run:
             p.append("the ConfigMap's spec does not re-validate to the same Experiment")
     strip = [{k: v for k, v in o.items() if not (o["kind"] == "ConfigMap" and k == "data")} for o in norm]
-    base_strip = [{k: v for k, v in o.items() if not (o["kind"] == "ConfigMap" and k == "data")} for o in base.norm_objs]
+    base_strip = [
+        {k: v for k, v in o.items() if not (o["kind"] == "ConfigMap" and k == "data")} for o in base.norm_objs
+    ]
     diffs = diff_scalars(strip, base_strip)
     if diffs:
         text = render(exp, "kubernetes").text()
@@ -750,8 +817,12 @@ def check_inert(exp: Experiment, slot: Slot, payload: str, base: Baseline, box_b
         for obj in objs:
             if obj["kind"] == "RayJob":
                 stage = obj["metadata"]["labels"][C.LABEL_STAGE]
-                want = launcher_argv(next(r for r in seed_runs(exp) if run_name(r) in obj["metadata"]["name"]
-                                          or len(seed_runs(exp)) == 1), stage)
+                want = launcher_argv(
+                    next(
+                        r for r in seed_runs(exp) if run_name(r) in obj["metadata"]["name"] or len(seed_runs(exp)) == 1
+                    ),
+                    stage,
+                )
                 words, canaries = bash_words(obj["spec"]["entrypoint"], box)
                 if words != want or canaries:
                     p.append(f"RayJob entrypoint splits into {words!r} in bash (want {want!r}); canaries {canaries}")
@@ -821,8 +892,9 @@ def _short(value: str) -> str:
     return repr(value if len(value) <= 60 else value[:57] + "...")
 
 
-def test_injection_corpus_through_every_spec_string_field(baselines: dict[str, Baseline], tmp_path: Path,
-                                                          reliability: Record) -> None:
+def test_injection_corpus_through_every_spec_string_field(
+    baselines: dict[str, Baseline], tmp_path: Path, reliability: Record
+) -> None:
     t0 = time.monotonic()
     free = [s for s in SLOTS if not s.closed and s.path != SETUP]
     closed = [s for s in SLOTS if s.closed]
@@ -841,15 +913,27 @@ def test_injection_corpus_through_every_spec_string_field(baselines: dict[str, B
                 else:
                     counts[kind][1] += 1
                     refused += o.refused
-    reliability(AREA, f"injection corpus ({len(CORPUS)}) × spec string fields ({len(free)})",
-                injected=counts["free"][0], survived=counts["free"][1], lost=counts["free"][2],
-                lost_what="injections accepted")
-    reliability(AREA, f"injection corpus × closed-set (enum) spec fields ({len(closed)})",
-                injected=counts["closed"][0], survived=counts["closed"][1], lost=counts["closed"][2],
-                lost_what="injections accepted")
-    print(f"\nspec fields: {len(free)} free + {len(closed)} enum; {counts}; refused {refused}, accepted and inert "
-          f"{counts['free'][1] + counts['closed'][1] - refused}; {executed} sandbox executions; "
-          f"{time.monotonic() - t0:.1f} s")
+    reliability(
+        AREA,
+        f"injection corpus ({len(CORPUS)}) × spec string fields ({len(free)})",
+        injected=counts["free"][0],
+        survived=counts["free"][1],
+        lost=counts["free"][2],
+        lost_what="injections accepted",
+    )
+    reliability(
+        AREA,
+        f"injection corpus × closed-set (enum) spec fields ({len(closed)})",
+        injected=counts["closed"][0],
+        survived=counts["closed"][1],
+        lost=counts["closed"][2],
+        lost_what="injections accepted",
+    )
+    print(
+        f"\nspec fields: {len(free)} free + {len(closed)} enum; {counts}; refused {refused}, accepted and inert "
+        f"{counts['free'][1] + counts['closed'][1] - refused}; {executed} sandbox executions; "
+        f"{time.monotonic() - t0:.1f} s"
+    )
     assert not findings, f"{len(findings)} injection finding(s):\n" + "\n".join(findings[:60])
 
 
@@ -894,8 +978,15 @@ def test_setup_lines_stay_one_line(tmp_path: Path, reliability: Record) -> None:
                 failed_closed += 1
             else:
                 run_dir = slurm_run_dir(exp)
-                want = [*C.LAUNCHER_CMD[1:], "--spec", f"{run_dir}/{C.SPEC_FILENAME}", "--backend", "slurm",
-                        "--run-dir", run_dir]
+                want = [
+                    *C.LAUNCHER_CMD[1:],
+                    "--spec",
+                    f"{run_dir}/{C.SPEC_FILENAME}",
+                    "--backend",
+                    "slurm",
+                    "--run-dir",
+                    run_dir,
+                ]
                 env = box.launcher_env()
                 if launches != [want] or env.get(C.ENV_RUN_DIR) != run_dir or env.get(C.ENV_RUN_NAME) != run_name(exp):
                     problems.append(f"launcher argv/env changed: {launches!r}")
@@ -903,11 +994,18 @@ def test_setup_lines_stay_one_line(tmp_path: Path, reliability: Record) -> None:
             escapes.append(f"{payload.id} {_short(payload.value)}: {'; '.join(problems)}")
         else:
             contained += 1
-    reliability(AREA, "injection corpus × slurm setup lines (shell by design; each must stay one line)",
-                injected=len(CORPUS), survived=refused + contained, lost=len(escapes),
-                lost_what="lines that escaped their line")
-    print(f"\nsetup lines: {refused} refused, {contained} contained ({failed_closed} stopped the job at their line, "
-          f"{ran} ran a command by design)")
+    reliability(
+        AREA,
+        "injection corpus × slurm setup lines (shell by design; each must stay one line)",
+        injected=len(CORPUS),
+        survived=refused + contained,
+        lost=len(escapes),
+        lost_what="lines that escaped their line",
+    )
+    print(
+        f"\nsetup lines: {refused} refused, {contained} contained ({failed_closed} stopped the job at their line, "
+        f"{ran} ran a command by design)"
+    )
     assert not escapes, "\n".join(escapes)
 
 
@@ -923,11 +1021,17 @@ def helm_bin() -> str:
     raise AssertionError
 
 
-def helm(tmp: Path, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    home = {"HELM_CACHE_HOME": str(tmp / ".helm/c"), "HELM_CONFIG_HOME": str(tmp / ".helm/g"),
-            "HELM_DATA_HOME": str(tmp / ".helm/d")}
-    proc = subprocess.run([helm_bin(), *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **home, **(env or {})})
+def helm(
+    tmp: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    home = {
+        "HELM_CACHE_HOME": str(tmp / ".helm/c"),
+        "HELM_CONFIG_HOME": str(tmp / ".helm/g"),
+        "HELM_DATA_HOME": str(tmp / ".helm/d"),
+    }
+    proc = subprocess.run(
+        [helm_bin(), *args], capture_output=True, text=True, timeout=300, env={**os.environ, **home, **(env or {})}
+    )
     if check:
         assert proc.returncode == 0, proc.stderr + proc.stdout[-2000:]
     return proc
@@ -1001,8 +1105,9 @@ def _closed(slot: HelmSlot, schema: dict[str, Any]) -> bool:
     return "enum" in node or "const" in node
 
 
-def _helm_values(slots: list[HelmSlot], texts: dict[HelmSlot, str], defaults: dict[str, Any],
-                 object_items: set[tuple[str, ...]]) -> dict[str, Any]:
+def _helm_values(
+    slots: list[HelmSlot], texts: dict[HelmSlot, str], defaults: dict[str, Any], object_items: set[tuple[str, ...]]
+) -> dict[str, Any]:
     """values.yaml with each slot in `texts` set to its text (maps get one entry {key text: value text})."""
     values = copy.deepcopy(defaults)
     for slot in slots:
@@ -1078,8 +1183,9 @@ def _covers(pointer: str, slot: HelmSlot) -> bool:
     map key refuses the maps' entries (each map holds one entry, the payload as key and value)."""
     if pointer == _MAP_KEY:
         return KEY in slot.path or VALUE in slot.path
-    return bool(pointer) and (pointer == slot.pointer or pointer.startswith(slot.pointer + "/")
-                              or slot.pointer.startswith(pointer + "/"))
+    return bool(pointer) and (
+        pointer == slot.pointer or pointer.startswith(slot.pointer + "/") or slot.pointer.startswith(pointer + "/")
+    )
 
 
 def _split_aliases(text: str) -> tuple[dict[str, list[list[Any]]], dict[str, str]]:
@@ -1128,12 +1234,14 @@ def test_injection_corpus_through_every_helm_value(tmp_path: Path, reliability: 
             aliases[f"lhalias-{i:04d}-{mode}"] = (p, mode)
             # A YAML mapping key has at most 1024 characters: a longer one cannot be written in a values file.
             texts[f"lhalias-{i:04d}-{mode}"] = {
-                s: markers[s] if s.path[-1] == KEY and len(p.value) > 1000 else p.value for s in slots}
+                s: markers[s] if s.path[-1] == KEY and len(p.value) > 1000 else p.value for s in slots
+            }
 
     def write_parent(names: list[str]) -> None:
         deps = [{"name": "longhaul", "version": version, "alias": a} for a in names]
-        (parent / "Chart.yaml").write_text(yaml.safe_dump({"apiVersion": "v2", "name": "parent", "version": "0.0.1",
-                                                           "dependencies": deps}))
+        (parent / "Chart.yaml").write_text(
+            yaml.safe_dump({"apiVersion": "v2", "name": "parent", "version": "0.0.1", "dependencies": deps})
+        )
         values = {}
         for a in names:
             v = _helm_values(slots, texts[a], defaults, object_items)
@@ -1204,10 +1312,18 @@ def test_injection_corpus_through_every_helm_value(tmp_path: Path, reliability: 
             survived += len(carried)
         else:
             diffs = diff_scalars(got, expected)[:3]
-            findings.append(f"[{mode}] {payload.id} {_short(payload.value)} in {[s.path for s in carried]}: output "
-                            f"differs from the benign render with the payload in place: {diffs}")
-    reliability(AREA, f"injection corpus ({len(CORPUS)}) × Helm values ({len(slots)}) × watch modes (2)",
-                injected=injected, survived=survived, lost=injected - survived, lost_what="injections accepted")
+            findings.append(
+                f"[{mode}] {payload.id} {_short(payload.value)} in {[s.path for s in carried]}: output "
+                f"differs from the benign render with the payload in place: {diffs}"
+            )
+    reliability(
+        AREA,
+        f"injection corpus ({len(CORPUS)}) × Helm values ({len(slots)}) × watch modes (2)",
+        injected=injected,
+        survived=survived,
+        lost=injected - survived,
+        lost_what="injections accepted",
+    )
     assert not findings, "\n".join(findings[:40])
 
 
@@ -1301,10 +1417,18 @@ def test_path_traversal_is_refused_with_the_field_named(reliability: Record) -> 
                     continue
             refused += got
             if got != want:
-                wrong.append(f"{field} = {value!r}: {'refused' if got else 'accepted'}, expected "
-                             f"{'refusal' if want else 'acceptance'} {message}")
-    reliability(AREA, "path traversal (.., options, ~, system dirs, own mounts) × path fields",
-                injected=injected, survived=injected - len(wrong), lost=len(wrong), lost_what="wrong decisions")
+                wrong.append(
+                    f"{field} = {value!r}: {'refused' if got else 'accepted'}, expected "
+                    f"{'refusal' if want else 'acceptance'} {message}"
+                )
+    reliability(
+        AREA,
+        "path traversal (.., options, ~, system dirs, own mounts) × path fields",
+        injected=injected,
+        survived=injected - len(wrong),
+        lost=len(wrong),
+        lost_what="wrong decisions",
+    )
     assert not wrong, "\n".join(wrong)
     # The error says why, in the house style (file:line is added by load_spec; here the field and the reason).
     with pytest.raises(SpecError, match=r"spec\.backends\.slurm\.output_dir: '\.\.' is not allowed"):
@@ -1326,12 +1450,19 @@ def test_cli_run_directory_arguments(tmp_path: Path, reliability: Record) -> Non
     os.chdir(tmp_path)
     checks = 0
     try:
-        before = sorted(p.relative_to(tmp_path.parent) for p in tmp_path.parent.rglob("*")
-                        if tmp_path.name in str(p))
+        before = sorted(p.relative_to(tmp_path.parent) for p in tmp_path.parent.rglob("*") if tmp_path.name in str(p))
         runner = CliRunner()
-        for args in (["status", "../../etc"], ["status", "/proc/self"], ["status", "/etc"], ["logs", "../../etc"],
-                     ["status", f"../{outside.name}/run"], ["status", "runs/../../.."], ["logs", "/proc/self"],
-                     ["status", "../../../../../../../etc/passwd"], ["status", "no-such-run"]):
+        for args in (
+            ["status", "../../etc"],
+            ["status", "/proc/self"],
+            ["status", "/etc"],
+            ["logs", "../../etc"],
+            ["status", f"../{outside.name}/run"],
+            ["status", "runs/../../.."],
+            ["logs", "/proc/self"],
+            ["status", "../../../../../../../etc/passwd"],
+            ["status", "no-such-run"],
+        ):
             res = runner.invoke(app, args)
             checks += 1
             out = (res.stdout or "") + (res.stderr if res.stderr_bytes is not None else "")
@@ -1341,8 +1472,9 @@ def test_cli_run_directory_arguments(tmp_path: Path, reliability: Record) -> Non
         assert after == before, "a status/logs call wrote files"
     finally:
         os.chdir(cwd)
-    reliability(AREA, "CLI run-directory arguments (status/logs with .., /proc, /etc)", injected=checks,
-                survived=checks)
+    reliability(
+        AREA, "CLI run-directory arguments (status/logs with .., /proc, /etc)", injected=checks, survived=checks
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1371,8 +1503,10 @@ def pod_security_checks(pod: dict[str, Any], *, trainer: bool) -> list[tuple[str
             (f"{name}: allowPrivilegeEscalation: false", sc.get("allowPrivilegeEscalation") is False),
             (f"{name}: not privileged", sc.get("privileged") is not True),
             (f"{name}: capabilities drop ALL, add none", caps.get("drop") == ["ALL"] and not caps.get("add")),
-            (f"{name}: seccompProfile RuntimeDefault",
-             (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type") == "RuntimeDefault"),
+            (
+                f"{name}: seccompProfile RuntimeDefault",
+                (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type") == "RuntimeDefault",
+            ),
         ]
     return out
 
@@ -1382,8 +1516,11 @@ def _spec_variants() -> Iterator[tuple[str, Experiment]]:
     for path in SPECS:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         yield path.stem, build_experiment(copy.deepcopy(doc), str(path))
-        for name, change in (("nodes2-rayjob", {"nodes": 2}), ("nodes2-jobset", {"nodes": 2, "engine": "jobset"}),
-                             ("seeds", {"seeds": [1, 2]})):
+        for name, change in (
+            ("nodes2-rayjob", {"nodes": 2}),
+            ("nodes2-jobset", {"nodes": 2, "engine": "jobset"}),
+            ("seeds", {"seeds": [1, 2]}),
+        ):
             d = copy.deepcopy(doc)
             s = d["spec"]
             if "nodes" in change:
@@ -1404,16 +1541,29 @@ def test_every_rendered_trainer_pod_is_locked_down(reliability: Record) -> None:
     for name, exp in _spec_variants():
         objs += [(name, o) for o in render_kubernetes(exp)]
     goldens = sorted((ROOT / "tests" / "golden").rglob("kubernetes*.yaml")) + sorted(
-        (ROOT / "tests" / "golden" / "kubernetes").glob("*.yaml"))
+        (ROOT / "tests" / "golden" / "kubernetes").glob("*.yaml")
+    )
     for path in dict.fromkeys(goldens):
-        objs += [(str(path.relative_to(ROOT)), d) for d in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader) if d]
+        objs += [
+            (str(path.relative_to(ROOT)), d) for d in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader) if d
+        ]
     kinds = {o["kind"] for _, o in objs}
     assert {"Job", "RayJob", "JobSet"} <= kinds, kinds
-    checks = [(where, o["kind"], check, ok) for where, o in objs for pod in _pod_specs(o)
-              for check, ok in pod_security_checks(pod, trainer=True)]
+    checks = [
+        (where, o["kind"], check, ok)
+        for where, o in objs
+        for pod in _pod_specs(o)
+        for check, ok in pod_security_checks(pod, trainer=True)
+    ]
     failed = [f"{where} {kind}: {check}" for where, kind, check, ok in checks if not ok]
-    reliability(AREA, "pod securityContext checks (trainer Job, RayJob head/workers, JobSet pods)",
-                injected=len(checks), survived=len(checks) - len(failed), lost=len(failed), lost_what="checks failed")
+    reliability(
+        AREA,
+        "pod securityContext checks (trainer Job, RayJob head/workers, JobSet pods)",
+        injected=len(checks),
+        survived=len(checks) - len(failed),
+        lost=len(failed),
+        lost_what="checks failed",
+    )
     assert not failed, "\n".join(sorted(set(failed))[:40])
     # Secrets reach the pods only by reference.
     for _, o in objs:
@@ -1431,18 +1581,33 @@ def test_operator_deployment_is_locked_down(tmp_path: Path, reliability: Record)
         (dep,) = [d for d in helm_docs(tmp_path, *sets) if d["kind"] == "Deployment"]
         pod = dep["spec"]["template"]["spec"]
         checks += pod_security_checks(pod, trainer=False)
-        checks.append(("operator pod: seccompProfile RuntimeDefault at pod level",
-                       (pod.get("securityContext") or {}).get("seccompProfile", {}).get("type") == "RuntimeDefault"))
+        checks.append(
+            (
+                "operator pod: seccompProfile RuntimeDefault at pod level",
+                (pod.get("securityContext") or {}).get("seccompProfile", {}).get("type") == "RuntimeDefault",
+            )
+        )
     # The values schema keeps these from being switched off.
-    for bad in ("securityContext.readOnlyRootFilesystem=false", "securityContext.allowPrivilegeEscalation=true",
-                "securityContext.privileged=true", "podSecurityContext.runAsNonRoot=false",
-                "securityContext.capabilities.drop={NET_RAW}", "securityContext.capabilities.add={SYS_ADMIN}",
-                "podSecurityContext.seccompProfile.type=Unconfined"):
+    for bad in (
+        "securityContext.readOnlyRootFilesystem=false",
+        "securityContext.allowPrivilegeEscalation=true",
+        "securityContext.privileged=true",
+        "podSecurityContext.runAsNonRoot=false",
+        "securityContext.capabilities.drop={NET_RAW}",
+        "securityContext.capabilities.add={SYS_ADMIN}",
+        "podSecurityContext.seccompProfile.type=Unconfined",
+    ):
         proc = helm(tmp_path, "template", "lh", str(CHART), "--set", bad, check=False)
         checks.append((f"values schema refuses {bad}", proc.returncode != 0 and "schema" in proc.stderr))
     failed = [c for c, ok in checks if not ok]
-    reliability(AREA, "pod securityContext checks (operator Deployment from the chart, values that would weaken it)",
-                injected=len(checks), survived=len(checks) - len(failed), lost=len(failed), lost_what="checks failed")
+    reliability(
+        AREA,
+        "pod securityContext checks (operator Deployment from the chart, values that would weaken it)",
+        injected=len(checks),
+        survived=len(checks) - len(failed),
+        lost=len(failed),
+        lost_what="checks failed",
+    )
     assert not failed, failed
 
 
@@ -1466,29 +1631,73 @@ OPERATOR_NEEDS = {
     ("", "configmaps"): {"get", "list", "create"},
     ("", "events"): {"create"},
 }
-ENGINE_NEEDS = {"rayjob": {("ray.io", "rayjobs"): {"get", "list", "create", "delete"}},
-                "jobset": {("jobset.x-k8s.io", "jobsets"): {"get", "list", "create", "delete"}}}
+ENGINE_NEEDS = {
+    "rayjob": {("ray.io", "rayjobs"): {"get", "list", "create", "delete"}},
+    "jobset": {("jobset.x-k8s.io", "jobsets"): {"get", "list", "create", "delete"}},
+}
 CLUSTER_NEEDS = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 #: With `kueue: true` the reconciler lists a queued stage's Kueue Workload (its admission message).
 KUEUE_NEEDS = {("kueue.x-k8s.io", "workloads"): {"list"}}
 
 MATRIX_RESOURCES = [
-    ("", "pods"), ("", "pods/exec"), ("", "pods/log"), ("", "pods/attach"), ("", "pods/portforward"),
-    ("", "secrets"), ("", "configmaps"), ("", "serviceaccounts"), ("", "serviceaccounts/token"), ("", "services"),
-    ("", "endpoints"), ("", "nodes"), ("", "nodes/proxy"), ("", "namespaces"), ("", "persistentvolumeclaims"),
-    ("", "persistentvolumes"), ("", "events"), ("", "users"), ("", "groups"), ("events.k8s.io", "events"),
-    ("batch", "jobs"), ("batch", "cronjobs"), ("apps", "deployments"), ("apps", "daemonsets"),
-    ("apps", "statefulsets"), ("rbac.authorization.k8s.io", "roles"), ("rbac.authorization.k8s.io", "rolebindings"),
-    ("rbac.authorization.k8s.io", "clusterroles"), ("rbac.authorization.k8s.io", "clusterrolebindings"),
-    ("apiextensions.k8s.io", "customresourcedefinitions"), ("admissionregistration.k8s.io",
-                                                           "mutatingwebhookconfigurations"),
-    ("coordination.k8s.io", "leases"), ("certificates.k8s.io", "certificatesigningrequests"),
-    ("longhaul.dev", "experiments"), ("longhaul.dev", "experiments/status"), ("ray.io", "rayjobs"),
-    ("jobset.x-k8s.io", "jobsets"), ("kopf.dev", "kopfpeerings"), ("kopf.dev", "clusterkopfpeerings"),
-    ("kueue.x-k8s.io", "workloads"), ("kueue.x-k8s.io", "localqueues"), ("kueue.x-k8s.io", "clusterqueues"),
+    ("", "pods"),
+    ("", "pods/exec"),
+    ("", "pods/log"),
+    ("", "pods/attach"),
+    ("", "pods/portforward"),
+    ("", "secrets"),
+    ("", "configmaps"),
+    ("", "serviceaccounts"),
+    ("", "serviceaccounts/token"),
+    ("", "services"),
+    ("", "endpoints"),
+    ("", "nodes"),
+    ("", "nodes/proxy"),
+    ("", "namespaces"),
+    ("", "persistentvolumeclaims"),
+    ("", "persistentvolumes"),
+    ("", "events"),
+    ("", "users"),
+    ("", "groups"),
+    ("events.k8s.io", "events"),
+    ("batch", "jobs"),
+    ("batch", "cronjobs"),
+    ("apps", "deployments"),
+    ("apps", "daemonsets"),
+    ("apps", "statefulsets"),
+    ("rbac.authorization.k8s.io", "roles"),
+    ("rbac.authorization.k8s.io", "rolebindings"),
+    ("rbac.authorization.k8s.io", "clusterroles"),
+    ("rbac.authorization.k8s.io", "clusterrolebindings"),
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+    ("coordination.k8s.io", "leases"),
+    ("certificates.k8s.io", "certificatesigningrequests"),
+    ("longhaul.dev", "experiments"),
+    ("longhaul.dev", "experiments/status"),
+    ("ray.io", "rayjobs"),
+    ("jobset.x-k8s.io", "jobsets"),
+    ("kopf.dev", "kopfpeerings"),
+    ("kopf.dev", "clusterkopfpeerings"),
+    ("kueue.x-k8s.io", "workloads"),
+    ("kueue.x-k8s.io", "localqueues"),
+    ("kueue.x-k8s.io", "clusterqueues"),
 ]
-MATRIX_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "escalate", "bind",
-                "impersonate", "approve", "sign"]
+MATRIX_VERBS = [
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "escalate",
+    "bind",
+    "impersonate",
+    "approve",
+    "sign",
+]
 
 
 def allowed_triples(roles: list[dict[str, Any]]) -> tuple[set[tuple[str, str, str]], list[str]]:
@@ -1505,8 +1714,12 @@ def allowed_triples(roles: list[dict[str, Any]]) -> tuple[set[tuple[str, str, st
             for field in ("apiGroups", "resources", "verbs"):
                 if "*" in (rule.get(field) or []) or any("*" in x for x in rule.get(field) or []):
                     wide.append(f"wildcard in {field}: {rule}")
-            allowed |= {(g, r, v) for g in rule.get("apiGroups", []) for r in rule.get("resources", [])
-                        for v in rule.get("verbs", [])}
+            allowed |= {
+                (g, r, v)
+                for g in rule.get("apiGroups", [])
+                for r in rule.get("resources", [])
+                for v in rule.get("verbs", [])
+            }
     return allowed, wide
 
 
@@ -1514,11 +1727,19 @@ def allowed_triples(roles: list[dict[str, Any]]) -> tuple[set[tuple[str, str, st
 def test_rbac_is_exactly_what_the_operator_needs(tmp_path: Path, reliability: Record) -> None:
     cells = mismatches = 0
     problems: list[str] = []
-    configs = [(cluster, engines, False) for cluster in (False, True) for engines in ([], ["rayjob"], ["rayjob", "jobset"])]
+    configs = [
+        (cluster, engines, False) for cluster in (False, True) for engines in ([], ["rayjob"], ["rayjob", "jobset"])
+    ]
     configs += [(False, ["rayjob", "jobset"], True), (True, [], True)]
     for cluster, engines, kueue in configs:
-        sets = ["--set", f"watch.clusterWide={str(cluster).lower()}", "--set", "watch.namespaces={team-a}",
-                "--set", f"kueue={str(kueue).lower()}"]
+        sets = [
+            "--set",
+            f"watch.clusterWide={str(cluster).lower()}",
+            "--set",
+            "watch.namespaces={team-a}",
+            "--set",
+            f"kueue={str(kueue).lower()}",
+        ]
         if engines:
             sets += ["--set", "multinodeEngines={" + ",".join(engines) + "}"]
         docs = helm_docs(tmp_path, *sets)
@@ -1540,16 +1761,24 @@ def test_rbac_is_exactly_what_the_operator_needs(tmp_path: Path, reliability: Re
             allowed, wide = allowed_triples([role])
             problems += wide
             if allowed != need:
-                problems.append(f"{role['kind']} {role['metadata'].get('namespace', '')} cluster={cluster} "
-                                f"engines={engines} kueue={kueue}: extra {sorted(allowed - need)}, missing {sorted(need - allowed)}")
+                problems.append(
+                    f"{role['kind']} {role['metadata'].get('namespace', '')} cluster={cluster} "
+                    f"engines={engines} kueue={kueue}: extra {sorted(allowed - need)}, missing {sorted(need - allowed)}"
+                )
             for g, r in MATRIX_RESOURCES:
                 for v in MATRIX_VERBS:
                     cells += 1
                     if ((g, r, v) in allowed) != ((g, r, v) in need):
                         mismatches += 1
-    reliability(AREA, f"RBAC allow/deny matrix ({len(MATRIX_RESOURCES)} resources × {len(MATRIX_VERBS)} verbs × "
-                      f"{len(configs)} chart configurations × roles)", injected=cells, survived=cells - mismatches, lost=mismatches,
-                lost_what="cells allowed but not needed, or needed but denied")
+    reliability(
+        AREA,
+        f"RBAC allow/deny matrix ({len(MATRIX_RESOURCES)} resources × {len(MATRIX_VERBS)} verbs × "
+        f"{len(configs)} chart configurations × roles)",
+        injected=cells,
+        survived=cells - mismatches,
+        lost=mismatches,
+        lost_what="cells allowed but not needed, or needed but denied",
+    )
     assert not problems and not mismatches, "\n".join(problems)
 
 
@@ -1586,8 +1815,9 @@ def _output(res: Any) -> str:
     return text
 
 
-def test_planted_secret_never_reaches_a_rendered_artefact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          reliability: Record) -> None:
+def test_planted_secret_never_reaches_a_rendered_artefact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reliability: Record
+) -> None:
     from typer.testing import CliRunner
 
     from longhaul.cli import app
@@ -1605,8 +1835,9 @@ def test_planted_secret_never_reaches_a_rendered_artefact(tmp_path: Path, monkey
         assert res.exit_code == 0, _output(res)
         artefacts.update({str(f.relative_to(tmp_path)): f.read_text() for f in out.rglob("*") if f.is_file()})
     for backend in ("slurm", "kubernetes", "local"):
-        res = runner.invoke(app, ["submit", str(spec), "--backend", backend, "--dry-run", "--ignore-memory-plan"],
-                            env=SECRET_ENV)
+        res = runner.invoke(
+            app, ["submit", str(spec), "--backend", backend, "--dry-run", "--ignore-memory-plan"], env=SECRET_ENV
+        )
         assert res.exit_code == 0, _output(res)
         artefacts[f"longhaul submit --backend {backend} --dry-run"] = _output(res)
     res = runner.invoke(app, ["validate", str(spec)], env=SECRET_ENV)
@@ -1615,17 +1846,26 @@ def test_planted_secret_never_reaches_a_rendered_artefact(tmp_path: Path, monkey
         if path.is_file():
             artefacts[str(path.relative_to(ROOT))] = path.read_text(encoding="utf-8", errors="replace")
     leaks = [name for name, text in artefacts.items() if SECRET in text]
-    reliability(AREA, "planted secret × rendered artefacts (render/submit --dry-run of every backend, goldens)",
-                injected=len(artefacts), survived=len(artefacts) - len(leaks), lost=len(leaks),
-                lost_what="artefacts holding the secret")
+    reliability(
+        AREA,
+        "planted secret × rendered artefacts (render/submit --dry-run of every backend, goldens)",
+        injected=len(artefacts),
+        survived=len(artefacts) - len(leaks),
+        lost=len(leaks),
+        lost_what="artefacts holding the secret",
+    )
     assert not leaks, leaks
     # The secrets reach the job by reference only.
     objs = render_kubernetes(build_experiment(yaml.safe_load(spec.read_text()), str(spec)))
     env = {e["name"]: e for o in objs for pod in _pod_specs(o) for c in pod["containers"] for e in c["env"]}
-    assert env["MLFLOW_TRACKING_URI"] == {"name": "MLFLOW_TRACKING_URI", "valueFrom": {
-        "secretKeyRef": {"name": "mlflow", "key": "tracking-uri"}}}
-    assert env["LONGHAUL_USER_SIM_API_KEY"] == {"name": "LONGHAUL_USER_SIM_API_KEY", "valueFrom": {
-        "secretKeyRef": {"name": "sim", "key": "api-key"}}}
+    assert env["MLFLOW_TRACKING_URI"] == {
+        "name": "MLFLOW_TRACKING_URI",
+        "valueFrom": {"secretKeyRef": {"name": "mlflow", "key": "tracking-uri"}},
+    }
+    assert env["LONGHAUL_USER_SIM_API_KEY"] == {
+        "name": "LONGHAUL_USER_SIM_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "sim", "key": "api-key"}},
+    }
     # A credential written into the spec itself is refused before anything is rendered.
     for field in ("tracking", "user_simulator", "sft.teacher"):
         doc = yaml.safe_load(spec.read_text())
@@ -1648,8 +1888,14 @@ def test_planted_secret_not_in_helm_output(tmp_path: Path, reliability: Record) 
         proc = helm(tmp_path, "template", "lh", str(CHART), "--include-crds", *sets, env=SECRET_ENV)
         outputs[" ".join(sets) or "defaults"] = proc.stdout + proc.stderr
     leaks = [k for k, v in outputs.items() if SECRET in v]
-    reliability(AREA, "planted secret × helm template outputs", injected=len(outputs),
-                survived=len(outputs) - len(leaks), lost=len(leaks), lost_what="artefacts holding the secret")
+    reliability(
+        AREA,
+        "planted secret × helm template outputs",
+        injected=len(outputs),
+        survived=len(outputs) - len(leaks),
+        lost=len(leaks),
+        lost_what="artefacts holding the secret",
+    )
     assert not leaks
 
 
@@ -1666,9 +1912,9 @@ def _eval_stand_in(ctx: Any) -> None:
 
 
 @pytest.mark.mlflow
-def test_planted_secret_not_in_logs_run_directory_or_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                            capfd: pytest.CaptureFixture[str],
-                                                            reliability: Record) -> None:
+def test_planted_secret_not_in_logs_run_directory_or_mlflow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], reliability: Record
+) -> None:
     """A launcher run (local backend, stand-in vLLM servers, stages in process) against a real MLflow server whose
     URI carries credentials, with more secrets in the environment: none may reach the console, the run directory,
     the server logs, or MLflow's params, tags, metrics and artifacts (the whole store is grepped)."""
@@ -1689,14 +1935,22 @@ def test_planted_secret_not_in_logs_run_directory_or_mlflow(tmp_path: Path, monk
     wrapper.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{fake}" "$@"\n')
     wrapper.chmod(0o755)
     monkeypatch.setitem(sys.modules, "lh_security_stages", sys.modules[__name__])
-    monkeypatch.setattr(supervisor, "STAGES", {"grpo": lambda ctx, _stage: _grpo_stand_in(ctx),
-                                               "eval": lambda ctx, _stage: _eval_stand_in(ctx)})
+    monkeypatch.setattr(
+        supervisor,
+        "STAGES",
+        {"grpo": lambda ctx, _stage: _grpo_stand_in(ctx), "eval": lambda ctx, _stage: _eval_stand_in(ctx)},
+    )
     run_dir = tmp_path / "run"
     monkeypatch.setenv(supervisor.ENV_MLFLOW_QUIET_URL, "false")  # the launcher turns it on; restored afterwards
     with running_mlflow_server(tmp_path / "mlflow") as server:
-        env = {**os.environ, **SECRET_ENV, "MLFLOW_TRACKING_URI": server.uri.replace("://", f"://lhuser:{SECRET}@"),
-               "LONGHAUL_VLLM_PYTHON": str(wrapper), "FAKE_VLLM_LOG": str(tmp_path / "fake.jsonl"),
-               "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2"}
+        env = {
+            **os.environ,
+            **SECRET_ENV,
+            "MLFLOW_TRACKING_URI": server.uri.replace("://", f"://lhuser:{SECRET}@"),
+            "LONGHAUL_VLLM_PYTHON": str(wrapper),
+            "FAKE_VLLM_LOG": str(tmp_path / "fake.jsonl"),
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+        }
         env.pop(C.ENV_RUN_NAME, None)
         rc = supervisor.launch(spec, "local", run_dir, environ=env)
         console = capfd.readouterr()
@@ -1711,17 +1965,36 @@ def test_planted_secret_not_in_logs_run_directory_or_mlflow(tmp_path: Path, monk
             for art in client.list_artifacts(r.info.run_id, "spec"):
                 local = client.download_artifacts(r.info.run_id, art.path, str(tmp_path / "dl"))
                 mlflow_views[f"run {r.info.run_name}: artifact {art.path}"] = Path(local).read_text()
-    places = {"launcher stdout": console.out, "launcher stderr": console.err, **mlflow_views,
-              "MLflow store (sqlite, whole file)": server.db_path.read_bytes().decode("latin-1"),
-              "MLflow server log": server.log_path.read_text(errors="replace")}
-    places.update({f"run dir: {p.relative_to(run_dir)}": p.read_bytes().decode("latin-1")
-                   for p in run_dir.rglob("*") if p.is_file()})
-    places.update({f"artifacts: {p.relative_to(tmp_path)}": p.read_bytes().decode("latin-1")
-                   for p in (tmp_path / "mlflow").rglob("*") if p.is_file() and "artifacts" in p.parts})
+    places = {
+        "launcher stdout": console.out,
+        "launcher stderr": console.err,
+        **mlflow_views,
+        "MLflow store (sqlite, whole file)": server.db_path.read_bytes().decode("latin-1"),
+        "MLflow server log": server.log_path.read_text(errors="replace"),
+    }
+    places.update(
+        {
+            f"run dir: {p.relative_to(run_dir)}": p.read_bytes().decode("latin-1")
+            for p in run_dir.rglob("*")
+            if p.is_file()
+        }
+    )
+    places.update(
+        {
+            f"artifacts: {p.relative_to(tmp_path)}": p.read_bytes().decode("latin-1")
+            for p in (tmp_path / "mlflow").rglob("*")
+            if p.is_file() and "artifacts" in p.parts
+        }
+    )
     leaks = [k for k, v in places.items() if SECRET in v]
-    reliability(AREA, "planted secret × launcher run (console, run directory, server logs, MLflow store)",
-                injected=len(places), survived=len(places) - len(leaks), lost=len(leaks),
-                lost_what="places holding the secret")
+    reliability(
+        AREA,
+        "planted secret × launcher run (console, run directory, server logs, MLflow store)",
+        injected=len(places),
+        survived=len(places) - len(leaks),
+        lost=len(leaks),
+        lost_what="places holding the secret",
+    )
     assert f"in {server.uri.replace('://', '://lhuser:***@')}" in console.out  # still says where, redacted
     lines = {k: [ln for ln in v.splitlines() if SECRET in ln][:3] for k, v in places.items() if k in leaks}
     assert not lines, lines

@@ -109,29 +109,46 @@ def _terminal(job_id: str, timeout: float) -> dict[str, str]:
 
 
 def _ckpt_spec(tmp_path: Path, name: str, **changes: object) -> Path:
-    return write_spec("smoke", tmp_path / f"{name}.yaml", name=name, spec__resources__cpus_per_node=1,
-                      spec__resources__memory="1Gi", spec__backends__slurm__output_dir=str(tmp_path / "runs"),
-                      **changes)
+    return write_spec(
+        "smoke",
+        tmp_path / f"{name}.yaml",
+        name=name,
+        spec__resources__cpus_per_node=1,
+        spec__resources__memory="1Gi",
+        spec__backends__slurm__output_dir=str(tmp_path / "runs"),
+        **changes,
+    )
 
 
 def _submit(spec: Path, tmp_path: Path, venv: Path, **stub_env: str) -> tuple[str, Path]:
     """Submit through `submit_run` (the code `longhaul submit` runs); the stub's settings reach the job by sbatch's
     default --export=ALL."""
-    env = {**os.environ, "LONGHAUL_VENV": str(venv), "STUB_CKPT_SHARDS": str(SHARDS),
-           "STUB_SHARD_WRITE_S": str(SHARD_WRITE_S), "STUB_SHARD_CHUNKS": str(CHUNKS), **stub_env}
+    env = {
+        **os.environ,
+        "LONGHAUL_VENV": str(venv),
+        "STUB_CKPT_SHARDS": str(SHARDS),
+        "STUB_SHARD_WRITE_S": str(SHARD_WRITE_S),
+        "STUB_SHARD_CHUNKS": str(CHUNKS),
+        **stub_env,
+    }
     res = submit_run(load_spec(spec), submit_dir=tmp_path, environ=env)
     return str(res.job_id), Path(res.run_dir)
 
 
 def _signal(job_id: str, how: str) -> None:
-    argv = (["scontrol", "requeue", job_id] if how == "requeue"
-            else ["scancel", "--batch", "--signal=USR1", job_id])
+    argv = ["scontrol", "requeue", job_id] if how == "requeue" else ["scancel", "--batch", "--signal=USR1", job_id]
     subprocess.run(argv, check=True, capture_output=True, timeout=60)
 
 
 def _has(run_dir: Path, event: str, restart: int, step: int | None = None) -> dict | None:
-    return next((e for e in _events(run_dir) if e["event"] == event and e["restart"] == restart
-                 and (step is None or e.get("step") == step)), None)
+    return next(
+        (
+            e
+            for e in _events(run_dir)
+            if e["event"] == event and e["restart"] == restart and (step is None or e.get("step") == step)
+        ),
+        None,
+    )
 
 
 # ------------------------------------------------------------------------------------------------- 1
@@ -156,42 +173,67 @@ def _ckpt_trial(k: int, tmp_path: Path, venv: Path, stub) -> dict:
         done = int(tracker.read_text()) if tracker.is_file() else None
         actor = run_dir / "checkpoints" / f"global_step_{done}" / "actor"
         whole = done is None or all(
-            (actor / f"model_world_size_{SHARDS}_rank_{r}.pt").read_bytes() == b"".join(stub._shard_bytes(done, r, CHUNKS))
-            for r in range(SHARDS))
+            (actor / f"model_world_size_{SHARDS}_rank_{r}.pt").read_bytes()
+            == b"".join(stub._shard_bytes(done, r, CHUNKS))
+            for r in range(SHARDS)
+        )
         info = _terminal(job_id, 180)
     finally:
         cancel_quietly(job_id if job_info(job_id).get("JobState") not in TERMINAL else None)
     ev = _events(run_dir)
     restart = next((e for e in ev if e["event"] == "start" and e["restart"] == 1), {})
     final = [e for e in ev if e["event"] == "exit"][-1]
-    out.update(state=info.get("JobState"), restarts=info.get("Restarts"), died=died, completed=done, whole=whole,
-               resumed=restart.get("resume"), loaded_ok=restart.get("loaded_ok"), step_dirs=restart.get("step_dirs"),
-               final=final)
+    out.update(
+        state=info.get("JobState"),
+        restarts=info.get("Restarts"),
+        died=died,
+        completed=done,
+        whole=whole,
+        resumed=restart.get("resume"),
+        loaded_ok=restart.get("loaded_ok"),
+        step_dirs=restart.get("step_dirs"),
+        final=final,
+    )
     resumed = restart.get("resume")
     out["mid_write"] = died.get("writing") is not None
     begin = _has(run_dir, "ckpt_begin", 0, target) or {}
     out["at_s"] = round(died.get("t", 0.0) - begin.get("t", 0.0), 2)  # when it stopped, from the save's start
-    out["half_written"] = (resumed is not None and (done is None or resumed > done)) or restart.get("loaded_ok") is False
+    out["half_written"] = (resumed is not None and (done is None or resumed > done)) or restart.get(
+        "loaded_ok"
+    ) is False
     out["lost_step"] = done is not None and (resumed is None or resumed < done)
-    out["ok"] = (info.get("JobState") == "COMPLETED" and info.get("Restarts") == "1" and whole and bool(restart)
-                 and resumed == done and restart.get("loaded_ok") is True
-                 and final["code"] == 0 and final["step"] == (done or 0) + 1
-                 and died["code"] == (143 if how == "requeue" else 75))
+    out["ok"] = (
+        info.get("JobState") == "COMPLETED"
+        and info.get("Restarts") == "1"
+        and whole
+        and bool(restart)
+        and resumed == done
+        and restart.get("loaded_ok") is True
+        and final["code"] == 0
+        and final["step"] == (done or 0) + 1
+        and died["code"] == (143 if how == "requeue" else 75)
+    )
     return out
 
 
-def test_requeue_during_checkpoint_write_resumes_from_newest_complete(slurm_cluster, tmp_path, stub_venv,
-                                                                      reliability):
+def test_requeue_during_checkpoint_write_resumes_from_newest_complete(slurm_cluster, tmp_path, stub_venv, reliability):
     stub = _stub()
     with ThreadPoolExecutor(CKPT_TRIALS) as pool:
         trials = list(pool.map(lambda k: _guarded(_ckpt_trial, k, tmp_path, stub_venv, stub), range(CKPT_TRIALS)))
     survived = sum(t["ok"] for t in trials)
     lost = sum(t.get("half_written", False) or t.get("lost_step", False) for t in trials)
-    reliability(AREA, "requeue during a checkpoint write (scontrol requeue / pre-limit SIGUSR1)",
-                injected=len(trials), survived=survived, lost=lost,
-                lost_what="runs resumed from a half-written checkpoint or lost a completed step")
-    summary = [{k: t.get(k) for k in ("trial", "how", "target", "at_s", "mid_write", "completed", "resumed", "ok",
-                                       "error")} for t in trials]
+    reliability(
+        AREA,
+        "requeue during a checkpoint write (scontrol requeue / pre-limit SIGUSR1)",
+        injected=len(trials),
+        survived=survived,
+        lost=lost,
+        lost_what="runs resumed from a half-written checkpoint or lost a completed step",
+    )
+    summary = [
+        {k: t.get(k) for k in ("trial", "how", "target", "at_s", "mid_write", "completed", "resumed", "ok", "error")}
+        for t in trials
+    ]
     print("\n".join(json.dumps(s) for s in summary))
     assert lost == 0 and survived == len(trials), trials
     # The faults landed where intended: most while a save was being written (the rest just before or after one).
@@ -217,23 +259,38 @@ def _limit_job(how: str, tmp_path: Path, venv: Path) -> dict:
         info = _terminal(job_id, 120)
     finally:
         cancel_quietly(job_id if job_info(job_id).get("JobState") not in TERMINAL else None)
-    st = subprocess.run([sys.executable, "-m", "longhaul.cli", "status", str(run_dir)], cwd=tmp_path,
-                        capture_output=True, text=True, timeout=120)
+    st = subprocess.run(
+        [sys.executable, "-m", "longhaul.cli", "status", str(run_dir)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     log = (run_dir / f"slurm-{job_id}.out").read_text()
     starts = [e for e in _events(run_dir) if e["event"] == "start"]
     from longhaul.checkpoints import latest_step
 
     tracker = int((run_dir / "checkpoints" / TRACKER_FILE).read_text())
-    out = {"how": how, "job": job_id, "info": info, "status": st.stdout + st.stderr, "status_rc": st.returncode,
-           "log": log, "starts": [s["restart"] for s in starts], "tracker": tracker,
-           "latest": latest_step(run_dir / "checkpoints")}
+    out = {
+        "how": how,
+        "job": job_id,
+        "info": info,
+        "status": st.stdout + st.stderr,
+        "status_rc": st.returncode,
+        "log": log,
+        "starts": [s["restart"] for s in starts],
+        "tracker": tracker,
+        "latest": latest_step(run_dir / "checkpoints"),
+    }
     if how == "usr1":  # "submit the same spec again to resume": a new job (restart count 0) resumes the run
         again, _ = _submit(spec, tmp_path, venv, STUB_SHARD_WRITE_S="0.2", STUB_FIRST_RUN_STEPS=str(tracker + 1))
         try:
             out["again"] = _terminal(again, 120).get("JobState")
         finally:
             cancel_quietly(again if job_info(again).get("JobState") not in TERMINAL else None)
-        out["again_resumed"] = next(e["resume"] for e in _events(run_dir) if e["event"] == "start" and e["job"] == again)
+        out["again_resumed"] = next(
+            e["resume"] for e in _events(run_dir) if e["event"] == "start" and e["job"] == again
+        )
     return out
 
 
@@ -243,13 +300,25 @@ def test_requeue_limit_stops_the_job_with_a_clear_state(slurm_cluster, tmp_path,
     code = f"{EXIT_REQUEUE_LIMIT}:0"
 
     def stopped(j: dict) -> bool:
-        return "error" not in j and (j["info"].get("JobState") == "FAILED" and j["info"].get("ExitCode") == code
-                and "phase=Failed" in j["status"] and "requeue limit reached" in j["status"]
-                and "max_requeues=1" in j["status"] and j["latest"] == j["tracker"] and j["tracker"] >= 1)
+        return "error" not in j and (
+            j["info"].get("JobState") == "FAILED"
+            and j["info"].get("ExitCode") == code
+            and "phase=Failed" in j["status"]
+            and "requeue limit reached" in j["status"]
+            and "max_requeues=1" in j["status"]
+            and j["latest"] == j["tracker"]
+            and j["tracker"] >= 1
+        )
 
     past = [j for j in jobs if max(j.get("starts") or [0]) > 1]  # a run started after more requeues than the limit
-    reliability(AREA, "requeued past spec.backends.slurm.max_requeues", injected=len(jobs),
-                survived=sum(stopped(j) for j in jobs), lost=len(past), lost_what="runs started past the limit")
+    reliability(
+        AREA,
+        "requeued past spec.backends.slurm.max_requeues",
+        injected=len(jobs),
+        survived=sum(stopped(j) for j in jobs),
+        lost=len(past),
+        lost_what="runs started past the limit",
+    )
     for j in jobs:
         assert stopped(j), {k: v for k, v in j.items() if k != "log"}
         assert "requeue limit reached" in j["log"], j["log"]
@@ -285,9 +354,17 @@ def _race(spec: Path, tmp_path: Path, n: int, env: dict[str, str], tag: str) -> 
     racer.write_text(RACER)
     go = tmp_path / f"go-{tag}"
     ready = [tmp_path / f"ready-{tag}-{i}" for i in range(n)]
-    procs = [subprocess.Popen([sys.executable, str(racer), str(go), str(ready[i]), "submit", "--backend", "slurm",
-                               str(spec)], cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(racer), str(go), str(ready[i]), "submit", "--backend", "slurm", str(spec)],
+            cwd=tmp_path,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
     try:
         _poll(lambda: all(r.exists() for r in ready), 240, f"{n} submit processes ready", every=0.1)
         go.touch()
@@ -323,14 +400,18 @@ def _race_trial(tag: str, tmp_path: Path, venv: Path, seeds: list[int] | None, n
     refused = [r for r in results if r.returncode != 0]
     message = "still queued or running" if seeds else "already has job"
     run_dirs = [tmp_path / slurm_run_dir(r) for r in seed_runs(exp)]
-    records = [json.loads((d / "submit.json").read_text()) if (d / "submit.json").is_file() else {}
-               for d in run_dirs]
+    records = [json.loads((d / "submit.json").read_text()) if (d / "submit.json").is_file() else {} for d in run_dirs]
     return {
-        "trial": tag, "jobs": jobs, "won": [r.stdout.strip() for r in won],
+        "trial": tag,
+        "jobs": jobs,
+        "won": [r.stdout.strip() for r in won],
         "errors": [r.stderr[-600:] for r in refused if message not in r.stderr],
         "history": [rec.get("history") for rec in records],
-        "ok": len(jobs) == 1 and len(won) == 1 and won[0].stdout.strip() == jobs[0]
-        and all(message in r.stderr for r in refused) and all(len(rec.get("history", [])) == 1 for rec in records),
+        "ok": len(jobs) == 1
+        and len(won) == 1
+        and won[0].stdout.strip() == jobs[0]
+        and all(message in r.stderr for r in refused)
+        and all(len(rec.get("history", [])) == 1 for rec in records),
     }
 
 
@@ -338,10 +419,17 @@ def _race_trial(tag: str, tmp_path: Path, venv: Path, seeds: list[int] | None, n
 def test_concurrent_submits_make_one_job(slurm_cluster, tmp_path, stub_venv, reliability, kind):
     array = kind != "one run"
     n = RACE_ARRAY_N if array else RACE_N
-    trials = [_guarded(_race_trial, f"{'arr' if array else 'one'}{k}", tmp_path, stub_venv, [1, 2] if array else None,
-                       n) for k in range(RACE_ARRAY_TRIALS if array else RACE_TRIALS)]
+    trials = [
+        _guarded(_race_trial, f"{'arr' if array else 'one'}{k}", tmp_path, stub_venv, [1, 2] if array else None, n)
+        for k in range(RACE_ARRAY_TRIALS if array else RACE_TRIALS)
+    ]
     duplicates = sum(max(0, len(t.get("jobs", [])) - 1) for t in trials)
-    reliability(AREA, f"{n} concurrent `longhaul submit` of one spec ({kind})", injected=n * len(trials),
-                survived=n * sum(t["ok"] for t in trials), lost=duplicates, lost_what="duplicate jobs")
+    reliability(
+        AREA,
+        f"{n} concurrent `longhaul submit` of one spec ({kind})",
+        injected=n * len(trials),
+        survived=n * sum(t["ok"] for t in trials),
+        lost=duplicates,
+        lost_what="duplicate jobs",
+    )
     assert duplicates == 0 and all(t["ok"] for t in trials), trials
-

@@ -70,9 +70,23 @@ class Trainer:
         self.steps: list[dict] = []
         self.ready = threading.Event()
         self.proc = subprocess.Popen(
-            [sys.executable, str(TRAINER), "--first", str(first), "--steps", str(steps), "--keys", str(KEYS),
-             "--interval", str(interval)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+            [
+                sys.executable,
+                str(TRAINER),
+                "--first",
+                str(first),
+                "--steps",
+                str(steps),
+                "--keys",
+                str(KEYS),
+                "--interval",
+                str(interval),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -166,12 +180,23 @@ def test_server_down_with_a_launcher_restart_loses_nothing(server, tmp_path, rel
     during = [s["step"] for s in steps1 + steps2 if t_down <= s["start"] <= t_up]
     took_during = max(s["took"] for s in steps1 + steps2 if t_down <= s["start"] <= t_up)
     logged, ok, missing, dup = _tally(arrived, during)
-    reliability("tracking", f"MLflow down {t_up - t_down:.0f} s during training (veRL logger, 2 launches)",
-                injected=logged, survived=ok, lost=missing, lost_what="metrics")
+    reliability(
+        "tracking",
+        f"MLflow down {t_up - t_down:.0f} s during training (veRL logger, 2 launches)",
+        injected=logged,
+        survived=ok,
+        lost=missing,
+        lost_what="metrics",
+    )
     _, _, b_missing, b_dup = _tally(arrived, [s["step"] for s in steps1])
-    reliability("tracking", "launcher restarted while MLflow was down (buffer on disk)", injected=at_death.pending,
-                survived=at_death.pending - min(at_death.pending, b_missing + b_dup), lost=b_missing,
-                lost_what="metrics")
+    reliability(
+        "tracking",
+        "launcher restarted while MLflow was down (buffer on disk)",
+        injected=at_death.pending,
+        survived=at_death.pending - min(at_death.pending, b_missing + b_dup),
+        lost=b_missing,
+        lost_what="metrics",
+    )
     run = client.get_run(tracked.run_id)
     records = {
         "checkpoint": run.data.tags.get(T.LAST_CHECKPOINT_STEP) == "10",
@@ -179,12 +204,19 @@ def test_server_down_with_a_launcher_restart_loses_nothing(server, tmp_path, rel
         "resume": run.data.tags.get(T.ATTEMPTS) == "2" and run.data.tags.get(T.JOB_IDS) == "job-1,job-2",
         "status": run.info.status == "FINISHED",
     }
-    reliability("tracking", "MLflow down: longhaul records (checkpoint, evaluation, resume, status)",
-                injected=len(records), survived=sum(records.values()), lost=len(records) - sum(records.values()),
-                lost_what="records")
+    reliability(
+        "tracking",
+        "MLflow down: longhaul records (checkpoint, evaluation, resume, status)",
+        injected=len(records),
+        survived=sum(records.values()),
+        lost=len(records) - sum(records.values()),
+        lost_what="records",
+    )
 
-    print(f"down {t_up - t_down:.0f} s: {len(during)} steps logged meanwhile, slowest log call {took_during:.3f} s; "
-          f"relay: {counts.summary()}")
+    print(
+        f"down {t_up - t_down:.0f} s: {len(during)} steps logged meanwhile, slowest log call {took_during:.3f} s; "
+        f"relay: {counts.summary()}"
+    )
     assert all_steps == list(range(1, 61)) and len(during) >= 20, (all_steps, during)
     assert (ok, missing, dup) == (logged, 0, 0)
     assert _tally(arrived, all_steps)[1:] == (60 * KEYS, 0, 0)  # every metric of the run exactly once
@@ -233,13 +265,23 @@ def test_server_black_holed_then_slow_loses_nothing(server, tmp_path, reliabilit
     hole = [s["step"] for s in steps if t_hole <= s["start"] < t_slow]
     slow = [s["step"] for s in steps if t_slow <= s["start"] < t_pass]
     took = max(s["took"] for s in steps if t_hole <= s["start"] < t_pass)
-    for label, window, seconds in (("black-holed", hole, t_slow - t_hole), ("slow (+0.5 s per chunk)", slow,
-                                                                            t_pass - t_slow)):
+    for label, window, seconds in (
+        ("black-holed", hole, t_slow - t_hole),
+        ("slow (+0.5 s per chunk)", slow, t_pass - t_slow),
+    ):
         logged, ok, missing, _ = _tally(arrived, window)
-        reliability("tracking", f"MLflow {label} {seconds:.0f} s during training (veRL logger)", injected=logged,
-                    survived=ok, lost=missing, lost_what="metrics")
-    print(f"black-holed {t_slow - t_hole:.0f} s, slow {t_pass - t_slow:.0f} s: slowest log call {took:.3f} s; "
-          f"relay: {counts.summary()}")
+        reliability(
+            "tracking",
+            f"MLflow {label} {seconds:.0f} s during training (veRL logger)",
+            injected=logged,
+            survived=ok,
+            lost=missing,
+            lost_what="metrics",
+        )
+    print(
+        f"black-holed {t_slow - t_hole:.0f} s, slow {t_pass - t_slow:.0f} s: slowest log call {took:.3f} s; "
+        f"relay: {counts.summary()}"
+    )
     assert [s["step"] for s in steps] == list(range(1, 81)) and hole and slow
     assert _tally(arrived, list(range(1, 81)))[1:] == (80 * KEYS, 0, 0)
     assert took < 5.0, took

@@ -82,7 +82,11 @@ def flaky_target(task_id: str) -> int:
 def flaky_plan(task_id: str, attempt: int) -> list[Reply] | Reply:
     """A list of turns, or one Reply repeated for every turn."""
     if attempt < flaky_target(task_id):
-        prefix = [Reply(tool_calls=[("update_user_payment_methods", {"user_id": "nobody_0"})])] if int(task_id) % 2 == 0 else []
+        prefix = (
+            [Reply(tool_calls=[("update_user_payment_methods", {"user_id": "nobody_0"})])]
+            if int(task_id) % 2 == 0
+            else []
+        )
         return prefix + gold_plan(task_id)
     if attempt % 2 == 1:
         return [Reply(tool_calls=[("list_all_airports", {})]), Reply(content="")]

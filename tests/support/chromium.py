@@ -20,7 +20,9 @@ def chromium() -> str:
     """Path of the Chromium executable; fails the test, saying how to install it, when there is none."""
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
-        pytest.fail("headless Chromium is missing: run scripts/ci/chromium.sh (Debian packages chromium, chromium-driver)")
+        pytest.fail(
+            "headless Chromium is missing: run scripts/ci/chromium.sh (Debian packages chromium, chromium-driver)"
+        )
     return exe
 
 

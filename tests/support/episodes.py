@@ -33,8 +33,10 @@ def gold_episode(trial: int, bad_call: bool = False) -> dict:
     """Task 5's gold calls (first, optionally, a call whose arguments are not JSON), a goodbye, the customer's
     ###STOP###: a successful episode's trajectory record (`Trajectory.to_dict()`)."""
     task = get_task("5")
-    calls = [PolicyTurn("", [ParsedCall(a.name, dict(a.arguments), json.dumps(dict(a.arguments)), None)], 10)
-             for a in task.actions]
+    calls = [
+        PolicyTurn("", [ParsedCall(a.name, dict(a.arguments), json.dumps(dict(a.arguments)), None)], 10)
+        for a in task.actions
+    ]
     if bad_call:
         calls.insert(0, PolicyTurn("", [ParsedCall("get_user_details", None, '{"user_id": ', "not JSON")], 7))
     policy = _Policy([*calls, PolicyTurn("All done. Anything else?", [], 6)])

@@ -62,8 +62,9 @@ def overlong_message(words: int) -> str:
 class FaultyUserSimulator:
     """The fault-injecting simulator (module docstring). `scenarios` maps task id → `task.user_instructions()`."""
 
-    def __init__(self, scenarios: Mapping[str, str], faults: Sequence[Fault], *, model: str,
-                 overlong_words: int = 1500) -> None:
+    def __init__(
+        self, scenarios: Mapping[str, str], faults: Sequence[Fault], *, model: str, overlong_words: int = 1500
+    ) -> None:
         self._markers = {task_id: scenario_marker(text) for task_id, text in scenarios.items()}
         if len(set(self._markers.values())) != len(self._markers):
             raise ValueError("two tasks have the same user instructions: the simulator could not tell them apart")
@@ -112,7 +113,9 @@ class FaultyUserSimulator:
 
     def _reply(self, fault: Fault | None, prior: int, errors: int) -> Reply:
         if fault is None:
-            return Reply(status=400, error="fault-injecting user simulator: no known task scenario in the system prompt")
+            return Reply(
+                status=400, error="fault-injecting user simulator: no known task scenario in the system prompt"
+            )
         if fault == Fault.SERVER_ERROR:
             return Reply(status=ERROR_STATUSES[errors % len(ERROR_STATUSES)], error="injected server error")
         if fault == Fault.STOP_AT_ONCE:

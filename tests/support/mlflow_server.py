@@ -82,12 +82,14 @@ def start_printed_ui(command: str, cwd: Path, root: Path, *, timeout_s: float = 
         raise ValueError(f"not an `mlflow ui` command: {command!r}")
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    return _start([sys.executable, "-m", *argv, "--port", str(port)], port, root, root / "ui.log", cwd=cwd,
-                  timeout_s=timeout_s)
+    return _start(
+        [sys.executable, "-m", *argv, "--port", str(port)], port, root, root / "ui.log", cwd=cwd, timeout_s=timeout_s
+    )
 
 
-def _start(argv: list[str], port: int, root: Path, log_path: Path, *, cwd: Path | None,
-           timeout_s: float) -> MlflowServer:
+def _start(
+    argv: list[str], port: int, root: Path, log_path: Path, *, cwd: Path | None, timeout_s: float
+) -> MlflowServer:
     env = {
         **os.environ,
         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",

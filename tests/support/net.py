@@ -16,8 +16,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, timeout: float = 60.0, *, proc: subprocess.Popen[Any] | None = None,
-              log: Path | None = None, interval: float = 0.2) -> None:
+def wait_http(
+    url: str,
+    timeout: float = 60.0,
+    *,
+    proc: subprocess.Popen[Any] | None = None,
+    log: Path | None = None,
+    interval: float = 0.2,
+) -> None:
     """Return once GET `url` answers with a status below 500; RuntimeError when `proc` exits first or after
     `timeout` seconds, with the tail of `log` when given."""
     import httpx

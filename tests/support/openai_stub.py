@@ -100,7 +100,9 @@ def render_reply(reply: Reply | dict[str, Any], model: str, counter: int) -> tup
     if isinstance(reply, dict):
         return 200, reply
     if reply.status != 200:
-        return reply.status, {"error": {"message": reply.error or "scripted error", "type": "BadRequestError", "code": reply.status}}
+        return reply.status, {
+            "error": {"message": reply.error or "scripted error", "type": "BadRequestError", "code": reply.status}
+        }
     calls = [
         {
             "id": f"chatcmpl-tool-{counter}-{i}",
@@ -120,7 +122,13 @@ def render_reply(reply: Reply | dict[str, Any], model: str, counter: int) -> tup
         "object": "chat.completion",
         "created": 0,
         "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason or ("tool_calls" if calls else "stop")}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": reply.finish_reason or ("tool_calls" if calls else "stop"),
+            }
+        ],
         "usage": {
             "prompt_tokens": reply.prompt_tokens if reply.prompt_tokens is not None else 0,
             "completion_tokens": completion,
@@ -146,17 +154,38 @@ def _corrupt(kind: str, payload: dict[str, Any]) -> dict[str, Any] | RawAnswer:
     if kind == "null_message":
         return {**payload, "choices": [{**choice, "message": None}]}
     if kind == "bad_tool_calls":
-        return {**payload, "choices": [{**choice, "message": {"role": "assistant", "content": None,
-                                                              "tool_calls": "get_user_details(user_id=1)"}}]}
+        return {
+            **payload,
+            "choices": [
+                {
+                    **choice,
+                    "message": {"role": "assistant", "content": None, "tool_calls": "get_user_details(user_id=1)"},
+                }
+            ],
+        }
     if kind == "empty_content":
-        return {**payload, "choices": [{**choice, "message": {"role": "assistant", "content": ""},
-                                        "finish_reason": "stop"}]}
+        return {
+            **payload,
+            "choices": [{**choice, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}],
+        }
     if kind == "invalid_tool_args":
         calls = choice["message"].get("tool_calls") or []
         name = calls[0]["function"]["name"] if calls else "get_user_details"
-        bad = {"id": f"{payload['id']}-bad", "type": "function", "function": {"name": name, "arguments": '{"user_id": '}}
-        return {**payload, "choices": [{**choice, "message": {"role": "assistant", "content": None, "tool_calls": [bad]},
-                                        "finish_reason": "tool_calls"}]}
+        bad = {
+            "id": f"{payload['id']}-bad",
+            "type": "function",
+            "function": {"name": name, "arguments": '{"user_id": '},
+        }
+        return {
+            **payload,
+            "choices": [
+                {
+                    **choice,
+                    "message": {"role": "assistant", "content": None, "tool_calls": [bad]},
+                    "finish_reason": "tool_calls",
+                }
+            ],
+        }
     raise ValueError(f"not a body fault: {kind}")
 
 
@@ -204,8 +233,9 @@ class _Handler(BaseHTTPRequestHandler):
         if raw.action == "bytes":
             self.send_response(raw.status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(raw.declared_length if raw.declared_length is not None
-                                                   else len(raw.body)))
+            self.send_header(
+                "Content-Length", str(raw.declared_length if raw.declared_length is not None else len(raw.body))
+            )
             self.end_headers()
             self.wfile.write(raw.body)
             if raw.declared_length is not None and raw.declared_length > len(raw.body):
@@ -276,8 +306,16 @@ class StubServer:
         """Delay the next `n` chat requests by `seconds` (longer than the client timeout → timeouts)."""
         self.inject("hang", n, seconds=seconds)
 
-    def inject(self, fault: str, n: int = 1, *, model: str | None = None, after: int = 0, status: int = 503,
-               seconds: float = 1.0) -> None:
+    def inject(
+        self,
+        fault: str,
+        n: int = 1,
+        *,
+        model: str | None = None,
+        after: int = 0,
+        status: int = 503,
+        seconds: float = 1.0,
+    ) -> None:
         """Answer `n` chat requests (of `model`, or any) with `fault` (one of `FAULTS`), after letting the next
         `after` of them through. Injections queue up: the first pending one whose model matches applies."""
         if fault not in FAULTS:
@@ -323,7 +361,11 @@ class StubServer:
         if kind == "empty_body":
             return 200, RawAnswer("bytes", body=b""), self.latency_s
         if kind == "malformed_json":
-            return 200, RawAnswer("bytes", body=b"{'choices': [{'message': {'content': 'hi'}}]} trailing"), self.latency_s
+            return (
+                200,
+                RawAnswer("bytes", body=b"{'choices': [{'message': {'content': 'hi'}}]} trailing"),
+                self.latency_s,
+            )
         delay = self.latency_s + (fault.seconds if kind == "hang" else 0.0)
         script = self.scripts.get(model)
         if script is None:
@@ -355,8 +397,7 @@ class StubServer:
                     time.sleep(0.01)
             httpd.stub = self
             self._httpd = httpd
-            self._thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), name="openai-stub",
-                                            daemon=True)
+            self._thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), name="openai-stub", daemon=True)
             self._thread.start()
 
         self._reopen = threading.Timer(seconds, reopen)
@@ -398,8 +439,12 @@ def stub_process(script: str = "airline-gold", latency_s: float = 0.0) -> Iterat
     import sys
 
     tests_dir = str(Path(__file__).resolve().parents[1])
-    proc = subprocess.Popen([sys.executable, __file__, "--script", script, "--latency", str(latency_s)],
-                            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=tests_dir))
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--script", script, "--latency", str(latency_s)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=tests_dir),
+    )
     try:
         yield proc.stdout.readline().strip()
     finally:

@@ -48,6 +48,8 @@ def render_table(records: Sequence[Record]) -> str:
     for r in sorted(records, key=lambda r: (r.area, r.fault)):
         lost = f"{r.lost} {r.lost_what}".strip()
         lines.append(f"| {r.area} | {r.fault} | {r.injected} | {r.survived} | {lost} |")
-    lines.append(f"| **total** | | {sum(r.injected for r in records)} | {sum(r.survived for r in records)} | "
-                 f"{sum(r.lost for r in records)} |")
+    lines.append(
+        f"| **total** | | {sum(r.injected for r in records)} | {sum(r.survived for r in records)} | "
+        f"{sum(r.lost for r in records)} |"
+    )
     return "\n".join(lines) + "\n"

@@ -58,8 +58,10 @@ def slurm_cluster() -> None:
     """The real cluster; started with scripts/ci/slurm-up.sh (idempotent) when we may, else the test fails."""
     if not _cluster_up():
         if os.geteuid() != 0:
-            pytest.fail("no Slurm cluster answers `scontrol ping` and starting one needs root: run "
-                        "scripts/ci/slurm-up.sh as root first")
+            pytest.fail(
+                "no Slurm cluster answers `scontrol ping` and starting one needs root: run "
+                "scripts/ci/slurm-up.sh as root first"
+            )
         subprocess.run([str(REPO / "scripts/ci/slurm-up.sh")], check=True, timeout=900)
     assert _cluster_up()
 
@@ -73,8 +75,13 @@ def job_info(job_id: str) -> dict[str, str]:
     return parse_scontrol(proc.stdout) if proc.returncode == 0 else {}
 
 
-def wait_job(job_id: str, pred: Callable[[dict[str, str]], bool], timeout: float, what: str,
-             on_poll: Callable[[dict[str, str]], None] | None = None) -> dict[str, str]:
+def wait_job(
+    job_id: str,
+    pred: Callable[[dict[str, str]], bool],
+    timeout: float,
+    what: str,
+    on_poll: Callable[[dict[str, str]], None] | None = None,
+) -> dict[str, str]:
     """Poll `scontrol show job` every 0.2 s (sbatch --wait polls at 2, 10, 42 s) until `pred` holds."""
     deadline = time.monotonic() + timeout
     info: dict[str, str] = {}
@@ -131,8 +138,16 @@ def write_spec(base: str, dest: Path, *, name: str, **changes: object) -> Path:
     return dest
 
 
-def longhaul(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def longhaul(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Run the real CLI (`python -m longhaul.cli`) in `cwd`."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "longhaul.cli", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "longhaul.cli", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

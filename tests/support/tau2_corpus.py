@@ -197,20 +197,43 @@ def build_corpus(tasks: list[dict[str, Any]]) -> list[Case]:
         add(f"foreign_write/{tid}", tid, "foreign", _script(t, [*gold, foreign_write(tid)]))
 
         if int(tid) % 5 == 0:
-            add(f"gold_agent_stop/{tid}", tid, "gold_agent_stop",
-                [*_each(gold), Turn(_info_text(t) + " Goodbye! " + STOP)], end="agent_stop")
-            add(f"premature/{tid}", tid, "premature",
-                [*_each(gold), Turn(_info_text(t), reply="One more question, please.")], end="max_turns")
+            add(
+                f"gold_agent_stop/{tid}",
+                tid,
+                "gold_agent_stop",
+                [*_each(gold), Turn(_info_text(t) + " Goodbye! " + STOP)],
+                end="agent_stop",
+            )
+            add(
+                f"premature/{tid}",
+                tid,
+                "premature",
+                [*_each(gold), Turn(_info_text(t), reply="One more question, please.")],
+                end="max_turns",
+            )
             # Reads of other customers and a failing read are harmless.
             uid = user_ids[int(tid) % len(user_ids)]
-            add(f"foreign_reads/{tid}", tid, "foreign",
-                _script(t, [Call("get_user_details", {"user_id": uid}),
-                            Call("get_reservation_details", {"reservation_id": "ZZZZZZ"}), *gold]))
-            add(f"hallucinated_tool/{tid}", tid, "hallucinated",
-                _script(t, [Call("update_user_profile", {"user_id": uid, "note": "x"}), *gold]))
+            add(
+                f"foreign_reads/{tid}",
+                tid,
+                "foreign",
+                _script(
+                    t,
+                    [
+                        Call("get_user_details", {"user_id": uid}),
+                        Call("get_reservation_details", {"reservation_id": "ZZZZZZ"}),
+                        *gold,
+                    ],
+                ),
+            )
+            add(
+                f"hallucinated_tool/{tid}",
+                tid,
+                "hallucinated",
+                _script(t, [Call("update_user_profile", {"user_id": uid, "note": "x"}), *gold]),
+            )
         if len(gold) >= 2 and int(tid) % 3 == 0:
-            add(f"gold_one_turn/{tid}", tid, "gold_batched",
-                [Turn("", tuple(gold)), _closing(_info_text(t))])
+            add(f"gold_one_turn/{tid}", tid, "gold_batched", [Turn("", tuple(gold)), _closing(_info_text(t))])
 
         # Argument types: the raw JSON values reach the tool (τ² does no conversion).
         for i in writes:
@@ -276,7 +299,9 @@ def build_corpus(tasks: list[dict[str, Any]]) -> list[Case]:
             add(f"swap_writes/{tid}", tid, "reordered", _script(t, swapped))
             add(f"drop_first_write/{tid}", tid, "partial", _script(t, [c for j, c in enumerate(gold) if j != a]))
         if writes:
-            add(f"drop_last_write/{tid}", tid, "partial", _script(t, [c for j, c in enumerate(gold) if j != writes[-1]]))
+            add(
+                f"drop_last_write/{tid}", tid, "partial", _script(t, [c for j, c in enumerate(gold) if j != writes[-1]])
+            )
             add(f"reads_only/{tid}", tid, "partial", _script(t, [c for c in gold if not _is_write(c)]))
             k = writes[-1]
             add(f"duplicate_write/{tid}", tid, "duplicate", _script(t, [*gold[: k + 1], gold[k], *gold[k + 1 :]]))
@@ -286,13 +311,23 @@ def build_corpus(tasks: list[dict[str, Any]]) -> list[Case]:
             k = writes[-1]
             mid = [*gold[:k], _transfer(), *gold[k:]]
             add(f"transfer_mid/{tid}", tid, "transfer_mid", _script(t, mid, marker=TRANSFER))
-            add(f"transfer_mid_tau1/{tid}", tid, "transfer_mid_tau1", _script(t, mid, marker=TRANSFER),
-                transfer_ends_episode=True)
+            add(
+                f"transfer_mid_tau1/{tid}",
+                tid,
+                "transfer_mid_tau1",
+                _script(t, mid, marker=TRANSFER),
+                transfer_ends_episode=True,
+            )
         if int(tid) % 4 == 1:
             after = [*gold, _transfer(), foreign_write(tid)]
             add(f"transfer_then_write/{tid}", tid, "transfer_mid", _script(t, after, marker=TRANSFER))
-            add(f"transfer_then_write_tau1/{tid}", tid, "transfer_mid_tau1", _script(t, after, marker=TRANSFER),
-                transfer_ends_episode=True)
+            add(
+                f"transfer_then_write_tau1/{tid}",
+                tid,
+                "transfer_mid_tau1",
+                _script(t, after, marker=TRANSFER),
+                transfer_ends_episode=True,
+            )
         if int(tid) % 5 == 2 or tid in informing:
             end = [*_each(gold), Turn("", (_transfer(),)), _closing(_info_text(t), TRANSFER)]
             add(f"transfer_end/{tid}", tid, "transfer_end", end)
@@ -316,21 +351,32 @@ def build_corpus(tasks: list[dict[str, Any]]) -> list[Case]:
                 "spaced": [*_each(gold), _closing("Total: " + " and ".join(" ".join(s) for s in info))],
                 "in_tool_turn": [*_each(gold, content=f"Noting for you: {joined}."), _closing("All done.")],
                 "before_calls": [Turn(f"I expect {joined}.", reply=CONTINUE), *_each(gold), _closing("All done.")],
-                "user_only": [*_each(gold), Turn("Anything else?", reply=f"So it is {joined}, right?"),
-                              _closing("Yes.")],
+                "user_only": [
+                    *_each(gold),
+                    Turn("Anything else?", reply=f"So it is {joined}, right?"),
+                    _closing("Yes."),
+                ],
                 "agent_stop": [*_each(gold), Turn(f"It comes to {joined}. {STOP}")],
             }
             if any(len(s) >= 2 for s in info):
                 halves = [(s[: len(s) // 2], s[len(s) // 2 :]) for s in info]
-                variants_say["split"] = [*_each(gold), Turn("Part one: " + " ".join(h[0] for h in halves), reply=CONTINUE),
-                                         _closing("Part two: " + " ".join(h[1] for h in halves))]
+                variants_say["split"] = [
+                    *_each(gold),
+                    Turn("Part one: " + " ".join(h[0] for h in halves), reply=CONTINUE),
+                    _closing("Part two: " + " ".join(h[1] for h in halves)),
+                ]
             if len(info) >= 2:
                 variants_say["first_only"] = [*_each(gold), _closing(f"Total: {info[0]}.")]
             for name, turns in variants_say.items():
                 end = "agent_stop" if name == "agent_stop" else "user_stop"
                 add(f"communicate/{tid}/{name}", tid, "communicate", turns, end=end)
-            add(f"communicate/{tid}/premature", tid, "premature",
-                [*_each(gold), Turn(_info_text(t), reply=CONTINUE)], end="max_turns")
+            add(
+                f"communicate/{tid}/premature",
+                tid,
+                "premature",
+                [*_each(gold), Turn(_info_text(t), reply=CONTINUE)],
+                end="max_turns",
+            )
 
         # τ²'s error limit (MAX_ERRORS tool errors in an episode end it as too_many_errors, scored 0): exactly at
         # the limit, one below, spread over the conversation, crossed inside one turn, errors of every kind.
@@ -345,24 +391,59 @@ def build_corpus(tasks: list[dict[str, Any]]) -> list[Case]:
             add(f"errors/below_limit_after_gold/{tid}", tid, "errors_below_limit", _script(t, [*gold, *below]))
             # The count runs over the whole episode (messages to the user in between do not reset it).
             half = MAX_ERRORS // 2
-            add(f"errors/spread_at_limit/{tid}", tid, "errors_at_limit",
-                [*_each(at[:half]), Turn("Still checking, one moment.", reply=CONTINUE), *_each(at[half:]),
-                 *_each(gold), _closing(_info_text(t))])
-            add(f"errors/spread_below_limit/{tid}", tid, "errors_below_limit",
-                [*_each(below[:half]), Turn("Still checking, one moment.", reply=CONTINUE), *_each(below[half:]),
-                 *_each(gold), _closing(_info_text(t))])
+            add(
+                f"errors/spread_at_limit/{tid}",
+                tid,
+                "errors_at_limit",
+                [
+                    *_each(at[:half]),
+                    Turn("Still checking, one moment.", reply=CONTINUE),
+                    *_each(at[half:]),
+                    *_each(gold),
+                    _closing(_info_text(t)),
+                ],
+            )
+            add(
+                f"errors/spread_below_limit/{tid}",
+                tid,
+                "errors_below_limit",
+                [
+                    *_each(below[:half]),
+                    Turn("Still checking, one moment.", reply=CONTINUE),
+                    *_each(below[half:]),
+                    *_each(gold),
+                    _closing(_info_text(t)),
+                ],
+            )
             # Crossed inside one turn: the rest of that turn's calls still run, then the episode ends.
-            add(f"errors/batch_crossing/{tid}", tid, "errors_at_limit",
-                [*_each(errs[: MAX_ERRORS - 2]), Turn("", (errs[MAX_ERRORS - 2], errs[MAX_ERRORS - 1], *gold,
-                                                             errs[MAX_ERRORS])), _closing(_info_text(t))])
-            add(f"errors/batch_below/{tid}", tid, "errors_below_limit",
-                [*_each(errs[: MAX_ERRORS - 2]), Turn("", (errs[MAX_ERRORS - 2], *gold)), _closing(_info_text(t))])
+            add(
+                f"errors/batch_crossing/{tid}",
+                tid,
+                "errors_at_limit",
+                [
+                    *_each(errs[: MAX_ERRORS - 2]),
+                    Turn("", (errs[MAX_ERRORS - 2], errs[MAX_ERRORS - 1], *gold, errs[MAX_ERRORS])),
+                    _closing(_info_text(t)),
+                ],
+            )
+            add(
+                f"errors/batch_below/{tid}",
+                tid,
+                "errors_below_limit",
+                [*_each(errs[: MAX_ERRORS - 2]), Turn("", (errs[MAX_ERRORS - 2], *gold)), _closing(_info_text(t))],
+            )
             # All in one turn, and the limit on the last turn the turn limit allows.
-            add(f"errors/one_turn_at_limit/{tid}", tid, "errors_at_limit",
-                [Turn("", tuple(at)), *_each(gold), _closing(_info_text(t))])
+            add(
+                f"errors/one_turn_at_limit/{tid}",
+                tid,
+                "errors_at_limit",
+                [Turn("", tuple(at)), *_each(gold), _closing(_info_text(t))],
+            )
             add(f"errors/at_limit_last_turn/{tid}", tid, "errors_at_limit", _each([*gold, *at]), end="max_turns")
             # Only one kind of error: the same failing call repeated.
-            add(f"errors/same_call_at_limit/{tid}", tid, "errors_at_limit", _script(t, [*gold, *[errs[0]] * MAX_ERRORS]))
+            add(
+                f"errors/same_call_at_limit/{tid}", tid, "errors_at_limit", _script(t, [*gold, *[errs[0]] * MAX_ERRORS])
+            )
 
     ids = [c.id for c in cases]
     dupes = {i for i in ids if ids.count(i) > 1}

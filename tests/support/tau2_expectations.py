@@ -49,7 +49,9 @@ from support.tau2_corpus import STOP, TRANSFER_TOOL, Case, build_corpus  # noqa:
 
 def _tau2_commit(tau2_file: Path) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(tau2_file.parent), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            ["git", "-C", str(tau2_file.parent), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        )
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -57,7 +59,11 @@ def _tau2_commit(tau2_file: Path) -> str | None:
 
 def play(case: Case, tau2_task, messages_mod, simulation_mod, get_environment):
     """τ²'s trajectory for one case: (SimulationRun, error flags of the executed calls)."""
-    AssistantMessage, UserMessage, ToolCall = messages_mod.AssistantMessage, messages_mod.UserMessage, messages_mod.ToolCall
+    AssistantMessage, UserMessage, ToolCall = (
+        messages_mod.AssistantMessage,
+        messages_mod.UserMessage,
+        messages_mod.ToolCall,
+    )
     SimulationRun, TerminationReason = simulation_mod.SimulationRun, simulation_mod.TerminationReason
 
     env = get_environment()
@@ -89,10 +95,20 @@ def play(case: Case, tau2_task, messages_mod, simulation_mod, get_environment):
                 msgs.append(UserMessage(role="user", content=turn.reply))
     if case.end == "agent_stop" and end == "agent_stop":
         assert STOP in (msgs[-1].content or ""), case.id
-    reason = {"user_stop": TerminationReason.USER_STOP, "agent_stop": TerminationReason.AGENT_STOP,
-              "max_turns": TerminationReason.MAX_STEPS}[end]
-    sim = SimulationRun(id=case.id, task_id=case.task_id, start_time="", end_time="", duration=0.0,
-                        termination_reason=reason, messages=msgs)
+    reason = {
+        "user_stop": TerminationReason.USER_STOP,
+        "agent_stop": TerminationReason.AGENT_STOP,
+        "max_turns": TerminationReason.MAX_STEPS,
+    }[end]
+    sim = SimulationRun(
+        id=case.id,
+        task_id=case.task_id,
+        start_time="",
+        end_time="",
+        duration=0.0,
+        termination_reason=reason,
+        messages=msgs,
+    )
     return sim, "".join(errors)
 
 
@@ -108,7 +124,11 @@ def play_orchestrated(case: Case, tau2_task, messages_mod, get_environment):
     from tau2.orchestrator.orchestrator import Orchestrator
     from tau2.user.user_simulator_base import HalfDuplexUser, UserState
 
-    AssistantMessage, UserMessage, ToolCall = messages_mod.AssistantMessage, messages_mod.UserMessage, messages_mod.ToolCall
+    AssistantMessage, UserMessage, ToolCall = (
+        messages_mod.AssistantMessage,
+        messages_mod.UserMessage,
+        messages_mod.ToolCall,
+    )
     ToolMessage = messages_mod.ToolMessage
 
     class ScriptedAgent(HalfDuplexAgent):
@@ -129,8 +149,11 @@ def play_orchestrated(case: Case, tau2_task, messages_mod, get_environment):
                 return AssistantMessage(role="assistant", content=turn.content), state
             calls = []
             for c in turn.calls:
-                calls.append(ToolCall(id=f"call_{self.n}", name=c.name, arguments=copy.deepcopy(c.arguments),
-                                      requestor="assistant"))
+                calls.append(
+                    ToolCall(
+                        id=f"call_{self.n}", name=c.name, arguments=copy.deepcopy(c.arguments), requestor="assistant"
+                    )
+                )
                 self.n += 1
             return AssistantMessage(role="assistant", content=turn.content or None, tool_calls=calls), state
 
@@ -159,8 +182,15 @@ def play_orchestrated(case: Case, tau2_task, messages_mod, get_environment):
     # One step for the user's opening, then two per turn (the agent's message, then the tool results or the
     # user's reply): τ² checks max_steps after each, so the limit falls right after the last scripted turn.
     max_steps = 1 + 2 * len(case.turns) if case.end == "max_turns" else 10_000
-    orch = Orchestrator(domain="airline", agent=ScriptedAgent(env), user=ScriptedUser(), environment=env,
-                        task=tau2_task, max_steps=max_steps, max_errors=DEFAULT_MAX_ERRORS)
+    orch = Orchestrator(
+        domain="airline",
+        agent=ScriptedAgent(env),
+        user=ScriptedUser(),
+        environment=env,
+        task=tau2_task,
+        max_steps=max_steps,
+        max_errors=DEFAULT_MAX_ERRORS,
+    )
     sim = orch.run()
     errors = "".join("1" if m.error else "0" for m in sim.messages if isinstance(m, ToolMessage))
     return sim, errors
@@ -169,8 +199,9 @@ def play_orchestrated(case: Case, tau2_task, messages_mod, get_environment):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--tau2-commit", default=None,
-                    help="the tau2-bench commit installed, when its source is not a git checkout")
+    ap.add_argument(
+        "--tau2-commit", default=None, help="the tau2-bench commit installed, when its source is not a git checkout"
+    )
     ap.add_argument("--only", default=None, help="comma-separated case ids (prints, writes nothing)")
     args = ap.parse_args(argv)
 
@@ -211,8 +242,14 @@ def main(argv: list[str] | None = None) -> int:
         if info.reward_breakdown:
             comm = {str(getattr(k, "value", k)): v for k, v in info.reward_breakdown.items()}.get("COMMUNICATE")
             comm = None if comm is None else comm == 1.0
-        cases[case.id] = {"fp": case.fingerprint(), "reward": float(info.reward), "db": db, "communicate": comm,
-                          "errors": errors, "termination": termination}
+        cases[case.id] = {
+            "fp": case.fingerprint(),
+            "reward": float(info.reward),
+            "db": db,
+            "communicate": comm,
+            "errors": errors,
+            "termination": termination,
+        }
         if args.only:
             print(case.id, cases[case.id], json.dumps(case.to_json())[:400])
         elif (i + 1) % 100 == 0:
@@ -226,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "about": "Expected τ² rewards of the grader-parity corpus (tests/support/tau2_corpus.py), computed by the "
         "official evaluator; rebuild with tests/support/tau2_expectations.py (never edit by hand).",
-        "evaluator": "tau2.evaluator.evaluator.evaluate_simulation(EvaluationType.ALL, solo_mode=False, domain='airline')",
-        "orchestrator": "tau2.orchestrator.orchestrator.Orchestrator(max_errors=tau2.config.DEFAULT_MAX_ERRORS), scripted "
+        "evaluator": "tau2.evaluator.evaluator.evaluate_simulation(EvaluationType.ALL, solo_mode=False, domain='airline')",  # noqa: E501 - a string literal kept whole
+        "orchestrator": "tau2.orchestrator.orchestrator.Orchestrator(max_errors=tau2.config.DEFAULT_MAX_ERRORS), scripted "  # noqa: E501 - a string literal kept whole
         "agent and user (user_stop and max_turns cases)",
         "tau2_commit": args.tau2_commit or _tau2_commit(tau2_file),
         "data_sha256": data,
@@ -235,10 +272,15 @@ def main(argv: list[str] | None = None) -> int:
         "cases": cases,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({k: v for k, v in doc.items() if k != "cases"}, indent=1, ensure_ascii=False)[:-2] + ",", ' "cases": {']
+    lines = [
+        json.dumps({k: v for k, v in doc.items() if k != "cases"}, indent=1, ensure_ascii=False)[:-2] + ",",
+        ' "cases": {',
+    ]
     items = list(cases.items())
     for j, (cid, v) in enumerate(items):
-        lines.append(f"  {json.dumps(cid)}: {json.dumps(v, separators=(',', ':'))}" + ("," if j < len(items) - 1 else ""))
+        lines.append(
+            f"  {json.dumps(cid)}: {json.dumps(v, separators=(',', ':'))}" + ("," if j < len(items) - 1 else "")
+        )
     lines.append(" }\n}\n")
     args.out.write_text("\n".join(lines), encoding="utf-8")
     json.loads(args.out.read_text(encoding="utf-8"))  # well-formed

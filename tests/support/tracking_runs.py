@@ -62,14 +62,22 @@ def _outcomes(rng: random.Random, p: float) -> list[dict]:
                 ok = rng.random() < min(0.95, p * (0.5 + ease))
                 aborted = not ok and rng.random() < 0.2
                 calls = rng.randint(2, 8)
-                out.append({
-                    "task_id": str(t), "trial": trial, "success": ok, "subset": subset,
-                    "subsets": [subset, "covered_seen" if t % 2 else "uncovered_seen"] if subset == "train"
-                    else [subset, "unseen"],
-                    "aborted": aborted, "termination": "max_turns" if aborted else "user_stop",
-                    "num_tool_calls": calls, "num_tool_errors": int(rng.random() < 0.1),
-                    "num_turns": rng.randint(3, 12),
-                })
+                out.append(
+                    {
+                        "task_id": str(t),
+                        "trial": trial,
+                        "success": ok,
+                        "subset": subset,
+                        "subsets": [subset, "covered_seen" if t % 2 else "uncovered_seen"]
+                        if subset == "train"
+                        else [subset, "unseen"],
+                        "aborted": aborted,
+                        "termination": "max_turns" if aborted else "user_stop",
+                        "num_tool_calls": calls,
+                        "num_tool_errors": int(rng.random() < 0.1),
+                        "num_turns": rng.randint(3, 12),
+                    }
+                )
     return out
 
 
@@ -103,26 +111,36 @@ def populate_ablation_runs(tracking_uri: str, root: Path, *, job_id: str = "job-
     for i, (spec_file, (p0, p1, kind)) in enumerate(ABLATION.items()):
         exp = load_spec(REPO / "specs" / spec_file)
         run_dir = root / run_name(exp)
-        environ = {"LONGHAUL_JOB_ID": job_id, "LONGHAUL_IMAGE": "ghcr.io/longhaul-dev/trainer:0.1.0",
-                   "LONGHAUL_GIT_COMMIT": "0123456789abcdef0123456789abcdef01234567"}
+        environ = {
+            "LONGHAUL_JOB_ID": job_id,
+            "LONGHAUL_IMAGE": "ghcr.io/longhaul-dev/trainer:0.1.0",
+            "LONGHAUL_GIT_COMMIT": "0123456789abcdef0123456789abcdef01234567",
+        }
         tracked = start_or_resume_run(exp, tracking_uri, run_dir, "kubernetes", environ=environ)
-        env = tracking_env(exp, run_dir, "kubernetes", run_id=tracked.run_id,
-                           environ={"MLFLOW_TRACKING_URI": tracking_uri})
+        env = tracking_env(
+            exp, run_dir, "kubernetes", run_id=tracked.run_id, environ={"MLFLOW_TRACKING_URI": tracking_uri}
+        )
         rng = random.Random(1000 + i)
         curves = _training_curves(rng, kind)
         pop = PopulatedRun(spec_file, exp, tracked, run_dir, training=curves)
         with pytest.MonkeyPatch.context() as mp:
             for k, v in env.items():
                 mp.setenv(k, v)
-            tracker = Tracking(project_name=env["MLFLOW_EXPERIMENT_NAME"], experiment_name=run_name(exp),
-                               default_backend=["mlflow"],
-                               config={"algorithm": {"adv_estimator": str(exp.spec.algorithm.advantage)},
-                                       "trainer": {"total_training_steps": STEPS}})
+            tracker = Tracking(
+                project_name=env["MLFLOW_EXPERIMENT_NAME"],
+                experiment_name=run_name(exp),
+                default_backend=["mlflow"],
+                config={
+                    "algorithm": {"adv_estimator": str(exp.spec.algorithm.advantage)},
+                    "trainer": {"total_training_steps": STEPS},
+                },
+            )
             for step in range(1, STEPS + 1):
                 tracker.log({k: dict(v)[step] for k, v in curves.items() if step in dict(v)}, step=step)
                 if step in CHECKPOINTS:
-                    log_checkpoint(tracking_uri, tracked.run_id, step,
-                                   f"s3://checkpoints/{run_name(exp)}/global_step_{step}")
+                    log_checkpoint(
+                        tracking_uri, tracked.run_id, step, f"s3://checkpoints/{run_name(exp)}/global_step_{step}"
+                    )
             tracker.finish()
         for j, step in enumerate(CHECKPOINTS):
             p = p0 + (p1 - p0) * j / (len(CHECKPOINTS) - 1)
@@ -168,15 +186,25 @@ def populate_seed_study(tracking_uri: str, root: Path, *, step: int = 5) -> dict
         arm = StudyArm(group)
         for r in seed_runs(group):
             seed = r.spec.algorithm.seed
-            tracked = start_or_resume_run(r, tracking_uri, root / run_name(r), "kubernetes",
-                                          environ={"LONGHAUL_JOB_ID": f"{name}-{seed}"})
+            tracked = start_or_resume_run(
+                r, tracking_uri, root / run_name(r), "kubernetes", environ={"LONGHAUL_JOB_ID": f"{name}-{seed}"}
+            )
             seed_shift = rng.uniform(-0.05, 0.05)
             out = []
             for subset, tasks in TASKS.items():
                 for t in tasks:
                     q = min(0.95, max(0.05, p + task_shift[t] + seed_shift))
-                    out += [{"task_id": str(t), "trial": i, "success": rng.random() < q, "subset": subset,
-                             "subsets": [subset], "num_turns": 3} for i in range(TRIALS)]
+                    out += [
+                        {
+                            "task_id": str(t),
+                            "trial": i,
+                            "success": rng.random() < q,
+                            "subset": subset,
+                            "subsets": [subset],
+                            "num_turns": 3,
+                        }
+                        for i in range(TRIALS)
+                    ]
             jsonl = root / f"{run_name(r)}.results.jsonl"
             jsonl.write_text("".join(json.dumps(o) + "\n" for o in out), encoding="utf-8")
             log_evaluation(tracked.run_id, step, build_summary(out, seed=seed), jsonl, tracking_uri=tracking_uri)

@@ -29,8 +29,12 @@ def main() -> None:
 
     from verl.utils.tracking import Tracking
 
-    tracker = Tracking(project_name="longhaul-reliability", experiment_name="trainer", default_backend=["mlflow"],
-                       config={"trainer": {"total_training_steps": args.first + args.steps - 1}})
+    tracker = Tracking(
+        project_name="longhaul-reliability",
+        experiment_name="trainer",
+        default_backend=["mlflow"],
+        config={"trainer": {"total_training_steps": args.first + args.steps - 1}},
+    )
     print("ready", flush=True)
     for step in range(args.first, args.first + args.steps):
         start = time.time()

@@ -45,10 +45,23 @@ class VllmFrontends:
     `-m <module>`)."""
 
     def __init__(self, python: Path) -> None:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-               "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
-        self.proc = subprocess.Popen([str(python), __file__], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "VLLM_HOST_IP": "127.0.0.1",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_LOGGING_LEVEL": "ERROR",
+        }
+        self.proc = subprocess.Popen(
+            [str(python), __file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         ready = self.proc.stdout.readline()
         if not ready.startswith("ready"):
             self.proc.kill()
@@ -73,12 +86,20 @@ class VllmFrontends:
         """Prompt token ids the server renders for a chat-completions request body."""
         return self._ask({"op": "render", "server": server, "request": body})["prompt_token_ids"]
 
-    def derender(self, server: str, body: dict[str, Any], token_ids: list[int],
-                 prompt_token_ids: list[int]) -> dict[str, Any]:
+    def derender(
+        self, server: str, body: dict[str, Any], token_ids: list[int], prompt_token_ids: list[int]
+    ) -> dict[str, Any]:
         """The assistant message (OpenAI shape) the server returns for generated `token_ids` (without the stop
         token, as the engine's text leaves it out)."""
-        return self._ask({"op": "derender", "server": server, "request": body, "token_ids": token_ids,
-                          "prompt_token_ids": prompt_token_ids})["message"]
+        return self._ask(
+            {
+                "op": "derender",
+                "server": server,
+                "request": body,
+                "token_ids": token_ids,
+                "prompt_token_ids": prompt_token_ids,
+            }
+        )["message"]
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -123,23 +144,30 @@ def _serve() -> None:  # pragma: no cover - runs under vLLM's interpreter
         engine_args = AsyncEngineArgs.from_cli_args(args)
         model_config = engine_args.create_model_config()
         model_config.quantization = None
-        vllm_config = VllmConfig(model_config=model_config, logging_config=engine_args.create_logging_config(),
-                                 structured_outputs_config=engine_args.create_structured_outputs_config())
+        vllm_config = VllmConfig(
+            model_config=model_config,
+            logging_config=engine_args.create_logging_config(),
+            structured_outputs_config=engine_args.create_structured_outputs_config(),
+        )
         renderer = renderer_from_config(vllm_config)
         common = dict(
-            model_config=model_config, renderer=renderer, request_logger=None,
+            model_config=model_config,
+            renderer=renderer,
+            request_logger=None,
             chat_template=load_chat_template(args.chat_template),
             chat_template_content_format=args.chat_template_content_format,
             trust_request_chat_template=args.trust_request_chat_template,
             enable_auto_tools=args.enable_auto_tool_choice,
             exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
-            tool_parser=args.tool_call_parser, tool_strict_level=args.tool_strict_level,
+            tool_parser=args.tool_call_parser,
+            tool_strict_level=args.tool_strict_level,
             reasoning_parser=args.reasoning_parser or vllm_config.structured_outputs_config.reasoning_parser,
             default_chat_template_kwargs=resolve_default_chat_template_kwargs(args),
             log_error_stack=args.log_error_stack,
         )
-        return OnlineRenderer(trust_request_mm_kwargs=args.trust_request_mm_kwargs, **common), \
-            OnlineDerenderer(**common)
+        return OnlineRenderer(trust_request_mm_kwargs=args.trust_request_mm_kwargs, **common), OnlineDerenderer(
+            **common
+        )
 
     print("ready", flush=True)
 
@@ -155,9 +183,10 @@ def _serve() -> None:  # pragma: no cover - runs under vLLM's interpreter
                 return {"error": result.model_dump_json()}
             _, inputs = result
             return {"prompt_token_ids": list(inputs[0]["prompt_token_ids"])}
-        generated = GenerateTokensResponse(choices=[GenerateTokensChoice(index=0, token_ids=req["token_ids"],
-                                                                         finish_reason="stop")],
-                                           prompt_token_ids=req["prompt_token_ids"])
+        generated = GenerateTokensResponse(
+            choices=[GenerateTokensChoice(index=0, token_ids=req["token_ids"], finish_reason="stop")],
+            prompt_token_ids=req["prompt_token_ids"],
+        )
         choices = await back.derender_chat(generated, request, req["prompt_token_ids"])
         return {"message": choices[0].message.model_dump(mode="json", exclude_none=True)}
 

@@ -45,8 +45,9 @@ def _archive(path: Path, payload: bytes = b"tensor data" * 50) -> None:
         zf.writestr("archive/data.pkl", payload)
 
 
-def _fake_step(root: Path, step: int, *, world_size: int = 2, missing_rank: int | None = None,
-               component: str | None = "actor") -> Path:
+def _fake_step(
+    root: Path, step: int, *, world_size: int = 2, missing_rank: int | None = None, component: str | None = "actor"
+) -> Path:
     d = shard_dir(root, step, component)
     (d / "huggingface").mkdir(parents=True)
     (d / "huggingface" / "config.json").write_text("{}")
@@ -128,8 +129,9 @@ def test_prepare_resume_points_the_tracker_at_the_newest_complete_step(tmp_path)
     _fake_step(tmp_path, 3, missing_rank=1)
     point = prepare_resume(tmp_path)
     assert point.step == 2 and not step_dir(tmp_path, 3).exists()
-    assert point.changes == ("removed global_step_3: a save cut short (not recorded in "
-                             "latest_checkpointed_iteration.txt, files not whole)",)
+    assert point.changes == (
+        "removed global_step_3: a save cut short (not recorded in latest_checkpointed_iteration.txt, files not whole)",
+    )
 
     # The tracker cut short by a kill (veRL's open("w") truncates first): the newest whole step.
     _track(tmp_path, "")
@@ -212,8 +214,9 @@ def test_merge_lora_adapter_equals_adapter_model(tmp_path):
     base.save_pretrained(tmp_path / "base")
     tok.save_pretrained(tmp_path / "base")
     torch.manual_seed(1)
-    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
-                                                 init_lora_weights=False))
+    peft_model = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
+    )
     peft_model.save_pretrained(tmp_path / "adapter")
     ids = torch.tensor([tok("a reservation", add_special_tokens=False)["input_ids"]])
     with torch.no_grad():
@@ -238,7 +241,7 @@ TEXT = "a reservation for the airline agent"
 #: layout: wraps the tiny model with veRL's `apply_fsdp2`, takes one optimizer step so the weights differ from
 #: the base, saves with veRL's `FSDPCheckpointManager` (and `data.pt`, as main_ppo does), writes veRL's tracker
 #: file, dumps the full state dict.
-WRITER = textwrap.dedent('''
+WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
 
@@ -283,7 +286,7 @@ WRITER = textwrap.dedent('''
         torch.save({k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
                     for k, v in model.state_dict().items()}, root / layout / "expected.pt")
     dist.destroy_process_group()
-''')
+""")
 
 
 def _tiny_tokenizer():
@@ -295,10 +298,15 @@ def _tiny_tokenizer():
 def _tiny_model(tok):
     from longhaul.tiny.models import TinyArch, build_model
 
-    arch = TinyArch(hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=2,
-                    num_key_value_heads=1, max_position_embeddings=512)
-    return build_model(arch, vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                       seed=0)
+    arch = TinyArch(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+    )
+    return build_model(arch, vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -311,8 +319,13 @@ def real(tmp_path_factory) -> dict[str, Path]:
     tok = _tiny_tokenizer()
     _tiny_model(tok).save_pretrained(root / "base")
     tok.save_pretrained(root / "base")
-    res = subprocess.run([sys.executable, "-c", WRITER, str(root), str(root / "base"), TEXT],
-                         env={**os.environ, **cpu_job_env()}, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-c", WRITER, str(root), str(root / "base"), TEXT],
+        env={**os.environ, **cpu_job_env()},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     return {"base": root / "base", "ppo": root / "ppo", "sft_lora": root / "sft_lora"}
 
@@ -357,9 +370,12 @@ def test_merge_real_checkpoint(real, tmp_path, monkeypatch):
     merged = AutoModelForCausalLM.from_pretrained(out, dtype="auto").state_dict()
     assert merged.keys() <= saved.keys() and "model.embed_tokens.weight" in merged
     # veRL's merger writes bfloat16: the merged weights are the saved ones, rounded to bfloat16
-    assert all(_bf16_equal(merged[k], saved[k]) for k in merged), [k for k in merged if not _bf16_equal(merged[k], saved[k])]
-    assert not torch.allclose(merged["model.layers.0.mlp.up_proj.weight"].float(),
-                              base["model.layers.0.mlp.up_proj.weight"], atol=1e-3)  # trained, not the base
+    assert all(_bf16_equal(merged[k], saved[k]) for k in merged), [
+        k for k in merged if not _bf16_equal(merged[k], saved[k])
+    ]
+    assert not torch.allclose(
+        merged["model.layers.0.mlp.up_proj.weight"].float(), base["model.layers.0.mlp.up_proj.weight"], atol=1e-3
+    )  # trained, not the base
     tok, base_tok = AutoTokenizer.from_pretrained(out), AutoTokenizer.from_pretrained(real["base"])
     assert tok(TEXT)["input_ids"] == base_tok(TEXT)["input_ids"] and tok.chat_template == base_tok.chat_template
     assert json.loads((out / MERGE_RECORD).read_text())["lora_merged"] is False
@@ -427,6 +443,8 @@ def test_export_real_sft_lora_checkpoint(real, tmp_path):
         assert not torch.allclose(w.float(), base_w, rtol=1e-2, atol=1e-2), k  # the adapter was applied
     assert targets == 7  # q, k, v, o, gate, up, down of the one layer
     assert json.loads((out / MERGE_RECORD).read_text())["lora_merged"] is True
-    assert AutoTokenizer.from_pretrained(out)(TEXT)["input_ids"] == \
-        AutoTokenizer.from_pretrained(real["base"])(TEXT)["input_ids"]
+    assert (
+        AutoTokenizer.from_pretrained(out)(TEXT)["input_ids"]
+        == AutoTokenizer.from_pretrained(real["base"])(TEXT)["input_ids"]
+    )
     assert sorted(p.name for p in out.parent.iterdir()) == ["model"]

@@ -30,7 +30,11 @@ def _docstrings(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 out.add(id(first.value))
     return out
 
@@ -39,17 +43,24 @@ def find_env_literals(source: str, filename: str = "<source>") -> list[str]:
     """`file:line: 'text'` for every non-docstring string literal that holds a `LONGHAUL_` name."""
     tree = ast.parse(source, filename)
     docs = _docstrings(tree)
-    return [f"{filename}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
-            and NAME.search(node.value)]
+    return [
+        f"{filename}:{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docs
+        and NAME.search(node.value)
+    ]
 
 
 def test_no_longhaul_variable_named_outside_constants() -> None:
     sources = _sources()
     assert len(sources) > 50 and any(f.parent.name == "operator" for f in sources)
     found = [hit for f in sources for hit in find_env_literals(f.read_text(encoding="utf-8"), str(f.relative_to(ROOT)))]
-    assert not found, ("name these variables in pipelines/longhaul/constants.py and import them "
-                       "(`from longhaul import constants as C`):\n" + "\n".join(found))
+    assert not found, (
+        "name these variables in pipelines/longhaul/constants.py and import them "
+        "(`from longhaul import constants as C`):\n" + "\n".join(found)
+    )
 
 
 def test_the_scan_sees_literals_and_f_string_parts_but_not_docstrings_or_comments() -> None:

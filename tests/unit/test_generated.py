@@ -81,8 +81,11 @@ def test_check_jsonschema_cli_accepts_specs(tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("check-jsonschema")
     res = subprocess.run([str(exe), "--schemafile", str(schema_file), *specs], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
-    res = subprocess.run([str(exe), "--schemafile", str(ROOT / "specs" / "experiment.schema.json"), *specs],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [str(exe), "--schemafile", str(ROOT / "specs" / "experiment.schema.json"), *specs],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 

@@ -32,8 +32,11 @@ def _exports(script: str) -> dict[str, str]:
 def test_kubernetes_run_dir_is_the_layouts_whatever_the_mount_paths_slashes(root: str) -> None:
     exp = spec_variant("lata", backends__kubernetes__checkpoint_volume={"claim_name": "c", "mount_path": root})
     assert kubernetes.run_dir(exp) == default_run_dir(exp, "kubernetes") == f"/ckpt/{run_name(exp)}"
-    env = {e["name"]: e["value"] for e in kubernetes.render_job(exp, "grpo")["spec"]["template"]["spec"]
-           ["containers"][0]["env"] if "value" in e}
+    env = {
+        e["name"]: e["value"]
+        for e in kubernetes.render_job(exp, "grpo")["spec"]["template"]["spec"]["containers"][0]["env"]
+        if "value" in e
+    }
     assert env[C.ENV_RUN_DIR] == f"/ckpt/{run_name(exp)}"
 
 
@@ -57,8 +60,11 @@ def test_every_renderer_sets_the_same_job_environment() -> None:
     k8s_env = {e["name"]: e["value"] for e in container if "value" in e}
     sh_env = {k: v.strip("'\"") for k, v in _exports(slurm.render_slurm(exp)).items()}
     plan_env = render_plan(exp, "local", "/r").env
-    for backend, got, run_dir in (("kubernetes", k8s_env, k8s_dir), ("slurm", sh_env, slurm_dir),
-                                  ("local", plan_env, "/r")):
+    for backend, got, run_dir in (
+        ("kubernetes", k8s_env, k8s_dir),
+        ("slurm", sh_env, slurm_dir),
+        ("local", plan_env, "/r"),
+    ):
         want = job_env(backend, name, run_dir, "")
         del want[C.ENV_SPEC]  # the one deliberate difference, checked below
         assert {k: got.get(k) for k in want} == want, backend
@@ -75,8 +81,11 @@ def test_apptainer_passes_every_job_variable_into_the_container() -> None:
     exp = spec_variant("lata", backends__slurm__container__runtime="apptainer")
     for stage in (None, "grpo"):
         script = slurm.render_slurm(exp, stage=stage)
-        passed = {line.split('"')[1].split("=")[0] for line in script.splitlines() if line.strip().startswith("--env")
-                  or '--env "' in line}
+        passed = {
+            line.split('"')[1].split("=")[0]
+            for line in script.splitlines()
+            if line.strip().startswith("--env") or '--env "' in line
+        }
         assert set(_exports(script)) - {"RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"} <= passed, stage
 
 
@@ -90,8 +99,11 @@ def test_one_name_for_each_run_file() -> None:
     assert checkpoints.TRACKER_FILE == layout.TRACKER_FILE
     paths = Paths.under("/runs/r/")
     assert paths.run_dir == "/runs/r" and paths.tracker_file == f"/runs/r/checkpoints/{layout.TRACKER_FILE}"
-    sft = spec_variant("lata", stages=["sft", "grpo"], sft={"epochs": 1, "batch_size": 8, "micro_batch_size_per_gpu": 2,
-                                                              "max_length": 12288})
+    sft = spec_variant(
+        "lata",
+        stages=["sft", "grpo"],
+        sft={"epochs": 1, "batch_size": 8, "micro_batch_size_per_gpu": 2, "max_length": 12288},
+    )
     assert paths.sft.model == "/runs/r/sft/model" == policy_model_path(sft, paths)
 
 

@@ -53,8 +53,11 @@ def test_the_crd_schema_lists_only_phases_of_the_enum() -> None:
     from longhaul.spec.export import STATUS_SCHEMA
 
     props = STATUS_SCHEMA["properties"]
-    enums = [props["phase"]["enum"], props["seedRuns"]["items"]["properties"]["phase"]["enum"],
-             props["history"]["items"]["properties"]["phase"]["enum"]]
+    enums = [
+        props["phase"]["enum"],
+        props["seedRuns"]["items"]["properties"]["phase"]["enum"],
+        props["history"]["items"]["properties"]["phase"]["enum"],
+    ]
     for enum in enums:
         assert set(enum) <= {p.value for p in Phase}
     assert set(enums[0]) == {p.value for p in Phase} - {Phase.SUPERSEDED, Phase.UNKNOWN}
@@ -93,7 +96,13 @@ def _assignments(name: str) -> list[str]:
     for f in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(f.read_text(encoding="utf-8"))
         for node in tree.body:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
             if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                 out.append(str(f.relative_to(PACKAGE)))
     return out

@@ -71,7 +71,9 @@ def render_tool_config_yaml(exp: Any) -> str:
     set does not depend on the spec."""
     from longhaul.envs.airline.tools import tool_schemas
 
-    tools = [{"class_name": TOOL_CLASS, "config": {"type": "native"}, "tool_schema": schema} for schema in tool_schemas()]
+    tools = [
+        {"class_name": TOOL_CLASS, "config": {"type": "native"}, "tool_schema": schema} for schema in tool_schemas()
+    ]
     return yaml.safe_dump({"tools": tools}, sort_keys=False, allow_unicode=True)
 
 

@@ -55,8 +55,9 @@ class RolloutContext:
         step = None if step is None else int(step)
         index, session = int(index or 0), int(session or 0)
         seed = derive_rollout_seed(extra.get("seed"), step=step, index=index, session=session, validate=validate)
-        return cls(step=step, validate=validate, index=index, session=session,
-                   uid=None if uid is None else str(uid), seed=seed)
+        return cls(
+            step=step, validate=validate, index=index, session=session, uid=None if uid is None else str(uid), seed=seed
+        )
 
     def weights_version_floor(self) -> int:
         """The policy version a trajectory of this step is generated with when no generation reports one: the sync

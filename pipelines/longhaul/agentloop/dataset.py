@@ -24,10 +24,16 @@ def _row(task_id: str, index: int, split: str, labels: list[str], seed: int, val
         "prompt": [{"role": "user", "content": f"tau2 airline task {task_id}"}],
         "agent_name": AGENT_LOOP_NAME,
         "reward_model": {"style": "rule", "ground_truth": ""},
-        "extra_info": {"task_id": task_id, "index": index, "split": split, "subsets": labels, "seed": seed,
-                       # veRL does not tell an agent loop whether it runs a validation rollout; the row does
-                       # (validation traces and user-simulator seeds differ from training ones).
-                       "validate": validate},
+        "extra_info": {
+            "task_id": task_id,
+            "index": index,
+            "split": split,
+            "subsets": labels,
+            "seed": seed,
+            # veRL does not tell an agent loop whether it runs a validation rollout; the row does
+            # (validation traces and user-simulator seeds differ from training ones).
+            "validate": validate,
+        },
     }
 
 
@@ -39,8 +45,10 @@ def build_verl_rows(exp: Experiment) -> dict[str, list[dict[str, Any]]]:
     seed = exp.spec.algorithm.seed
     train = [_row(t, i, "train", split.labels(t), seed, False) for i, t in enumerate(split.train)]
     everything = [*split.train, *split.test]
-    val = [_row(t, i, "train" if t in split.train else "test", split.labels(t), seed, True)
-           for i, t in enumerate(everything)]
+    val = [
+        _row(t, i, "train" if t in split.train else "test", split.labels(t), seed, True)
+        for i, t in enumerate(everything)
+    ]
     return {"train": train, "val": val}
 
 
@@ -57,7 +65,10 @@ def write_verl_inputs(exp: Experiment, paths: Paths) -> list[Path]:
         pq.write_table(pa.Table.from_pylist(rows), tmp)
         tmp.replace(target)
         written.append(target)
-    for name, text in ((AGENT_LOOP_FILE, render_agent_loop_yaml(exp)), (TOOL_CONFIG_FILE, render_tool_config_yaml(exp))):
+    for name, text in (
+        (AGENT_LOOP_FILE, render_agent_loop_yaml(exp)),
+        (TOOL_CONFIG_FILE, render_tool_config_yaml(exp)),
+    ):
         target = Path(paths.config_dir) / name
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp")

@@ -92,7 +92,7 @@ class LonghaulAgentLoopOutput(AgentLoopOutput):
             row = torch.tensor(self.token_rewards, dtype=torch.float32)
             if row.shape != output["response_mask"].shape:
                 raise ValueError(
-                    f"token_rewards has {row.shape[0]} entries but the response has {output['response_mask'].shape[0]} tokens"
+                    f"token_rewards has {row.shape[0]} entries but the response has {output['response_mask'].shape[0]} tokens"  # noqa: E501 - a string literal kept whole
                 )
             output["rm_scores"] = row
         return output
@@ -114,7 +114,7 @@ def parse_hermes(text: str) -> tuple[str, list[ParsedCall]]:
             if isinstance(args, str):
                 args = json.loads(args)
             if name == "<unparsed>" or not isinstance(args, dict):
-                raise ValueError("expected {\"name\": string, \"arguments\": object}")
+                raise ValueError('expected {"name": string, "arguments": object}')
             calls.append(ParsedCall(name, args, json.dumps(args, ensure_ascii=False)))
         except (ValueError, TypeError) as e:
             calls.append(ParsedCall(name, None, raw, parse_error=f"{type(e).__name__}: {e}"))
@@ -190,14 +190,16 @@ class VerlTokenPolicy:
             if key in extra and key in self.extra_fields:
                 self.extra_fields[key] = int(self.extra_fields[key] or 0) + int(extra[key] or 0)
 
-    async def next_turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> PolicyTurn:
+    async def next_turn(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int
+    ) -> PolicyTurn:
         loop = self.loop
         msgs = _template_messages(messages)
         if self.token_ids is None:
             # Rendered without veRL's prompt cap: veRL would silently left-truncate a long prompt (cutting the
             # policy text); the runner ends the episode as context_overflow and the loop fails the trajectory.
             full = await render_prompt_tokens(loop, msgs, tools)
-            self.token_ids = full[-loop.prompt_length:]
+            self.token_ids = full[-loop.prompt_length :]
             self.prompt_len = len(self.token_ids)
             if len(full) > loop.prompt_length:
                 self.prompt_overflow = f"prompt has {len(full)} tokens; rollout.prompt_length is {loop.prompt_length}"
@@ -206,7 +208,12 @@ class VerlTokenPolicy:
             previous = msgs[: self._synced + 1]  # up to and including the assistant turn generated last
             if len(msgs) > len(previous):
                 merge, mask, lps = await loop.ct_merge_context_msg(
-                    previous, msgs, self.token_ids, self.response_mask, self._logprobs_arg(None), tools=tools,
+                    previous,
+                    msgs,
+                    self.token_ids,
+                    self.response_mask,
+                    self._logprobs_arg(None),
+                    tools=tools,
                 )
                 self.token_ids = list(merge.token_ids)
                 self.response_mask = list(mask)
@@ -223,15 +230,21 @@ class VerlTokenPolicy:
             params["stop_token_ids"] = list(set((params.get("stop_token_ids") or []) + list(stop)))
         with simple_timer("generate_sequences", self.metrics):
             out = await loop.server_manager.generate(
-                request_id=self.request_id, prompt_ids=self.token_ids, sampling_params=params,
-                image_data=None, video_data=None,
+                request_id=self.request_id,
+                prompt_ids=self.token_ids,
+                sampling_params=params,
+                image_data=None,
+                video_data=None,
             )
         if out.num_preempted is not None:
             self.metrics["num_preempted"] = max(self.metrics["num_preempted"], 0) + out.num_preempted
         self._record_extra_fields(dict(out.extra_fields or {}))
         self.generations += 1
         merge, mask, lps = await loop.ct_merge_assistant_token(
-            self.token_ids, out.token_ids, self.response_mask, self._logprobs_arg(out.log_probs),
+            self.token_ids,
+            out.token_ids,
+            self.response_mask,
+            self._logprobs_arg(out.log_probs),
             assistant_logprobs=out.log_probs or None,
         )
         self.token_ids = list(merge.token_ids)
@@ -251,13 +264,22 @@ class VerlTokenPolicy:
             for fc in fcalls:
                 try:
                     args = json.loads(fc.arguments)
-                    calls.append(ParsedCall(fc.name, args if isinstance(args, dict) else None, fc.arguments,
-                                            None if isinstance(args, dict) else "arguments are not an object"))
+                    calls.append(
+                        ParsedCall(
+                            fc.name,
+                            args if isinstance(args, dict) else None,
+                            fc.arguments,
+                            None if isinstance(args, dict) else "arguments are not an object",
+                        )
+                    )
                 except ValueError as e:
                     calls.append(ParsedCall(fc.name, None, fc.arguments, parse_error=str(e)))
         return PolicyTurn(
-            content=content, tool_calls=calls, completion_tokens=len(out.token_ids),
-            finish_reason=out.stop_reason, prompt_tokens=prompt_tokens,
+            content=content,
+            tool_calls=calls,
+            completion_tokens=len(out.token_ids),
+            finish_reason=out.stop_reason,
+            prompt_tokens=prompt_tokens,
         )
 
     def output_extra_fields(self, ctx: RolloutContext) -> dict[str, Any]:
@@ -273,8 +295,11 @@ class VerlTokenPolicy:
         hi = fields.get("max_global_steps", fields.get("global_steps"))
         lo = floor if lo is None else int(lo)
         hi = lo if hi is None else int(hi)
-        fields.update(global_steps=hi if fields.get("global_steps") is None else int(fields["global_steps"]),
-                      min_global_steps=lo, max_global_steps=max(lo, hi))
+        fields.update(
+            global_steps=hi if fields.get("global_steps") is None else int(fields["global_steps"]),
+            min_global_steps=lo,
+            max_global_steps=max(lo, hi),
+        )
         return fields
 
 
@@ -311,7 +336,9 @@ class _FailingUser:
             raise TrajectoryFailed("user_simulator_error", f"{type(exc).__name__}: {exc}") from exc
 
 
-async def render_prompt_tokens(loop: ToolAgentLoop, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+async def render_prompt_tokens(
+    loop: ToolAgentLoop, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> list[int]:
     """System prompt + tools + first user message as veRL's continuous-token builder renders them (uncapped)."""
     builder = loop.continuous_token_builder
     return list(await loop.loop.run_in_executor(None, lambda: builder.build_initial_tokens(messages, tools=tools)))
@@ -373,7 +400,9 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
 
         s = self.user_settings
         key = os.environ.get(s["api_key_env"]) if s.get("api_key_env") else None
-        client = shared_chat_client(s["base_url"], s["model"], api_key=key, role="user simulator", retry=self.user_retry)
+        client = shared_chat_client(
+            s["base_url"], s["model"], api_key=key, role="user simulator", retry=self.user_retry
+        )
         return OpenAIUserSimulator(client, SamplingParams(s["temperature"], s["top_p"], s["max_tokens"]), seed=seed)
 
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
@@ -388,13 +417,20 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
         trace_root = rollout_dir_from_env()
         try:
             traj = await run_episode(
-                _TimedTools(self.make_env(), policy.metrics), task, policy, user, self.limits,
-                trial=ctx.session, seed=ctx.seed, on_message=transcript.append,
+                _TimedTools(self.make_env(), policy.metrics),
+                task,
+                policy,
+                user,
+                self.limits,
+                trial=ctx.session,
+                seed=ctx.seed,
+                on_message=transcript.append,
             )
         except TrajectoryFailed as exc:
             if trace_root:
-                record = build_trace_record(ctx, None, task_id=str(task.id), failed=exc.reason, error=str(exc),
-                                            messages=transcript)
+                record = build_trace_record(
+                    ctx, None, task_id=str(task.id), failed=exc.reason, error=str(exc), messages=transcript
+                )
                 await log_trace(trace_root, ctx, record, failed=True)
             raise
         if traj.termination == Termination.ENDPOINT_ERROR:  # the harness ended it, not the agent: never trains
@@ -407,8 +443,14 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
             if trace_root:
                 # `trajectory` stays null for a failure (readers such as `longhaul explain` skip it: it never
                 # trained); the runner's record of what happened is kept beside it
-                record = build_trace_record(ctx, None, task_id=traj.task_id, failed=failed.reason, error=str(failed),
-                                            failed_trajectory=traj.to_dict())
+                record = build_trace_record(
+                    ctx,
+                    None,
+                    task_id=traj.task_id,
+                    failed=failed.reason,
+                    error=str(failed),
+                    failed_trajectory=traj.to_dict(),
+                )
                 await log_trace(trace_root, ctx, record, failed=True)
             raise failed
         if policy.token_ids is None:
@@ -417,20 +459,34 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
             from longhaul.envs.runner import tool_schemas
 
             full = await render_prompt_tokens(self, _template_messages(traj.messages[:2]), tool_schemas())
-            policy.token_ids = full[-self.prompt_length:]
+            policy.token_ids = full[-self.prompt_length :]
             policy.prompt_len = len(policy.token_ids)
         output, reward = self.build_output(traj, policy, ctx)
         if trace_root:
-            timing.update(generate_sequences=policy.metrics["generate_sequences"],
-                          tool_calls=policy.metrics["tool_calls"], total=time.perf_counter() - started)
+            timing.update(
+                generate_sequences=policy.metrics["generate_sequences"],
+                tool_calls=policy.metrics["tool_calls"],
+                total=time.perf_counter() - started,
+            )
             record = build_trace_record(
-                ctx, traj.to_dict(), task_id=traj.task_id, termination=str(traj.termination),
-                reward={"score": reward.score, "outcome": reward.outcome, "process": reward.process,
-                        "weight": reward.weight, "turn_rewards": list(reward.turn_rewards),
-                        "credit": self.reward_settings.credit},
+                ctx,
+                traj.to_dict(),
+                task_id=traj.task_id,
+                termination=str(traj.termination),
+                reward={
+                    "score": reward.score,
+                    "outcome": reward.outcome,
+                    "process": reward.process,
+                    "weight": reward.weight,
+                    "turn_rewards": list(reward.turn_rewards),
+                    "credit": self.reward_settings.credit,
+                },
                 reward_extra_info=output.extra_fields["reward_extra_info"],
-                tokens={"prompt": len(output.prompt_ids), "response": len(output.response_ids),
-                        "generated": int(sum(output.response_mask))},
+                tokens={
+                    "prompt": len(output.prompt_ids),
+                    "response": len(output.response_ids),
+                    "generated": int(sum(output.response_mask)),
+                },
                 weights_version={k: output.extra_fields[k] for k in VERSION_KEYS},
                 timing={k: round(v, 6) for k, v in timing.items()},
             )
@@ -449,7 +505,7 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
         reward = rs.combine(traj.outcome, prm)
         ids = policy.token_ids or []
         n = self.response_length
-        response_ids = ids[policy.prompt_len:][:n]
+        response_ids = ids[policy.prompt_len :][:n]
         mask = policy.response_mask[:n]
         logprobs = None
         if policy.calculate_log_probs:
@@ -473,8 +529,9 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
             "num_tool_calls": traj.num_tool_calls,
             "num_tool_errors": traj.num_tool_errors,
             "num_unknown_tool_calls": prm.num_unknown_tool_calls if prm else traj.num_unknown_tool_calls,
-            "num_unparsed_tool_calls": prm.num_unparsed_tool_calls if prm else sum(
-                1 for t in traj.turns for c in t.tool_calls if c.parse_error is not None),
+            "num_unparsed_tool_calls": prm.num_unparsed_tool_calls
+            if prm
+            else sum(1 for t in traj.turns for c in t.tool_calls if c.parse_error is not None),
             "aborted": float(traj.aborted),
             "num_assistant_turns": len(traj.turns),
         }

@@ -72,7 +72,9 @@ class LonghaulReplayBuffer(ReplayBuffer):
         opts = _options(sampler_kwargs)
         unknown = sorted(set(opts) - {"rollout_n", "max_failed_fraction"})
         if unknown:
-            raise ValueError(f"trainer.v1.sampler.sampler_kwargs: unknown keys {unknown}; valid: max_failed_fraction, rollout_n")
+            raise ValueError(
+                f"trainer.v1.sampler.sampler_kwargs: unknown keys {unknown}; valid: max_failed_fraction, rollout_n"
+            )
         rollout_n = opts.get("rollout_n")
         if not isinstance(rollout_n, int) or isinstance(rollout_n, bool) or rollout_n < 1:
             raise ValueError(
@@ -113,7 +115,7 @@ class LonghaulReplayBuffer(ReplayBuffer):
                 if "gen_batch_size" not in str(exc):
                     raise
                 raise ValueError(
-                    f"{exc} — refilling dropped groups one by one needs trainer.v1.sampler.sync_refill_failed_groups=true "
+                    f"{exc} — refilling dropped groups one by one needs trainer.v1.sampler.sync_refill_failed_groups=true "  # noqa: E501 - a string literal kept whole
                     "(it makes veRL's dataloader fetch one prompt at a time)"
                 ) from exc
 

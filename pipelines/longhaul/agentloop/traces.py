@@ -82,7 +82,8 @@ async def log_trace(
     except OSError as exc:
         if path.parent not in _UNWRITABLE:
             _UNWRITABLE.add(path.parent)
-            logger.warning("rollout traces: cannot write %s (%s); $%s=%s; skipping traces there", path, exc,
-                           ROLLOUT_DIR_ENV, root)
+            logger.warning(
+                "rollout traces: cannot write %s (%s); $%s=%s; skipping traces there", path, exc, ROLLOUT_DIR_ENV, root
+            )
         return None
     return path

@@ -156,8 +156,16 @@ def _runs(mask: torch.Tensor) -> _Runs:
     dev = mask.device
     if T == 0:
         e = torch.zeros(0, dtype=torch.long, device=dev)
-        return _Runs(e, e, e, e, torch.zeros(bs, dtype=torch.long, device=dev), torch.zeros(bs, dtype=torch.float64, device=dev))
-    m8 = mask if mask.dtype in (torch.bool, torch.int8, torch.uint8) else (mask != 0).to(torch.int8) if mask.is_floating_point() else mask.to(torch.int8)
+        return _Runs(
+            e, e, e, e, torch.zeros(bs, dtype=torch.long, device=dev), torch.zeros(bs, dtype=torch.float64, device=dev)
+        )
+    m8 = (
+        mask
+        if mask.dtype in (torch.bool, torch.int8, torch.uint8)
+        else (mask != 0).to(torch.int8)
+        if mask.is_floating_point()
+        else mask.to(torch.int8)
+    )
     r_t, p_t = _nonzero_2d(m8[:, 1:] != m8[:, :-1])  # boundary between p and p+1
     rising = m8[r_t, p_t + 1] != 0
     first_on = (m8[:, 0] != 0).nonzero().flatten()
@@ -176,7 +184,9 @@ def _runs(mask: torch.Tensor) -> _Runs:
     return _Runs(row, k, start, end, n_turns, L)
 
 
-def _paint(values: torch.Tensor, runs: _Runs, shape: tuple[int, int], dtype: torch.dtype, fill: float = 0.0) -> torch.Tensor:
+def _paint(
+    values: torch.Tensor, runs: _Runs, shape: tuple[int, int], dtype: torch.dtype, fill: float = 0.0
+) -> torch.Tensor:
     """Per-run values (R,) spread over their tokens, `fill` elsewhere: one repeat_interleave pass."""
     bs, T = shape
     R = runs.row.shape[0]

@@ -76,7 +76,11 @@ def build_explanation(
         steps_by_turn: dict[int, list[dict[str, Any]]] = {}
         for s in prm.steps:
             steps_by_turn.setdefault(s.turn, []).append(
-                {"tool": s.tool, "score": s.score, "hits": [{"rule": h.rule, "weight": h.weight, "detail": h.detail} for h in s.hits]}
+                {
+                    "tool": s.tool,
+                    "score": s.score,
+                    "hits": [{"rule": h.rule, "weight": h.weight, "detail": h.detail} for h in s.hits],
+                }
             )
         turns = []
         for k, t in enumerate(traj["turns"]):
@@ -86,8 +90,13 @@ def build_explanation(
                     "content": t.get("content") or "",
                     "to_user": bool(t.get("to_user")),
                     "tool_calls": [
-                        {"name": c["name"], "arguments": c.get("raw_arguments"), "is_error": bool(c.get("is_error")),
-                         "known_tool": bool(c.get("known_tool", True)), "parse_error": c.get("parse_error")}
+                        {
+                            "name": c["name"],
+                            "arguments": c.get("raw_arguments"),
+                            "is_error": bool(c.get("is_error")),
+                            "known_tool": bool(c.get("known_tool", True)),
+                            "parse_error": c.get("parse_error"),
+                        }
                         for c in t.get("tool_calls") or []
                     ],
                     "steps": steps_by_turn.get(k, []),
@@ -107,7 +116,9 @@ def build_explanation(
                 "mean_step_score": prm.mean_step_score,
                 "process_in_reward": reward_settings.process_on,
                 "reward": reward.score,
-                "trajectory_hits": [{"rule": h.rule, "weight": h.weight, "detail": h.detail} for h in prm.trajectory_hits],
+                "trajectory_hits": [
+                    {"rule": h.rule, "weight": h.weight, "detail": h.detail} for h in prm.trajectory_hits
+                ],
                 "unknown_tool_calls": prm.num_unknown_tool_calls,
                 "unparsed_tool_calls": prm.num_unparsed_tool_calls,
                 "turns": turns,
@@ -125,32 +136,50 @@ def build_explanation(
         if credit == "turn":
             tc = compute_turn_credit(r, m, index, norm_by_std=bool(alg.norm_adv_by_std))
             for i, item in enumerate(items):
-                item["credit"] = {"trajectory_reward": float(tc.outcome[i]), "trajectory_advantage": float(tc.trajectory_adv[i])}
+                item["credit"] = {
+                    "trajectory_reward": float(tc.outcome[i]),
+                    "trajectory_advantage": float(tc.trajectory_adv[i]),
+                }
             for j in range(tc.row.shape[0]):
                 i, k = int(tc.row[j]), int(tc.k[j])
                 if k < len(items[i]["turns"]):
                     items[i]["turns"][k]["credit"] = {
-                        "share": float(tc.share[j]), "baseline": float(tc.baseline[j]), "siblings": int(tc.siblings[j]),
+                        "share": float(tc.share[j]),
+                        "baseline": float(tc.baseline[j]),
+                        "siblings": int(tc.siblings[j]),
                         "process_advantage": float(tc.process_adv[j]),
                         "advantage": float(tc.trajectory_adv[i] + tc.process_adv[j]),
                     }
         for adv in ADVANTAGES:
             a, _ = compute_advantages(
-                r, m, index, advantage=adv, alpha=settings["alpha"], discount_unit=settings["discount_unit"],
-                length_exponent=settings["length_exponent"], seed_compat=reward_settings.seed_compat, credit=credit,
+                r,
+                m,
+                index,
+                advantage=adv,
+                alpha=settings["alpha"],
+                discount_unit=settings["discount_unit"],
+                length_exponent=settings["length_exponent"],
+                seed_compat=reward_settings.seed_compat,
+                credit=credit,
                 norm_by_std=bool(alg.norm_adv_by_std),
             )
             for i, spans in enumerate(spans_all):
                 per_turn = []
                 for s, e in spans:
                     seg = a[i, s:e]
-                    per_turn.append({"first": float(seg[0]), "last": float(seg[-1]), "mean": float(seg.mean())} if e > s else None)
+                    per_turn.append(
+                        {"first": float(seg[0]), "last": float(seg[-1]), "mean": float(seg.mean())} if e > s else None
+                    )
                 items[i]["advantages"][adv] = per_turn
     return {
         "estimator": estimator_name(exp),
-        "settings": {**settings, "norm_adv_by_std": bool(alg.norm_adv_by_std),
-                     "loss_agg_mode": _v(alg.loss_agg_mode), "weight": reward_settings.weight,
-                     "process": reward_settings.process},
+        "settings": {
+            **settings,
+            "norm_adv_by_std": bool(alg.norm_adv_by_std),
+            "loss_agg_mode": _v(alg.loss_agg_mode),
+            "weight": reward_settings.weight,
+            "process": reward_settings.process,
+        },
         "group_size": len(items),
         "num_groups": len(set(index)),
         "trajectories": items,

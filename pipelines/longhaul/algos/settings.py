@@ -40,7 +40,9 @@ def estimator_name(exp: Any) -> str:
     """veRL's `algorithm.adv_estimator` for an Experiment (or ExperimentSpec): veRL's own `grpo` for plain GRPO
     with trajectory credit, else `longhaul_<advantage>`."""
     spec = _spec(exp)
-    adv = str(spec.algorithm.advantage.value if hasattr(spec.algorithm.advantage, "value") else spec.algorithm.advantage)
+    adv = str(
+        spec.algorithm.advantage.value if hasattr(spec.algorithm.advantage, "value") else spec.algorithm.advantage
+    )
     credit = str(spec.reward.credit.value if hasattr(spec.reward.credit, "value") else spec.reward.credit)
     if adv == Advantage.GRPO and credit == Credit.TRAJECTORY:
         return "grpo"
@@ -103,7 +105,9 @@ class LonghaulSettings:
         missing = [k for k in SETTING_KEYS if lh is None or _get(lh, k) is None]
         if missing:
             raise ValueError(
-                "algorithm.longhaul is missing " + ", ".join(missing) + "; render them with "
+                "algorithm.longhaul is missing "
+                + ", ".join(missing)
+                + "; render them with "
                 + " ".join(f"+algorithm.longhaul.{k}=<value>" for k in missing)
                 + " (longhaul.algos.render_algorithm_overrides)"
             )

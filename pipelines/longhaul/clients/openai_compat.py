@@ -255,11 +255,13 @@ class ChatClient:
             # The deadline covers the whole answer: httpx's own timeouts are per read, so a server trickling bytes
             # would otherwise hold the episode forever.
             async with asyncio.timeout(self.retry.timeout_s):
-                resp = await self._pools[i].post(self.url, content=_encode(payload),
-                                                 headers={"Content-Type": "application/json"})
+                resp = await self._pools[i].post(
+                    self.url, content=_encode(payload), headers={"Content-Type": "application/json"}
+                )
         except (TimeoutError, httpx.TimeoutException) as exc:
-            raise _Retryable(FaultKind.TIMEOUT,
-                             f"timeout after {self.retry.timeout_s:g}s ({type(exc).__name__})") from exc
+            raise _Retryable(
+                FaultKind.TIMEOUT, f"timeout after {self.retry.timeout_s:g}s ({type(exc).__name__})"
+            ) from exc
         except httpx.TransportError as exc:
             raise _Retryable(_transport_kind(exc), f"connection error: {type(exc).__name__}: {exc}") from exc
         finally:
@@ -275,17 +277,22 @@ class ChatClient:
             raise EndpointError(
                 f"{self.role} endpoint {self.url} (model {self.model!r}) refused the request: HTTP {status}: "
                 f"{body}. Check the base URL (it must end with the OpenAI root, e.g. /v1) and the served model name.",
-                kind=FaultKind.HTTP_4XX, role=self.role, attempts=1,
+                kind=FaultKind.HTTP_4XX,
+                role=self.role,
+                attempts=1,
             )
         try:
             text = resp.content.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise _Retryable(FaultKind.NON_UTF8, f"the body is not UTF-8 ({exc.reason} at byte {exc.start}): "
-                                                 f"{resp.content[:120]!r}") from exc
+            raise _Retryable(
+                FaultKind.NON_UTF8, f"the body is not UTF-8 ({exc.reason} at byte {exc.start}): {resp.content[:120]!r}"
+            ) from exc
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise _Retryable(FaultKind.INVALID_JSON, f"truncated or malformed JSON body ({exc}): {text[:300]!r}") from exc
+            raise _Retryable(
+                FaultKind.INVALID_JSON, f"truncated or malformed JSON body ({exc}): {text[:300]!r}"
+            ) from exc
         check_completion(data, expect_text=expect_text)
         return data
 
@@ -317,7 +324,9 @@ class ChatClient:
                 f"{self.role} endpoint {self.url} (model {self.model!r}) failed after {r.attempts} attempts: {last} "
                 f"(fault: {kind}). The episode is not scored (never a zero reward); check that the server is up "
                 "and healthy.",
-                kind=kind, role=self.role, attempts=r.attempts,
+                kind=kind,
+                role=self.role,
+                attempts=r.attempts,
             ) from last
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -58,7 +58,9 @@ def parse_hermes_content(content: str) -> tuple[str, list[ParsedCall]]:
                 raise ValueError("expected an object with a string 'name'")
         except (json.JSONDecodeError, ValueError) as exc:
             m = _NAME_RE.search(body)
-            calls.append(ParsedCall(m.group(1) if m else "<unparsed>", None, body, f"malformed <tool_call> block: {exc}"))
+            calls.append(
+                ParsedCall(m.group(1) if m else "<unparsed>", None, body, f"malformed <tool_call> block: {exc}")
+            )
             continue
         args, raw, err = parse_arguments(obj.get("arguments", {}))
         calls.append(ParsedCall(obj["name"], args, raw, err))
@@ -100,7 +102,9 @@ class OpenAIPolicy:
     def with_seed(self, seed: int | None) -> OpenAIPolicy:
         return OpenAIPolicy(self.client, self.sampling, seed=seed)
 
-    async def next_turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> PolicyTurn:
+    async def next_turn(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int
+    ) -> PolicyTurn:
         cap = max_tokens if self.sampling.max_tokens is None else min(max_tokens, self.sampling.max_tokens)
         data = await self.client.chat(
             messages,
@@ -112,4 +116,3 @@ class OpenAIPolicy:
             seed=self.seed,
         )
         return parse_chat_response(data)
-

@@ -51,7 +51,9 @@ def _split(preset: str | None, spec: Path | None):
 
 
 def register(app: typer.Typer) -> None:
-    env_app = typer.Typer(help="τ²-bench airline environment: tasks, gold replay, null-agent floor.", no_args_is_help=True)
+    env_app = typer.Typer(
+        help="τ²-bench airline environment: tasks, gold replay, null-agent floor.", no_args_is_help=True
+    )
     app.add_typer(env_app, name="env")
 
     @env_app.command("replay-gold")
@@ -77,14 +79,23 @@ def register(app: typer.Typer) -> None:
             doc = {
                 "passed": ok,
                 "total": len(ids),
-                "tasks": {t: {"reward": g.reward, "db_match": g.db_match, "communicated": g.communicated,
-                              "details": g.details} for t, g in grades.items()},
+                "tasks": {
+                    t: {
+                        "reward": g.reward,
+                        "db_match": g.db_match,
+                        "communicated": g.communicated,
+                        "details": g.details,
+                    }
+                    for t, g in grades.items()
+                },
             }
             out.print_json(json.dumps(doc))
         else:
             for t, g in grades.items():
                 mark = "ok  " if g.success else "FAIL"
-                out.print(f"{mark} task {t:>3}: reward {g.reward:.1f}  db_match={g.db_match} communicated={g.communicated}")
+                out.print(
+                    f"{mark} task {t:>3}: reward {g.reward:.1f}  db_match={g.db_match} communicated={g.communicated}"
+                )
             out.print(f"{ok}/{len(ids)}")
         if ok != len(ids):
             raise typer.Exit(1)
@@ -101,15 +112,17 @@ def register(app: typer.Typer) -> None:
         sp = _split(split, spec)
         rows = []
         for tid, t in load_tasks().items():
-            rows.append({
-                "task_id": tid,
-                "subset": sp.primary(tid),
-                "subsets": sp.labels(tid),
-                "gold_actions": len(t.actions),
-                "writes": t.writes,
-                "communicate_info": list(t.communicate_info),
-                "purpose": t.purpose,
-            })
+            rows.append(
+                {
+                    "task_id": tid,
+                    "subset": sp.primary(tid),
+                    "subsets": sp.labels(tid),
+                    "gold_actions": len(t.actions),
+                    "writes": t.writes,
+                    "communicate_info": list(t.communicate_info),
+                    "purpose": t.purpose,
+                }
+            )
         if as_json:
             out.print_json(json.dumps({"split": sp.name, "tasks": rows}))
             return
@@ -117,8 +130,14 @@ def register(app: typer.Typer) -> None:
         for col in ("id", "subsets", "gold", "writes", "communicate", "purpose"):
             table.add_column(col)
         for r in rows:
-            table.add_row(r["task_id"], ",".join(r["subsets"]) or "-", str(r["gold_actions"]), "yes" if r["writes"] else "",
-                          ",".join(r["communicate_info"]), r["purpose"][:60])
+            table.add_row(
+                r["task_id"],
+                ",".join(r["subsets"]) or "-",
+                str(r["gold_actions"]),
+                "yes" if r["writes"] else "",
+                ",".join(r["communicate_info"]),
+                r["purpose"][:60],
+            )
         out.print(table)
         counts = ", ".join(f"{k} {len(v)}" for k, v in sp.subsets.items())
         out.print(f"{len(rows)} tasks; {counts}")
@@ -134,8 +153,12 @@ def register(app: typer.Typer) -> None:
 
         sp = _split(split, spec)
         floor = null_agent_outcomes()
-        doc = {"split": sp.name, "all": _mean(floor, list(floor)), "subsets": {k: _mean(floor, v) for k, v in sp.subsets.items()},
-               "passing_tasks": [t for t, v in floor.items() if v]}
+        doc = {
+            "split": sp.name,
+            "all": _mean(floor, list(floor)),
+            "subsets": {k: _mean(floor, v) for k, v in sp.subsets.items()},
+            "passing_tasks": [t for t, v in floor.items() if v],
+        }
         if as_json:
             out.print_json(json.dumps(doc))
             return

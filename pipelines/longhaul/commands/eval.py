@@ -56,8 +56,14 @@ def print_summary(summary: dict[str, Any]) -> None:
             return f"{v:.3f}" + (f" [{b[0]:.2f},{b[1]:.2f}]" if b else "")
 
         floor = block.get("null_agent_floor")
-        table.add_row(name, str(block["tasks"]), block["c_over_n"], *[cell("pass_hat_k", k) for k in ks],
-                      *[cell("pass_at_k", k) for k in ks], "-" if floor is None else f"{floor:.3f}")
+        table.add_row(
+            name,
+            str(block["tasks"]),
+            block["c_over_n"],
+            *[cell("pass_hat_k", k) for k in ks],
+            *[cell("pass_at_k", k) for k in ks],
+            "-" if floor is None else f"{floor:.3f}",
+        )
 
     row("all", summary)
     for name, block in summary["subsets"].items():
@@ -67,15 +73,17 @@ def print_summary(summary: dict[str, Any]) -> None:
     if gen is not None:
         out.print(f"generalisation pass^1 = (uncovered_seen·24 + unseen·10)/34 = {gen:.3f}")
     out.print(
-        f"tool-error rate {summary['tool_error_rate']:.3f} ({summary['tool_errors']}/{summary['tool_calls']} tool calls, "
+        f"tool-error rate {summary['tool_error_rate']:.3f} ({summary['tool_errors']}/{summary['tool_calls']} tool calls, "  # noqa: E501 - a string literal kept whole
         f"{summary['unknown_tool_calls']} to unknown tools); abort rate {summary['abort_rate']:.3f} "
         f"({summary['aborted_trials']}/{summary['trials']} trials); terminations {summary['terminations']}"
     )
     if summary.get("confidence"):
         out.print(f"[…] = {summary['confidence']:.0%} bootstrap CI over tasks")
     if summary.get("unscored_trials"):
-        out.print(f"[yellow]{summary['unscored_trials']} trial(s) ended on an endpoint error and are not scored: "
-                  f"tasks {', '.join(summary['incomplete_tasks'])} are left out of every rate above[/yellow]")
+        out.print(
+            f"[yellow]{summary['unscored_trials']} trial(s) ended on an endpoint error and are not scored: "
+            f"tasks {', '.join(summary['incomplete_tasks'])} are left out of every rate above[/yellow]"
+        )
 
 
 def _slug(text: str) -> str:
@@ -94,20 +102,51 @@ def register(app: typer.Typer) -> None:
     @eval_app.callback(invoke_without_command=True)
     def eval_cmd(
         ctx: typer.Context,
-        spec: Annotated[Path | None, typer.Option("--spec", help="Experiment file: limits, split, sampling, evaluation settings.")] = None,
-        policy_url: Annotated[str | None, typer.Option("--policy-url", help="Policy base URL, e.g. http://127.0.0.1:8000/v1 "
-                                                       f"(default: ${C.ENV_POLICY_BASE_URL}, set by the launcher).")] = None,
-        policy_model: Annotated[str | None, typer.Option("--policy-model", help="Served policy model name (default: spec policy model).")] = None,
-        user_url: Annotated[str | None, typer.Option("--user-url", help="User simulator base URL (default: spec user_simulator.url, "
-                                                     f"else ${C.ENV_SIMULATOR_BASE_URL}, set by the launcher).")] = None,
-        user_model: Annotated[str | None, typer.Option("--user-model", help="Served simulator model name (default: spec).")] = None,
-        tasks: Annotated[str | None, typer.Option("--tasks", help="Comma-separated task ids (default: the split's tasks).")] = None,
-        subset: Annotated[str | None, typer.Option("--subset", help="Only this subset of the split (train, test, unseen, …).")] = None,
-        samples: Annotated[int | None, typer.Option("--samples", "-n", min=1, help="Trials per task (default: spec).")] = None,
+        spec: Annotated[
+            Path | None, typer.Option("--spec", help="Experiment file: limits, split, sampling, evaluation settings.")
+        ] = None,
+        policy_url: Annotated[
+            str | None,
+            typer.Option(
+                "--policy-url",
+                help="Policy base URL, e.g. http://127.0.0.1:8000/v1 "
+                f"(default: ${C.ENV_POLICY_BASE_URL}, set by the launcher).",
+            ),
+        ] = None,
+        policy_model: Annotated[
+            str | None, typer.Option("--policy-model", help="Served policy model name (default: spec policy model).")
+        ] = None,
+        user_url: Annotated[
+            str | None,
+            typer.Option(
+                "--user-url",
+                help="User simulator base URL (default: spec user_simulator.url, "
+                f"else ${C.ENV_SIMULATOR_BASE_URL}, set by the launcher).",
+            ),
+        ] = None,
+        user_model: Annotated[
+            str | None, typer.Option("--user-model", help="Served simulator model name (default: spec).")
+        ] = None,
+        tasks: Annotated[
+            str | None, typer.Option("--tasks", help="Comma-separated task ids (default: the split's tasks).")
+        ] = None,
+        subset: Annotated[
+            str | None, typer.Option("--subset", help="Only this subset of the split (train, test, unseen, …).")
+        ] = None,
+        samples: Annotated[
+            int | None, typer.Option("--samples", "-n", min=1, help="Trials per task (default: spec).")
+        ] = None,
         k: Annotated[str | None, typer.Option("--k", help="k values, e.g. 1,2,4 (default: spec).")] = None,
-        seed: Annotated[list[int] | None, typer.Option("--seed", help="Base seed(s); trials of several seeds are pooled.")] = None,
-        concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="Episodes in flight (default: spec).")] = None,
-        output: Annotated[Path | None, typer.Option("--output", "-o", help="Directory for results.jsonl, trajectories.jsonl, summary.json.")] = None,
+        seed: Annotated[
+            list[int] | None, typer.Option("--seed", help="Base seed(s); trials of several seeds are pooled.")
+        ] = None,
+        concurrency: Annotated[
+            int | None, typer.Option("--concurrency", min=1, help="Episodes in flight (default: spec).")
+        ] = None,
+        output: Annotated[
+            Path | None,
+            typer.Option("--output", "-o", help="Directory for results.jsonl, trajectories.jsonl, summary.json."),
+        ] = None,
         retries: Annotated[int, typer.Option("--retries", min=1, help="Attempts per request (timeouts, 5xx).")] = 4,
         timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per request.")] = 300.0,
         as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -131,21 +170,48 @@ def register(app: typer.Typer) -> None:
         user_url = user_url or exp_spec.user_simulator.url or os.environ.get(C.ENV_SIMULATOR_BASE_URL)
         if not policy_url or not user_url:
             missing = [n for n, v in (("--policy-url", policy_url), ("--user-url", user_url)) if not v]
-            err.print(f"[red]error[/red] {' and '.join(missing)} missing: give the OpenAI-compatible base URL(s) "
-                      "(e.g. http://127.0.0.1:8000/v1), or a spec with user_simulator.url")
+            err.print(
+                f"[red]error[/red] {' and '.join(missing)} missing: give the OpenAI-compatible base URL(s) "
+                "(e.g. http://127.0.0.1:8000/v1), or a spec with user_simulator.url"
+            )
             raise typer.Exit(2)
-        _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, subset, samples, _parse_ks(k), seed,
-                  concurrency, output, retries, timeout, as_json, progress)
+        _run_eval(
+            exp_spec,
+            policy_url,
+            policy_model,
+            user_url,
+            user_model,
+            tasks,
+            subset,
+            samples,
+            _parse_ks(k),
+            seed,
+            concurrency,
+            output,
+            retries,
+            timeout,
+            as_json,
+            progress,
+        )
 
     @eval_app.command("summarize")
     def summarize_cmd(
-        results: Annotated[Path, typer.Argument(help="Per-trial JSONL (task_id, trial, success, subset[s]).", exists=True, dir_okay=False)],
+        results: Annotated[
+            Path,
+            typer.Argument(help="Per-trial JSONL (task_id, trial, success, subset[s]).", exists=True, dir_okay=False),
+        ],
         k: Annotated[str | None, typer.Option("--k", help="k values, e.g. 1,2,4 (default: 1,2,4,8 up to n).")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-        bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, help="Bootstrap resamples for CIs (0 = none).")] = 1000,
+        bootstrap: Annotated[
+            int, typer.Option("--bootstrap", min=0, help="Bootstrap resamples for CIs (0 = none).")
+        ] = 1000,
         confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
-        seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap resampling "
-                                          "(an evaluation's first seed reproduces its CIs).")] = 0,
+        seed: Annotated[
+            int,
+            typer.Option(
+                "--seed", help="Seed of the bootstrap resampling (an evaluation's first seed reproduces its CIs)."
+            ),
+        ] = 0,
         null_floor: Annotated[bool, typer.Option(help="Add the do-nothing agent's floor (airline task ids).")] = True,
     ) -> None:
         """Recompute every metric from per-trial records (old runs can be re-scored)."""
@@ -159,8 +225,9 @@ def register(app: typer.Typer) -> None:
             err.print(f"[red]error[/red] {escape(str(exc))}")
             raise typer.Exit(2) from None
         try:
-            summary = summarize_evaluation(records, _parse_ks(k), bootstrap=bootstrap, confidence=confidence, seed=seed,
-                                           null_floor=null_floor)
+            summary = summarize_evaluation(
+                records, _parse_ks(k), bootstrap=bootstrap, confidence=confidence, seed=seed, null_floor=null_floor
+            )
         except (ValueError, KeyError) as exc:
             err.print(f"[red]error[/red] {results}: {exc.args[0] if exc.args else exc}")
             raise typer.Exit(2) from None
@@ -170,8 +237,24 @@ def register(app: typer.Typer) -> None:
             print_summary(summary)
 
 
-def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, subset, samples, ks, seeds,
-              concurrency, output, retries, timeout, as_json, progress) -> None:  # noqa: ANN001
+def _run_eval(
+    exp_spec,
+    policy_url,
+    policy_model,
+    user_url,
+    user_model,
+    tasks,
+    subset,
+    samples,
+    ks,
+    seeds,
+    concurrency,
+    output,
+    retries,
+    timeout,
+    as_json,
+    progress,
+) -> None:  # noqa: ANN001
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from longhaul.bounded import split_ids
@@ -207,7 +290,9 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
     ks = ks or list(ev.k)
     seeds = list(seeds) if seeds else list(ev.seeds)
     if max(ks) > n * len(seeds):
-        err.print(f"[red]error[/red] --k {max(ks)} needs at least that many trials per task (n = {n} × {len(seeds)} seed(s))")
+        err.print(
+            f"[red]error[/red] --k {max(ks)} needs at least that many trials per task (n = {n} × {len(seeds)} seed(s))"
+        )
         raise typer.Exit(2)
     policy_model = policy_model or exp_spec.policy.model.name
     user_model = user_model or exp_spec.user_simulator.model.name
@@ -220,19 +305,41 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
         p.unlink(missing_ok=True)
     plan = EvalPlan(task_ids, n, seeds)
     total = len(plan.trials())
-    err.print(f"evaluating {policy_model} @ {policy_url}: {len(task_ids)} tasks × {n * len(seeds)} trials = {total} episodes "
-              f"(user {user_model} @ {user_url}, concurrency {conc}, max_turns {limits.max_turns}) → {out_dir}")
+    err.print(
+        f"evaluating {policy_model} @ {policy_url}: {len(task_ids)} tasks × {n * len(seeds)} trials = {total} episodes "
+        f"(user {user_model} @ {user_url}, concurrency {conc}, max_turns {limits.max_turns}) → {out_dir}"
+    )
 
     async def go() -> list[dict[str, Any]]:
-        pc = ChatClient(policy_url, policy_model, api_key=os.environ.get(C.ENV_POLICY_API_KEY), retry=retry,
-                        max_connections=max(conc, 1) * 2, role="policy")
-        uc = ChatClient(user_url, user_model, api_key=os.environ.get(C.ENV_USER_SIM_API_KEY), retry=retry,
-                        max_connections=max(conc, 1) * 2, role="user simulator")
+        pc = ChatClient(
+            policy_url,
+            policy_model,
+            api_key=os.environ.get(C.ENV_POLICY_API_KEY),
+            retry=retry,
+            max_connections=max(conc, 1) * 2,
+            role="policy",
+        )
+        uc = ChatClient(
+            user_url,
+            user_model,
+            api_key=os.environ.get(C.ENV_USER_SIM_API_KEY),
+            retry=retry,
+            max_connections=max(conc, 1) * 2,
+            role="user simulator",
+        )
         policy, user = build_eval_agents(exp_spec, pc, uc)
         info = build_run_info(policy_model, user_model, limits, split)
         try:
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          TextColumn("{task.fields[ok]} ok"), console=err, disable=not progress, transient=False) as bar:
+            with Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[ok]} ok"),
+                console=err,
+                disable=not progress,
+                transient=False,
+            ) as bar:
                 job = bar.add_task("episodes", total=total, ok=0)
                 ok = 0
 
@@ -241,8 +348,18 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
                     ok += int(traj.outcome)
                     bar.update(job, advance=1, ok=ok)
 
-                return await evaluate(plan, policy=policy, user=user, limits=limits, split=split, concurrency=conc,
-                                      results_path=results_path, trajectories_path=traj_path, run_info=info, on_done=done)
+                return await evaluate(
+                    plan,
+                    policy=policy,
+                    user=user,
+                    limits=limits,
+                    split=split,
+                    concurrency=conc,
+                    results_path=results_path,
+                    trajectories_path=traj_path,
+                    run_info=info,
+                    on_done=done,
+                )
         finally:
             await pc.aclose()
             await uc.aclose()
@@ -253,8 +370,9 @@ def _run_eval(exp_spec, policy_url, policy_model, user_url, user_model, tasks, s
         err.print(f"[red]error[/red] evaluation aborted: {exc}")
         err.print(f"finished trials so far are in {results_path}; no summary was written.")
         raise typer.Exit(1) from None
-    summary = summarize_evaluation(records, ks, bootstrap=ev.bootstrap_samples, confidence=ev.confidence,
-                                   seed=bootstrap_seed(seeds))
+    summary = summarize_evaluation(
+        records, ks, bootstrap=ev.bootstrap_samples, confidence=ev.confidence, seed=bootstrap_seed(seeds)
+    )
     summary["run"] = build_run_info(policy_model, user_model, limits, split)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if as_json:

@@ -52,7 +52,9 @@ def _load_trajectories(path: Path) -> tuple[list[dict[str, Any]], list[Any], int
             key = it.get("uid")
             it = it["trajectory"]
         if not isinstance(it, dict) or "turns" not in it:
-            raise ValueError(f"{path}: item {i} is not a trajectory record (no 'turns'); expected the episode runner's JSON")
+            raise ValueError(
+                f"{path}: item {i} is not a trajectory record (no 'turns'); expected the episode runner's JSON"
+            )
         out_items.append(it)
         keys.append(key)
     return out_items, keys, skipped
@@ -68,8 +70,11 @@ def _print(report: dict[str, Any]) -> None:
     out.print(
         f"estimator {report['estimator']}  credit={st['credit']}  process={st['process']} (weight {st['weight']})  "
         f"alpha={st['alpha']} unit={st['discount_unit']} p={st['length_exponent']} seed_compat={st['seed_compat']}  "
-        + (f"group of {report['group_size']}" if report["num_groups"] <= 1
-           else f"{report['group_size']} trajectories in {report['num_groups']} groups (by rollout uid)")
+        + (
+            f"group of {report['group_size']}"
+            if report["num_groups"] <= 1
+            else f"{report['group_size']} trajectories in {report['num_groups']} groups (by rollout uid)"
+        )
     )
     for tr in report["trajectories"]:
         out.print(
@@ -83,10 +88,12 @@ def _print(report: dict[str, Any]) -> None:
         )
         credit = tr.get("credit")
         if credit is not None:
-            out.print(f"credit: turn  trajectory-level reward {credit['trajectory_reward']:+.4f} -> term "
-                      f"{credit['trajectory_advantage']:+.4f} on every turn; A turn = that + (w·share − baseline)"
-                      + (" / max(group std of trajectory-level rewards, 1)" if st["norm_adv_by_std"] else "")
-                      + ", before the estimators' multipliers")
+            out.print(
+                f"credit: turn  trajectory-level reward {credit['trajectory_reward']:+.4f} -> term "
+                f"{credit['trajectory_advantage']:+.4f} on every turn; A turn = that + (w·share − baseline)"
+                + (" / max(group std of trajectory-level rewards, 1)" if st["norm_adv_by_std"] else "")
+                + ", before the estimators' multipliers"
+            )
         table = Table(show_lines=False, pad_edge=False)
         credit_cols = ("w·share", "baseline (n)", "A turn") if credit is not None else ()
         for col in ("turn", "action", "rules fired", "share", *credit_cols, *report_advantage_columns(tr)):
@@ -95,7 +102,8 @@ def _print(report: dict[str, Any]) -> None:
             if t["tool_calls"]:
                 action = "; ".join(
                     f"{c['name']}({_short(c['arguments'] or '', 60)})"
-                    + (" ERROR" if c["is_error"] else "") + ("" if c["known_tool"] else " UNKNOWN")
+                    + (" ERROR" if c["is_error"] else "")
+                    + ("" if c["known_tool"] else " UNKNOWN")
                     + (" UNPARSED" if c["parse_error"] else "")
                     for c in t["tool_calls"]
                 )
@@ -112,12 +120,17 @@ def _print(report: dict[str, Any]) -> None:
             cells = []
             if credit is not None:
                 c = t.get("credit")
-                cells = ["-"] * 3 if c is None else [
-                    f"{c['share']:+.4f}", f"{c['baseline']:+.4f} ({c['siblings']})", f"{c['advantage']:+.4f}"]
+                cells = (
+                    ["-"] * 3
+                    if c is None
+                    else [f"{c['share']:+.4f}", f"{c['baseline']:+.4f} ({c['siblings']})", f"{c['advantage']:+.4f}"]
+                )
             table.add_row(str(t["index"]), action, rules or "", f"{t['process_share']:+.4f}", *cells, *advs)
         out.print(table)
         if tr["trajectory_hits"]:
-            out.print("trajectory rules: " + ", ".join(f"{h['rule']} {h['weight']:+.3f}" for h in tr["trajectory_hits"]))
+            out.print(
+                "trajectory rules: " + ", ".join(f"{h['rule']} {h['weight']:+.3f}" for h in tr["trajectory_hits"])
+            )
         if tr["unknown_tool_calls"] or tr["unparsed_tool_calls"]:
             out.print(f"unknown tool calls: {tr['unknown_tool_calls']}, unparsable calls: {tr['unparsed_tool_calls']}")
 
@@ -129,10 +142,16 @@ def report_advantage_columns(tr: dict[str, Any]) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command()
     def explain(
-        files: Annotated[list[Path], typer.Argument(
-            help="Trajectory JSON/JSONL files, or directories (every *.jsonl under them, sorted, e.g. a run's "
-            "rollouts/). Trajectories form one group, except rollout traces, which are grouped by their uid.")],
-        spec: Annotated[Path | None, typer.Option("--spec", help="Experiment YAML (reward and algorithm settings).")] = None,
+        files: Annotated[
+            list[Path],
+            typer.Argument(
+                help="Trajectory JSON/JSONL files, or directories (every *.jsonl under them, sorted, e.g. a run's "
+                "rollouts/). Trajectories form one group, except rollout traces, which are grouped by their uid."
+            ),
+        ],
+        spec: Annotated[
+            Path | None, typer.Option("--spec", help="Experiment YAML (reward and algorithm settings).")
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     ) -> None:
         """Explain trajectories: PRM-Lite rules per turn, process score, reward and each estimator's advantages."""
@@ -160,8 +179,10 @@ def register(app: typer.Typer) -> None:
                     keys.extend(k)
                     skipped += n
                     if len(trajs) > bounded.TRAJECTORIES.max_records:  # the same bound over all files together
-                        raise ValueError(f"{f}: more than {bounded.TRAJECTORIES.max_records:,} trajectories in all "
-                                         f"files together; {bounded.TRAJECTORIES.hint}")
+                        raise ValueError(
+                            f"{f}: more than {bounded.TRAJECTORIES.max_records:,} trajectories in all "
+                            f"files together; {bounded.TRAJECTORIES.hint}"
+                        )
             except (OSError, ValueError) as exc:
                 err.print(f"error {exc}")
                 raise typer.Exit(2) from None

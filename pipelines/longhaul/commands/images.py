@@ -54,9 +54,7 @@ def needed_models(exp: Experiment) -> list[NeededModel]:
 
 def _check_complete(directory: Path, what: str) -> Path:
     if not (directory / "config.json").is_file():
-        raise ModelNotBaked(
-            f"{what}: {directory} has no config.json (an incomplete download or the wrong directory)"
-        )
+        raise ModelNotBaked(f"{what}: {directory} has no config.json (an incomplete download or the wrong directory)")
     if not any(next(directory.glob(p), None) for p in WEIGHT_PATTERNS):
         raise ModelNotBaked(f"{what}: {directory} has config.json but no weights (*.safetensors or *.bin)")
     return directory
@@ -90,9 +88,7 @@ def find_baked_model(ref: ModelRef, *, field: str = "model", cwd: Path | None = 
     except ImportError as exc:  # pragma: no cover - every image stack ships huggingface_hub
         raise ModelNotBaked(f"{field}: resolving '{ref.name}' by name needs huggingface_hub ({exc})") from exc
     try:
-        snapshot = Path(
-            snapshot_download(ref.name, revision=revision, cache_dir=cache_dir, local_files_only=True)
-        )
+        snapshot = Path(snapshot_download(ref.name, revision=revision, cache_dir=cache_dir, local_files_only=True))
     except LocalEntryNotFoundError:
         raise ModelNotBaked(
             f"{field}.name: model '{ref.name}' (revision {revision}) is not baked: not in the Hugging Face "

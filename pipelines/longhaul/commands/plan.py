@@ -67,8 +67,10 @@ def warn_memory(exp: Experiment, file: Path) -> None:
     for line in (*check.blocking, *check.warnings):
         err.print(f"[yellow]warning[/yellow] {escape(line)}", markup=True)
     if check.blocking:
-        err.print(f"{escape(str(file))}: `longhaul plan {escape(str(file))}` shows the memory per GPU and phase; "
-                  "`longhaul submit` refuses this spec unless --ignore-memory-plan")
+        err.print(
+            f"{escape(str(file))}: `longhaul plan {escape(str(file))}` shows the memory per GPU and phase; "
+            "`longhaul submit` refuses this spec unless --ignore-memory-plan"
+        )
 
 
 def refuse_over_memory(exp: Experiment, file: Path, *, ignore: bool = False) -> None:
@@ -88,8 +90,10 @@ def refuse_over_memory(exp: Experiment, file: Path, *, ignore: bool = False) -> 
         return
     for line in check.blocking:
         err.print(f"[red]error[/red] {escape(line)}", markup=True)
-    err.print(f"the memory plan does not fit (`longhaul plan {escape(str(file))}`); nothing was written or submitted. "
-              "Pass --ignore-memory-plan to submit anyway.")
+    err.print(
+        f"the memory plan does not fit (`longhaul plan {escape(str(file))}`); nothing was written or submitted. "
+        "Pass --ignore-memory-plan to submit anyway."
+    )
     raise typer.Exit(2)
 
 

@@ -59,8 +59,10 @@ def load_design(path: Path) -> StudyDesign:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _fail(f"{path}:{exc.lineno}: not JSON ({exc.msg}); expected an object like "
-                    f"{StudyDesign(50, 4, 1, 0.175, 0.16).to_json().replace(chr(10), ' ')}") from None
+        raise _fail(
+            f"{path}:{exc.lineno}: not JSON ({exc.msg}); expected an object like "
+            f"{StudyDesign(50, 4, 1, 0.175, 0.16).to_json().replace(chr(10), ' ')}"
+        ) from None
     except RecursionError:
         raise _fail(f"{path}: nested too deeply; expected a flat JSON object") from None
     try:
@@ -89,26 +91,40 @@ def register(app: typer.Typer) -> None:
         ] = None,
         flip_rate: Annotated[
             float | None,
-            typer.Option("--flip-rate", help="Probability that two runs of one configuration disagree on one "
-                         "sample of a task (default 0.16, from τ²-bench issue #540; see longhaul.eval.stats)."),
+            typer.Option(
+                "--flip-rate",
+                help="Probability that two runs of one configuration disagree on one "
+                "sample of a task (default 0.16, from τ²-bench issue #540; see longhaul.eval.stats).",
+            ),
         ] = None,
         within_flip_rate: Annotated[
             float | None,
-            typer.Option("--within-flip-rate", help="The same between two samples of one seed (default: equal "
-                         "to --flip-rate, i.e. seeds add no task-specific variance)."),
+            typer.Option(
+                "--within-flip-rate",
+                help="The same between two samples of one seed (default: equal "
+                "to --flip-rate, i.e. seeds add no task-specific variance).",
+            ),
         ] = None,
         effect: Annotated[str, typer.Option("--effect", help=EFFECT_HELP)] = "6.5",
         effect_sd: Annotated[
             str,
-            typer.Option("--effect-sd", help="Spread (SD) of the effect across tasks, same units as --effect "
-                         "(default 0: the same effect on every task). Only more tasks reduce this part."),
+            typer.Option(
+                "--effect-sd",
+                help="Spread (SD) of the effect across tasks, same units as --effect "
+                "(default 0: the same effect on every task). Only more tasks reduce this part.",
+            ),
         ] = "0",
-        alpha: Annotated[float | None, typer.Option("--alpha", help="Two-sided significance level (default 0.05).")] = None,
+        alpha: Annotated[
+            float | None, typer.Option("--alpha", help="Two-sided significance level (default 0.05).")
+        ] = None,
         target: Annotated[float | None, typer.Option("--power", help="Target power (default 0.8).")] = None,
         from_comparison: Annotated[
             Path | None,
-            typer.Option("--from-comparison", help="JSON file with tasks, samples, seeds, baseline, flip_rate "
-                         "(and optionally within_flip_rate) — `StudyDesign.to_json()`; options given here win."),
+            typer.Option(
+                "--from-comparison",
+                help="JSON file with tasks, samples, seeds, baseline, flip_rate "
+                "(and optionally within_flip_rate) — `StudyDesign.to_json()`; options given here win.",
+            ),
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     ) -> None:
@@ -128,8 +144,11 @@ def register(app: typer.Typer) -> None:
         s = pick(seeds, "seeds", 1)
         b = pick(baseline, "baseline", stats.DEFAULT_BASELINE)
         f = pick(flip_rate, "flip_rate", stats.DEFAULT_FLIP_RATE)
-        fw = within_flip_rate if within_flip_rate is not None else (
-            base.within_flip_rate if base is not None and flip_rate is None else None)
+        fw = (
+            within_flip_rate
+            if within_flip_rate is not None
+            else (base.within_flip_rate if base is not None and flip_rate is None else None)
+        )
         a = alpha if alpha is not None else stats.ALPHA
         pw = target if target is not None else stats.POWER
         try:
@@ -145,8 +164,14 @@ def register(app: typer.Typer) -> None:
         z = NormalDist().inv_cdf(1 - a / 2)
         noise_sd = math.sqrt(v0 / t)
         doc = {
-            "design": {"tasks": t, "samples": n, "seeds": s, "baseline": b, "flip_rate": f,
-                       "within_flip_rate": f if fw is None else fw},
+            "design": {
+                "tasks": t,
+                "samples": n,
+                "seeds": s,
+                "baseline": b,
+                "flip_rate": f,
+                "within_flip_rate": f if fw is None else fw,
+            },
             "alpha": a,
             "target_power": pw,
             "effect_sd": sd,
@@ -155,8 +180,13 @@ def register(app: typer.Typer) -> None:
             "mde": m if math.isfinite(m) else None,
             "effect": delta,
             "power": p,
-            "needs": {"seeds": need.seeds, "samples": need.samples, "power_limit": need.power_limit,
-                      "bounded_by_tasks": need.bounded_by_tasks, "text": need.describe()},
+            "needs": {
+                "seeds": need.seeds,
+                "samples": need.samples,
+                "power_limit": need.power_limit,
+                "bounded_by_tasks": need.bounded_by_tasks,
+                "text": need.describe(),
+            },
         }
         if as_json:
             typer.echo(json.dumps(doc, indent=2))

@@ -13,7 +13,9 @@ def register(app: typer.Typer) -> None:
     def run(
         spec: Annotated[Path, typer.Argument(help="Experiment YAML, e.g. specs/smoke.yaml.")],
         stage: Annotated[str | None, typer.Option("--stage", help="Run only this stage (sft, grpo, eval).")] = None,
-        run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Default: <backends.local.output_dir>/<run name>.")] = None,
+        run_dir: Annotated[
+            Path | None, typer.Option("--run-dir", help="Default: <backends.local.output_dir>/<run name>.")
+        ] = None,
     ) -> None:
         """Run SPEC on this machine (local backend): servers, training, evaluation, MLflow; one seed run after another
         when the spec lists training seeds; the same spec resumes."""

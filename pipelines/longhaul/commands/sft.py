@@ -34,8 +34,9 @@ def _load(spec: Path):
 
 
 def register(app: typer.Typer) -> None:
-    sft = typer.Typer(help="SFT warm start: teacher trajectories, Render-Twice-Diff datasets, veRL SFT.",
-                      no_args_is_help=True)
+    sft = typer.Typer(
+        help="SFT warm start: teacher trajectories, Render-Twice-Diff datasets, veRL SFT.", no_args_is_help=True
+    )
     app.add_typer(sft, name="sft")
 
     @sft.command("collect")
@@ -58,26 +59,40 @@ def register(app: typer.Typer) -> None:
         sim_url = simulator_url or exp.spec.user_simulator.url or os.environ.get(C.ENV_SIMULATOR_BASE_URL)
         t_url = teacher_url or exp.spec.sft.teacher.url or sim_url
         if not sim_url or not t_url:
-            err.print("no simulator URL: pass --simulator-url, set spec.user_simulator.url, or run under the "
-                      f"launcher ({C.ENV_SIMULATOR_BASE_URL})")
+            err.print(
+                "no simulator URL: pass --simulator-url, set spec.user_simulator.url, or run under the "
+                f"launcher ({C.ENV_SIMULATOR_BASE_URL})"
+            )
             raise typer.Exit(2)
         # With no teacher URL the simulator's server answers for the teacher too (same served model).
-        t_model = exp.spec.sft.teacher.model.name if (teacher_url or exp.spec.sft.teacher.url) else \
-            os.environ.get(C.ENV_SIMULATOR_MODEL, exp.spec.user_simulator.model.name)
+        t_model = (
+            exp.spec.sft.teacher.model.name
+            if (teacher_url or exp.spec.sft.teacher.url)
+            else os.environ.get(C.ENV_SIMULATOR_MODEL, exp.spec.user_simulator.model.name)
+        )
         target = out or Path(Paths.under(str(run_dir)).sft.trajectories)
         done = {"n": 0}
 
         def progress(a, outcome: float) -> None:
             done["n"] += 1
-            err.print(f"  task {a.task_id:>3} attempt {a.attempt:>2} T={a.temperature:.1f} -> "
-                      f"{'success' if outcome == 1.0 else 'fail'} ({done['n']})")
+            err.print(
+                f"  task {a.task_id:>3} attempt {a.attempt:>2} T={a.temperature:.1f} -> "
+                f"{'success' if outcome == 1.0 else 'fail'} ({done['n']})"
+            )
 
-        report = asyncio.run(collect_trajectories(
-            exp, teacher_url=t_url, simulator_url=sim_url, out_path=target, teacher_model=t_model,
-            simulator_model=os.environ.get(C.ENV_SIMULATOR_MODEL), concurrency=concurrency,
-            on_attempt=progress))
-        print(f"{report.successes}/{report.attempts} successful episodes -> {target}; "
-              f"covered_seen: {report.covered}")
+        report = asyncio.run(
+            collect_trajectories(
+                exp,
+                teacher_url=t_url,
+                simulator_url=sim_url,
+                out_path=target,
+                teacher_model=t_model,
+                simulator_model=os.environ.get(C.ENV_SIMULATOR_MODEL),
+                concurrency=concurrency,
+                on_attempt=progress,
+            )
+        )
+        print(f"{report.successes}/{report.attempts} successful episodes -> {target}; covered_seen: {report.covered}")
 
     @sft.command("build-dataset")
     def build_dataset(
@@ -101,10 +116,14 @@ def register(app: typer.Typer) -> None:
         tok = AutoTokenizer.from_pretrained(tokenizer)
         try:
             rows, dropped, stats = build_sft_rows(
-                tok, load_trajectories(trajectories), max_length=cfg.max_length,
-                min_label_tokens=cfg.min_label_tokens, test_task_ids=build_split(exp.spec.environment.split).test,
+                tok,
+                load_trajectories(trajectories),
+                max_length=cfg.max_length,
+                min_label_tokens=cfg.min_label_tokens,
+                test_task_ids=build_split(exp.spec.environment.split).test,
                 chat_template=chat_template_override(exp.spec.policy),
-                template_kwargs=chat_template_kwargs(exp.spec.policy))
+                template_kwargs=chat_template_kwargs(exp.spec.policy),
+            )
         except (TestTaskInDataError, ValueError) as exc:
             err.print(f"error: {exc}")
             raise typer.Exit(1) from exc
@@ -144,8 +163,14 @@ def register(app: typer.Typer) -> None:
         # this command's stop and checkpoint signals forwarded to it.
         from longhaul.launcher.stages import run_steps
 
-        rc = run_steps("sft", [(s.name, s.argv) for s in steps], dict(os.environ), run_dir.absolute(), sys.stdout,
-                       lambda msg: err.print(f"[sft] {msg}", markup=False))
+        rc = run_steps(
+            "sft",
+            [(s.name, s.argv) for s in steps],
+            dict(os.environ),
+            run_dir.absolute(),
+            sys.stdout,
+            lambda msg: err.print(f"[sft] {msg}", markup=False),
+        )
         if rc != 0:
             raise typer.Exit(rc)
 
@@ -153,11 +178,13 @@ def register(app: typer.Typer) -> None:
     def inspect(
         dataset: Annotated[Path, typer.Argument(help="Dataset parquet written by build-dataset.")],
         index: Annotated[int, typer.Option("--index", "-i", help="Row to show.")] = 0,
-        tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="Tokenizer dir (default: the one "
-                                                      "recorded at build time).")] = None,
+        tokenizer: Annotated[
+            str | None, typer.Option("--tokenizer", help="Tokenizer dir (default: the one recorded at build time).")
+        ] = None,
         plain: Annotated[bool, typer.Option("--plain", help="No colours: labelled spans between ⟦ and ⟧.")] = False,
-        max_chars: Annotated[int, typer.Option("--max-chars", help="Cut the shown prompt to its last N "
-                                               "characters (0 = whole).")] = 1500,
+        max_chars: Annotated[
+            int, typer.Option("--max-chars", help="Cut the shown prompt to its last N characters (0 = whole).")
+        ] = 1500,
     ) -> None:
         """Show one sample with masked (dim) and trained (green) spans, and dataset statistics."""
         from transformers import AutoTokenizer
@@ -199,6 +226,8 @@ def register(app: typer.Typer) -> None:
                 text.append(f"⟦{chunk}⟧" if trained else chunk)
             else:
                 text.append(chunk, style="bold green" if trained else "dim")
-        console.print(f"row {index}: task {row['task_id']} attempt {row['attempt']}, {row['num_tokens']} tokens, "
-                      f"{row['num_label_tokens']} trained" + ("" if plain else " (green = trained, dim = masked)"))
+        console.print(
+            f"row {index}: task {row['task_id']} attempt {row['attempt']}, {row['num_tokens']} tokens, "
+            f"{row['num_label_tokens']} trained" + ("" if plain else " (green = trained, dim = masked)")
+        )
         console.print(text)

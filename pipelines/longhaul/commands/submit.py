@@ -57,8 +57,10 @@ def resolve_run_dirs(run: str) -> list[tuple[str, Path | None]] | None:
     runs = spec[1]
     if not any(r.submitted for r in runs):
         listed = "\n".join(f"  {r.slurm_dir}" for r in runs)
-        _fail(f"{run}: no run of this spec has been submitted from here (one run per training seed; no "
-              f"{RECORD_FILE} in any of):\n{listed}")
+        _fail(
+            f"{run}: no run of this spec has been submitted from here (one run per training seed; no "
+            f"{RECORD_FILE} in any of):\n{listed}"
+        )
     return [(r.name, r.submitted) for r in runs]
 
 
@@ -75,8 +77,11 @@ def resolve_run_dir(run: str) -> Path:
         if has_seeds:
             listed = "\n".join(f"  {r.submitted or r.slurm_dir}" for r in runs)
             state = "" if any(r.submitted for r in runs) else " (none submitted from here yet)"
-            _fail(f"{run}: this spec has {len(runs)} training seeds, one run each{state}; name one run directory "
-                  f"(or its run name):\n{listed}", 2)
+            _fail(
+                f"{run}: this spec has {len(runs)} training seeds, one run each{state}; name one run directory "
+                f"(or its run name):\n{listed}",
+                2,
+            )
         (one,) = runs
         if one.submitted is not None:
             return one.submitted
@@ -128,8 +133,15 @@ def _status_line(st: dict) -> str:
 
 
 #: Columns of `longhaul history` (status.history keys, `longhaul.k8s.status.record_history`) and their headings.
-HISTORY_COLUMNS = (("runName", "RUN"), ("specHash", "SPEC HASH"), ("gitCommit", "GIT COMMIT"), ("phase", "PHASE"),
-                   ("mlflowRunId", "MLFLOW RUN"), ("startTime", "STARTED"), ("completionTime", "COMPLETED"))
+HISTORY_COLUMNS = (
+    ("runName", "RUN"),
+    ("specHash", "SPEC HASH"),
+    ("gitCommit", "GIT COMMIT"),
+    ("phase", "PHASE"),
+    ("mlflowRunId", "MLFLOW RUN"),
+    ("startTime", "STARTED"),
+    ("completionTime", "COMPLETED"),
+)
 
 
 def history_table(experiment: dict) -> str:
@@ -154,8 +166,12 @@ def register(app: typer.Typer) -> None:
         spec: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
         backend: Annotated[str, typer.Option("--backend", "-b", help=f"One of: {', '.join(BACKENDS)}.")],
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be submitted; run nothing.")] = False,
-        ignore_memory_plan: Annotated[bool, typer.Option(
-            "--ignore-memory-plan", help="Submit even when `longhaul plan` finds a phase over GPU capacity.")] = False,
+        ignore_memory_plan: Annotated[
+            bool,
+            typer.Option(
+                "--ignore-memory-plan", help="Submit even when `longhaul plan` finds a phase over GPU capacity."
+            ),
+        ] = False,
     ) -> None:
         """Render SPEC for BACKEND and submit it (the same spec resumes the same run)."""
         try:
@@ -197,8 +213,9 @@ def register(app: typer.Typer) -> None:
                 return
             out.print(_status_line(st))
             return
-        sts = [_fetch_status(d) if d is not None else {"run_name": n, "run_dir": None, "submitted": False}
-               for n, d in runs]
+        sts = [
+            _fetch_status(d) if d is not None else {"run_name": n, "run_dir": None, "submitted": False} for n, d in runs
+        ]
         if as_json:
             typer.echo(json.dumps(sts, indent=2, default=str))
             return
@@ -208,10 +225,14 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def history(
         name: Annotated[str, typer.Argument(help="Experiment name (metadata.name) in the cluster.")],
-        namespace: Annotated[str | None, typer.Option(
-            "--namespace", "-n", help="Namespace of the Experiment (default: the kubectl context's).")] = None,
-        kubeconfig: Annotated[Path | None, typer.Option(
-            "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).")] = None,
+        namespace: Annotated[
+            str | None,
+            typer.Option("--namespace", "-n", help="Namespace of the Experiment (default: the kubectl context's)."),
+        ] = None,
+        kubeconfig: Annotated[
+            Path | None,
+            typer.Option("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)."),
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print status.history as JSON.")] = False,
     ) -> None:
         """The runs a Kubernetes Experiment had, oldest first: run name, spec hash, git commit, phase, MLflow run.

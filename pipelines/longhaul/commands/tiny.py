@@ -20,12 +20,19 @@ def register(app: typer.Typer) -> None:
 
     @tiny.command("build")
     def build(
-        out_dir: Annotated[Path, typer.Option("--out", help="Output directory (holds tiny-policy/ and tiny-user/).")]
-        = Path(".cache/longhaul/models"),
+        out_dir: Annotated[
+            Path, typer.Option("--out", help="Output directory (holds tiny-policy/ and tiny-user/).")
+        ] = Path(".cache/longhaul/models"),
         steps: Annotated[int, typer.Option("--steps", min=0, help="Warm-start steps of the policy.")] = 400,
         seed: Annotated[int, typer.Option("--seed", help="Seed of initialisation and data order.")] = 7,
-        check_prompts: Annotated[int, typer.Option("--check-prompts", min=0, help="Held-out first turns generated "
-                                                   "to count well-formed tool calls (0 = skip).")] = 10,
+        check_prompts: Annotated[
+            int,
+            typer.Option(
+                "--check-prompts",
+                min=0,
+                help="Held-out first turns generated to count well-formed tool calls (0 = skip).",
+            ),
+        ] = 10,
         force: Annotated[bool, typer.Option("--force", help="Rebuild even when the cache key matches.")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print the build report as JSON.")] = False,
     ) -> None:
@@ -40,7 +47,9 @@ def register(app: typer.Typer) -> None:
         def log(msg: str) -> None:
             err.print(f"[{time.monotonic() - t0:6.1f}s] {msg}")
 
-        report = ensure_tiny_models(out_dir, TinyBuildConfig(steps=steps, seed=seed, check_prompts=check_prompts), force=force, log=log)
+        report = ensure_tiny_models(
+            out_dir, TinyBuildConfig(steps=steps, seed=seed, check_prompts=check_prompts), force=force, log=log
+        )
         if as_json:
             out.print(json.dumps(asdict(report), indent=2))
         else:

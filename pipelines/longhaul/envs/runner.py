@@ -65,7 +65,9 @@ class PolicyTurn:
 class Policy(Protocol):
     """The agent being evaluated or trained."""
 
-    async def next_turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int) -> PolicyTurn:
+    async def next_turn(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int
+    ) -> PolicyTurn:
         """Return the next assistant turn for the full OpenAI-format message list."""
         ...
 
@@ -261,8 +263,13 @@ async def run_episode(
     tool_errors = 0
     first_prompt_tokens: int | None = None
     completion_total = 0
-    termination: Termination | None = (Termination.ENDPOINT_ERROR if endpoint_error is not None
-                                       else Termination.USER_STOP if is_user_stop(first) else None)
+    termination: Termination | None = (
+        Termination.ENDPOINT_ERROR
+        if endpoint_error is not None
+        else Termination.USER_STOP
+        if is_user_stop(first)
+        else None
+    )
     response_tokens = 0
 
     async def append(msg: dict[str, Any]) -> None:
@@ -340,7 +347,10 @@ async def run_episode(
                     termination = Termination(res.termination or Termination.TRANSFER)
                     break
                 call_counts[_call_key(call)] += 1
-                if limits.abort_repeated_calls is not None and call_counts[_call_key(call)] >= limits.abort_repeated_calls:
+                if (
+                    limits.abort_repeated_calls is not None
+                    and call_counts[_call_key(call)] >= limits.abort_repeated_calls
+                ):
                     termination = Termination.LOOP
             turns.append(Turn(index, pt.content, done_calls, False, pt.completion_tokens, pt.finish_reason))
             if termination is None and tool_error_limit_reached(tool_errors, limits.max_tool_errors):
@@ -397,4 +407,3 @@ async def run_episode(
         num_tool_errors=n_err,
         metadata=meta,
     )
-

@@ -149,7 +149,8 @@ async def evaluate(
             if len(unscored) > budget:
                 raise PolicyEndpointError(
                     f"{len(unscored)} of {len(trials)} episodes ended on an endpoint that failed past its retries "
-                    f"(at most {budget} may: {UNSCORED_SHARE:.0%}); last: {rec['endpoint_error']}")
+                    f"(at most {budget} may: {UNSCORED_SHARE:.0%}); last: {rec['endpoint_error']}"
+                )
 
     try:
         async with asyncio.TaskGroup() as tg:
@@ -167,7 +168,10 @@ async def evaluate(
 def load_records(path: Path) -> list[dict[str, Any]]:
     """Read a results JSONL file, bounded by `longhaul.bounded.RESULTS`; errors (`InputError`, a ValueError)
     name the file and line."""
-    return [rec for _, rec in bounded.read_jsonl(path, bounded.RESULTS, expected="one trial record (a JSON object) per line")]
+    return [
+        rec
+        for _, rec in bounded.read_jsonl(path, bounded.RESULTS, expected="one trial record (a JSON object) per line")
+    ]
 
 
 def build_eval_agents(spec: Any, policy_client: Any, user_client: Any) -> tuple[Any, Any]:
@@ -177,12 +181,19 @@ def build_eval_agents(spec: Any, policy_client: Any, user_client: Any) -> tuple[
     from longhaul.clients.policy import OpenAIPolicy, SamplingParams
     from longhaul.clients.user_simulator import OpenAIUserSimulator
 
-    return (OpenAIPolicy(policy_client, SamplingParams.from_spec(spec.policy.rollout.validation)),
-            OpenAIUserSimulator(user_client, SamplingParams.from_spec(spec.user_simulator.sampling)))
+    return (
+        OpenAIPolicy(policy_client, SamplingParams.from_spec(spec.policy.rollout.validation)),
+        OpenAIUserSimulator(user_client, SamplingParams.from_spec(spec.user_simulator.sampling)),
+    )
 
 
 def summarize_evaluation(
-    records: Sequence[dict[str, Any]], ks: Sequence[int] | None, *, bootstrap: int, confidence: float, seed: int,
+    records: Sequence[dict[str, Any]],
+    ks: Sequence[int] | None,
+    *,
+    bootstrap: int,
+    confidence: float,
+    seed: int,
     null_floor: bool = True,
 ) -> dict[str, Any]:
     """The summary of an evaluation's records: the one function behind `longhaul eval`, `longhaul eval summarize`

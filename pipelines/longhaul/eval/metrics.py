@@ -209,14 +209,20 @@ def compute_summary(
     counts = build_task_counts(records)
     incomplete = sorted(incomplete_tasks(records), key=_task_sort_key)
     if not counts:
-        raise ValueError(f"no task has all its trials scored ({len(incomplete)} incomplete: an endpoint failed past "
-                         "its retries; see the records' endpoint_error)" if incomplete else "no records")
+        raise ValueError(
+            f"no task has all its trials scored ({len(incomplete)} incomplete: an endpoint failed past "
+            "its retries; see the records' endpoint_error)"
+            if incomplete
+            else "no records"
+        )
     n_min = min(t.n for t in counts)
     bad_k = [k for k in ks if k > n_min]
     if bad_k:
         short = [t.task_id for t in counts if t.n < max(ks)][:10]
-        raise ValueError(f"k={bad_k} exceeds the trials of some tasks (min n = {n_min}; e.g. tasks {short}); "
-                         "evaluate with samples_per_task ≥ max k or drop those k")
+        raise ValueError(
+            f"k={bad_k} exceeds the trials of some tasks (min n = {n_min}; e.g. tasks {short}); "
+            "evaluate with samples_per_task ≥ max k or drop those k"
+        )
     overall = compute_block(counts, ks, rng, bootstrap_samples, confidence)
     subsets: dict[str, Any] = {}
     names = list(dict.fromkeys(s for t in counts for s in t.subsets))

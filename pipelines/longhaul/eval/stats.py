@@ -109,8 +109,10 @@ class Outcomes:
         if data.ndim != 3:
             raise ValueError(f"Outcomes.data must have shape (seeds, tasks, samples) (got shape {data.shape})")
         if data.shape[:2] != (len(self.seeds), len(self.tasks)):
-            raise ValueError(f"Outcomes.data has shape {data.shape} but there are {len(self.seeds)} seeds and "
-                             f"{len(self.tasks)} tasks")
+            raise ValueError(
+                f"Outcomes.data has shape {data.shape} but there are {len(self.seeds)} seeds and "
+                f"{len(self.tasks)} tasks"
+            )
         if 0 in data.shape:
             raise ValueError(f"Outcomes need at least one seed, task and sample (got shape {data.shape})")
         if len(set(self.tasks)) != len(self.tasks) or len(set(self.seeds)) != len(self.seeds):
@@ -143,8 +145,10 @@ class Outcomes:
         for seed, task, trial, success in records:
             cell = cells.setdefault((int(seed), str(task)), {})
             if int(trial) in cell:
-                raise ValueError(f"duplicate record: seed {seed} task {str(task)!r} trial {trial} appears twice "
-                                 "(a result was written twice; keep one)")
+                raise ValueError(
+                    f"duplicate record: seed {seed} task {str(task)!r} trial {trial} appears twice "
+                    "(a result was written twice; keep one)"
+                )
             cell[int(trial)] = bool(success)
         if not cells:
             raise ValueError("no records")
@@ -154,19 +158,22 @@ class Outcomes:
             missing = [t for t in tasks if (s, t) not in cells]
             if missing:
                 shown = ", ".join(repr(t) for t in missing[:10]) + (" …" if len(missing) > 10 else "")
-                raise ValueError(f"ragged design: seed {s} has no records for {len(missing)} task(s) that other "
-                                 f"seeds ran: {shown}; evaluate every seed on the same tasks or drop those tasks")
+                raise ValueError(
+                    f"ragged design: seed {s} has no records for {len(missing)} task(s) that other "
+                    f"seeds ran: {shown}; evaluate every seed on the same tasks or drop those tasks"
+                )
         sizes: dict[int, int] = {}
         for cell in cells.values():
             sizes[len(cell)] = sizes.get(len(cell), 0) + 1
         n = max(sizes, key=lambda m: (sizes[m], m))
         for (s, t), cell in sorted(cells.items(), key=lambda kv: (kv[0][0], _task_sort_key(kv[0][1]))):
             if len(cell) != n:
-                raise ValueError(f"ragged design: seed {s} task {t!r} has {len(cell)} samples (trials "
-                                 f"{sorted(cell)[:20]}), the other cells have {n}; every (seed, task) needs the "
-                                 "same number of samples")
-        data = np.array([[[cells[(s, t)][j] for j in sorted(cells[(s, t)])] for t in tasks] for s in seeds],
-                        dtype=bool)
+                raise ValueError(
+                    f"ragged design: seed {s} task {t!r} has {len(cell)} samples (trials "
+                    f"{sorted(cell)[:20]}), the other cells have {n}; every (seed, task) needs the "
+                    "same number of samples"
+                )
+        data = np.array([[[cells[(s, t)][j] for j in sorted(cells[(s, t)])] for t in tasks] for s in seeds], dtype=bool)
         return cls(tuple(tasks), tuple(seeds), data)
 
     def restrict(self, tasks: Iterable[str]) -> Outcomes:
@@ -283,8 +290,10 @@ def _regularized_beta(x: float, a: float, b: float) -> float:
     d = 1.0 / (d if abs(d) > tiny else tiny)
     f = d
     for m in range(1, 500):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1.0 + num * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + num / c
@@ -405,9 +414,11 @@ def _common(a: Outcomes, b: Outcomes) -> tuple[Outcomes, Outcomes]:
     in_b = set(b.tasks)
     common = [t for t in a.tasks if t in in_b]
     if not common:
-        raise ValueError(f"the two arms have no task in common (A: {len(a.tasks)} tasks, e.g. {list(a.tasks[:5])}; "
-                         f"B: {len(b.tasks)} tasks, e.g. {list(b.tasks[:5])}); compare arms evaluated on the same "
-                         "tasks")
+        raise ValueError(
+            f"the two arms have no task in common (A: {len(a.tasks)} tasks, e.g. {list(a.tasks[:5])}; "
+            f"B: {len(b.tasks)} tasks, e.g. {list(b.tasks[:5])}); compare arms evaluated on the same "
+            "tasks"
+        )
     return a.restrict(common), b.restrict(common)
 
 
@@ -463,8 +474,9 @@ def paired_difference(
     d_beta = mb.beta - ma.beta  # the per-task differences d_t minus their mean
     stats = (mb.g - ma.g) + _resampled_means(d_beta, rng, samples)
     stats = stats + mb.seed_term(rng, samples) - ma.seed_term(rng, samples)
-    lo, hi = _widened(stats, mb.g - ma.g, confidence,
-                      [_task_component(d_beta), ma.seed_component(), mb.seed_component()])
+    lo, hi = _widened(
+        stats, mb.g - ma.g, confidence, [_task_component(d_beta), ma.seed_component(), mb.seed_component()]
+    )
     ci = (max(lo, -1.0), min(hi, 1.0))  # a difference of two rates lies in [−1, 1]
     ra, rb = rate(a, k, kind), rate(b, k, kind)
     return PairedResult(
@@ -512,8 +524,15 @@ def within_seed_flip_rate(o: Outcomes) -> float | None:
 # Power of a planned paired study
 
 
-def _check_design(tasks: int, samples: int, seeds: int, baseline: float, flip_rate: float,
-                  within_flip_rate: float | None, effect_sd: float) -> float:
+def _check_design(
+    tasks: int,
+    samples: int,
+    seeds: int,
+    baseline: float,
+    flip_rate: float,
+    within_flip_rate: float | None,
+    effect_sd: float,
+) -> float:
     for name, value in (("tasks", tasks), ("samples", samples), ("seeds", seeds)):
         if isinstance(value, bool) or not (value == math.inf or (int(value) == value and value >= 1)):
             raise ValueError(f"{name} must be a whole number ≥ 1 (got {value!r})")
@@ -521,13 +540,17 @@ def _check_design(tasks: int, samples: int, seeds: int, baseline: float, flip_ra
         raise ValueError(f"baseline must be a pass^1 rate strictly between 0 and 1 (got {baseline!r})")
     most = 2 * baseline * (1 - baseline)
     if not 0 <= flip_rate <= most + 1e-12:
-        raise ValueError(f"flip_rate must be in [0, 2·b·(1−b)] = [0, {most:.3f}] at baseline b = {baseline:g} "
-                         f"(got {flip_rate!r}): two runs cannot disagree more often than independent coin flips "
-                         "at the baseline rate; measure it on arms near this baseline")
+        raise ValueError(
+            f"flip_rate must be in [0, 2·b·(1−b)] = [0, {most:.3f}] at baseline b = {baseline:g} "
+            f"(got {flip_rate!r}): two runs cannot disagree more often than independent coin flips "
+            "at the baseline rate; measure it on arms near this baseline"
+        )
     fw = flip_rate if within_flip_rate is None else within_flip_rate
     if not 0 <= fw <= flip_rate + 1e-12:
-        raise ValueError(f"within_flip_rate must be in [0, flip_rate] = [0, {flip_rate:g}] (got {fw!r}): samples "
-                         "of one seed cannot disagree more often than samples of different seeds")
+        raise ValueError(
+            f"within_flip_rate must be in [0, flip_rate] = [0, {flip_rate:g}] (got {fw!r}): samples "
+            "of one seed cannot disagree more often than samples of different seeds"
+        )
     if effect_sd < 0:
         raise ValueError(f"effect_sd must be ≥ 0 (got {effect_sd!r})")
     return fw
@@ -561,20 +584,37 @@ def difference_variance(
     docstring) — with few seeds the real variance is larger.
     """
     fw = _check_design(tasks, samples, seeds, baseline, flip_rate, within_flip_rate, effect_sd)
-    within_b = max(0.0, fw + effect * (1 - 2 * baseline) - effect * effect - effect_sd ** 2)
-    return ((flip_rate - fw) + within_b / samples) / seeds + effect_sd ** 2
+    within_b = max(0.0, fw + effect * (1 - 2 * baseline) - effect * effect - effect_sd**2)
+    return ((flip_rate - fw) + within_b / samples) / seeds + effect_sd**2
 
 
-def _power(effect: float, tasks: int, samples: int | float, seeds: int | float, baseline: float, flip_rate: float,
-           alpha: float, within_flip_rate: float | None, effect_sd: float) -> float:
+def _power(
+    effect: float,
+    tasks: int,
+    samples: int | float,
+    seeds: int | float,
+    baseline: float,
+    flip_rate: float,
+    alpha: float,
+    within_flip_rate: float | None,
+    effect_sd: float,
+) -> float:
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1) (got {alpha!r})")
     if not -baseline <= effect <= 1 - baseline:
         raise ValueError(f"effect {effect:+g} would move the baseline {baseline:g} outside [0, 1]")
     if 2.0 ** (1 - tasks) > alpha:  # the exact sign-flip test's smallest two-sided p-value is 2/2^T
         return 0.0
-    v = difference_variance(effect, tasks, samples, seeds, baseline, flip_rate,  # type: ignore[arg-type]
-                            within_flip_rate=within_flip_rate, effect_sd=effect_sd)
+    v = difference_variance(
+        effect,
+        tasks,
+        samples,
+        seeds,
+        baseline,
+        flip_rate,  # type: ignore[arg-type]
+        within_flip_rate=within_flip_rate,
+        effect_sd=effect_sd,
+    )
     z = NormalDist().inv_cdf(1 - alpha / 2)
     # The sign-flip test compares D with its permutation spread √(Σ d_t²)/T, and Σ d_t²/T ≈ V + δ².
     c = z * math.sqrt((v + effect * effect) / tasks)
@@ -665,15 +705,21 @@ class DesignNeed:
     def describe(self) -> str:
         pts = f"{self.effect * 100:+.1f} points at {self.target_power:.0%} power"
         if self.bounded_by_tasks:
-            return (f"{pts}: not reachable with {self.tasks} tasks — at most {self.power_limit:.0%} power however "
-                    "many seeds and samples; add tasks")
+            return (
+                f"{pts}: not reachable with {self.tasks} tasks — at most {self.power_limit:.0%} power however "
+                "many seeds and samples; add tasks"
+            )
         parts = []
         if self.seeds is not None:
-            parts.append(f"{self.seeds} seed{'s' if self.seeds != 1 else ''} per arm at {self.at_samples} "
-                         f"sample{'s' if self.at_samples != 1 else ''} per task")
+            parts.append(
+                f"{self.seeds} seed{'s' if self.seeds != 1 else ''} per arm at {self.at_samples} "
+                f"sample{'s' if self.at_samples != 1 else ''} per task"
+            )
         if self.samples is not None:
-            parts.append(f"{self.samples} sample{'s' if self.samples != 1 else ''} per task at {self.at_seeds} "
-                         f"seed{'s' if self.at_seeds != 1 else ''} per arm")
+            parts.append(
+                f"{self.samples} sample{'s' if self.samples != 1 else ''} per task at {self.at_seeds} "
+                f"seed{'s' if self.at_seeds != 1 else ''} per arm"
+            )
         if not parts:
             return f"{pts}: needs more than {MAX_SEEDS} seeds per arm at {self.at_samples} samples per task"
         return f"{pts} needs " + ", or ".join(parts)

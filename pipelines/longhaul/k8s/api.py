@@ -76,7 +76,7 @@ class RetryPolicy:
         after = getattr(exc, "retry_after", None)
         if after is not None:
             return max(0.0, min(float(after), self.max_retry_after_s))
-        return rand() * min(self.max_backoff_s, self.initial_s * 2 ** retry)
+        return rand() * min(self.max_backoff_s, self.initial_s * 2**retry)
 
 
 def retryable(method: str, exc: BaseException) -> bool:
@@ -95,8 +95,9 @@ def _retry_after(resp: httpx.Response, body: dict[str, Any]) -> float | None:
         return None
 
 
-def resource_path(api_version: str, kind: str, namespace: str | None, name: str | None = None,
-                  subresource: str | None = None) -> str:
+def resource_path(
+    api_version: str, kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None
+) -> str:
     """REST path of a collection or object (`/api/v1/...` for the core group, `/apis/<g>/<v>/...` otherwise)."""
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     path = f"{base}/namespaces/{namespace}/{PLURALS[kind]}" if namespace else f"{base}/{PLURALS[kind]}"
@@ -110,8 +111,13 @@ def resource_path(api_version: str, kind: str, namespace: str | None, name: str 
 class KubeApi:
     """Async client; one per operator process. `retry` bounds the retries of each request; `sleep` is for tests."""
 
-    def __init__(self, client: httpx.AsyncClient, *, retry: RetryPolicy | None = None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.client = client
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
@@ -133,25 +139,41 @@ class KubeApi:
         if getattr(info, "insecure", False):
             verify = False
         elif getattr(info, "ca_path", None) or getattr(info, "ca_data", None):
-            ctx = ssl.create_default_context(cafile=info.ca_path or None,
-                                             cadata=_text(info.ca_data) if info.ca_data else None)
+            ctx = ssl.create_default_context(
+                cafile=info.ca_path or None, cadata=_text(info.ca_data) if info.ca_data else None
+            )
             verify = ctx
         cert = None
         if getattr(info, "certificate_path", None) or getattr(info, "certificate_data", None):
-            cert = (_file(info.certificate_path, info.certificate_data), _file(info.private_key_path, info.private_key_data))
+            cert = (
+                _file(info.certificate_path, info.certificate_data),
+                _file(info.private_key_path, info.private_key_data),
+            )
             if isinstance(verify, ssl.SSLContext):
                 verify.load_cert_chain(*cert)
                 cert = None
-        client = httpx.AsyncClient(base_url=info.server, headers=headers, verify=verify, cert=cert,
-                                   timeout=httpx.Timeout(timeout),
-                                   limits=httpx.Limits(max_connections=32, max_keepalive_connections=16))
+        client = httpx.AsyncClient(
+            base_url=info.server,
+            headers=headers,
+            verify=verify,
+            cert=cert,
+            timeout=httpx.Timeout(timeout),
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
+        )
         return cls(client, retry=retry)
 
     async def close(self) -> None:
         await self.client.aclose()
 
-    async def _call(self, method: str, path: str, *, json: Any = None, content_type: str | None = None,
-                    params: dict[str, str] | None = None) -> Any:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        content_type: str | None = None,
+        params: dict[str, str] | None = None,
+    ) -> Any:
         """One request, retried within `self.retry` (see `retryable`); the last failure is raised."""
         policy = self.retry
 
@@ -163,20 +185,32 @@ class KubeApi:
             self.retries += 1
             exc = state.outcome.exception() if state.outcome else None
             delay = state.next_action.sleep if state.next_action else 0.0
-            log.warning("%s %s failed (%s); retry %d/%d in %.2f s", method, path, _describe(exc),
-                        state.attempt_number, policy.attempts - 1, delay)
+            log.warning(
+                "%s %s failed (%s); retry %d/%d in %.2f s",
+                method,
+                path,
+                _describe(exc),
+                state.attempt_number,
+                policy.attempts - 1,
+                delay,
+            )
 
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception(lambda exc: retryable(method, exc)),
             stop=tenacity.stop_after_attempt(policy.attempts) | tenacity.stop_after_delay(policy.deadline_s),
-            wait=wait, before_sleep=before_sleep, sleep=self._sleep, reraise=True)
+            wait=wait,
+            before_sleep=before_sleep,
+            sleep=self._sleep,
+            reraise=True,
+        )
         async for attempt in retrying:
             with attempt:
                 return await self._send(method, path, json=json, content_type=content_type, params=params)
         raise AssertionError("unreachable: tenacity re-raises the last failure")
 
-    async def _send(self, method: str, path: str, *, json: Any, content_type: str | None,
-                    params: dict[str, str] | None) -> Any:
+    async def _send(
+        self, method: str, path: str, *, json: Any, content_type: str | None, params: dict[str, str] | None
+    ) -> Any:
         headers = {"Content-Type": content_type} if content_type else {}
         resp = await self.client.request(method, path, json=json, params=params, headers=headers)
         if resp.status_code >= 400:
@@ -186,8 +220,9 @@ class KubeApi:
                 body = {"reason": resp.reason_phrase, "message": resp.text[:500]}
             if not isinstance(body, dict):
                 body = {"reason": resp.reason_phrase, "message": str(body)[:500]}
-            raise ApiError(resp.status_code, body.get("reason", ""), body.get("message", ""),
-                           retry_after=_retry_after(resp, body))
+            raise ApiError(
+                resp.status_code, body.get("reason", ""), body.get("message", ""), retry_after=_retry_after(resp, body)
+            )
         return resp.json()
 
     async def create(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -206,10 +241,19 @@ class KubeApi:
             existing = await self.get(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
             if existing is not None:
                 return existing, False
-            log.warning("POST %s: 409 for %s %s, which does not exist; creating again (%d/2)", path, obj["kind"],
-                        meta["name"], attempt + 1)
-        raise ApiError(409, "Conflict", f"{obj['kind']} {meta['name']}: the server answered 409 three times but the "
-                                        "object does not exist; retry later")
+            log.warning(
+                "POST %s: 409 for %s %s, which does not exist; creating again (%d/2)",
+                path,
+                obj["kind"],
+                meta["name"],
+                attempt + 1,
+            )
+        raise ApiError(
+            409,
+            "Conflict",
+            f"{obj['kind']} {meta['name']}: the server answered 409 three times but the "
+            "object does not exist; retry later",
+        )
 
     async def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:
@@ -219,40 +263,49 @@ class KubeApi:
                 return None
             raise
 
-    async def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> list[dict[str, Any]]:
+    async def list(
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str
+    ) -> list[dict[str, Any]]:
         try:
-            out = await self._call("GET", resource_path(api_version, kind, namespace),
-                                   params={"labelSelector": label_selector})
+            out = await self._call(
+                "GET", resource_path(api_version, kind, namespace), params={"labelSelector": label_selector}
+            )
         except ApiError as exc:
             if exc.status == 404:  # the kind is not served (e.g. no KubeRay CRDs)
                 return []
             raise
         return out.get("items", [])
 
-    async def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *,
-                     propagation: str) -> bool:
+    async def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *, propagation: str) -> bool:
         """Delete one object with `propagation` (Foreground, Background or Orphan: what happens to its dependents,
         e.g. a Job's pods); False when it did not exist (404)."""
         try:
-            await self._call("DELETE", resource_path(api_version, kind, namespace, name),
-                             params={"propagationPolicy": propagation})
+            await self._call(
+                "DELETE", resource_path(api_version, kind, namespace, name), params={"propagationPolicy": propagation}
+            )
         except ApiError as exc:
             if exc.status == 404:
                 return False
             raise
         return True
 
-    async def patch_status(self, api_version: str, kind: str, namespace: str | None, name: str,
-                           status: dict[str, Any]) -> dict[str, Any]:
+    async def patch_status(
+        self, api_version: str, kind: str, namespace: str | None, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
         """JSON merge patch of the status subresource."""
-        return await self._call("PATCH", resource_path(api_version, kind, namespace, name, "status"),
-                                json={"status": status}, content_type="application/merge-patch+json")
+        return await self._call(
+            "PATCH",
+            resource_path(api_version, kind, namespace, name, "status"),
+            json={"status": status},
+            content_type="application/merge-patch+json",
+        )
 
 
 def _describe(exc: BaseException | None) -> str:
     if isinstance(exc, ApiError):
-        return f"{exc.status} {exc.reason}" + (f", Retry-After {exc.retry_after:g} s" if exc.retry_after is not None
-                                               else "")
+        return f"{exc.status} {exc.reason}" + (
+            f", Retry-After {exc.retry_after:g} s" if exc.retry_after is not None else ""
+        )
     return type(exc).__name__ if exc is not None else "?"
 
 

@@ -42,11 +42,15 @@ Emit = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
 class Api(Protocol):
     async def create(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]: ...
     async def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
-    async def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> list[dict[str, Any]]: ...
-    async def patch_status(self, api_version: str, kind: str, namespace: str | None, name: str,
-                           status: dict[str, Any]) -> dict[str, Any]: ...
-    async def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *,
-                     propagation: str) -> bool: ...
+    async def list(
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str
+    ) -> list[dict[str, Any]]: ...
+    async def patch_status(
+        self, api_version: str, kind: str, namespace: str | None, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]: ...
+    async def delete(
+        self, api_version: str, kind: str, namespace: str | None, name: str, *, propagation: str
+    ) -> bool: ...
 
 
 def clean_document(body: dict[str, Any]) -> dict[str, Any]:
@@ -60,8 +64,12 @@ def clean_document(body: dict[str, Any]) -> dict[str, Any]:
         clean_meta["labels"] = dict(meta["labels"])
     if annotations:
         clean_meta["annotations"] = annotations
-    return {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": clean_meta,
-            "spec": copy.deepcopy(body.get("spec") or {})}
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": clean_meta,
+        "spec": copy.deepcopy(body.get("spec") or {}),
+    }
 
 
 def validate_body(body: dict[str, Any]) -> Experiment | str:
@@ -77,9 +85,11 @@ def validate_body(body: dict[str, Any]) -> Experiment | str:
     ns = meta.get("namespace")
     target = exp.spec.backends.kubernetes.namespace
     if target and ns and target != ns:
-        return (f"{where} spec.backends.kubernetes.namespace: {target!r} differs from the Experiment's namespace "
-                f"{ns!r}; the operator creates jobs next to their Experiment (owner references cannot cross "
-                "namespaces): remove the field or apply the Experiment into that namespace")
+        return (
+            f"{where} spec.backends.kubernetes.namespace: {target!r} differs from the Experiment's namespace "
+            f"{ns!r}; the operator creates jobs next to their Experiment (owner references cannot cross "
+            "namespaces): remove the field or apply the Experiment into that namespace"
+        )
     return exp
 
 
@@ -158,8 +168,10 @@ def run_locked(status: dict[str, Any]) -> bool:
     """
     if not status.get("runName"):
         return False
-    refused = any(c.get("type") == S.COND_SPEC_CHANGE_REFUSED and c.get("status") == "True"
-                  for c in status.get("conditions") or [])
+    refused = any(
+        c.get("type") == S.COND_SPEC_CHANGE_REFUSED and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
     return status.get("phase") in S.ACTIVE or refused
 
 
@@ -213,8 +225,25 @@ def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | 
     return patch or None
 
 
-_OPERATOR_KEYS = {"memoryPlan", "phase", "observedGeneration", "runName", "specHash", "stage", "jobName", "mlflowRunId", "mlflowUrl",
-                  "startTime", "completionTime", "lastCheckpointStep", "message", "conditions", "seeds", "seedRuns", "history"}
+_OPERATOR_KEYS = {
+    "memoryPlan",
+    "phase",
+    "observedGeneration",
+    "runName",
+    "specHash",
+    "stage",
+    "jobName",
+    "mlflowRunId",
+    "mlflowUrl",
+    "startTime",
+    "completionTime",
+    "lastCheckpointStep",
+    "message",
+    "conditions",
+    "seeds",
+    "seedRuns",
+    "history",
+}
 
 
 async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit: Emit) -> dict[str, Any]:
@@ -229,10 +258,13 @@ async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit
         stopped = await stop_run(api, body, decision.stop)
         history = S.supersede_history(history, previous, now=now)
         assert decision.track is not None
-        emit("Normal", "RunSuperseded",
-             f"spec changed (policy {C.SPEC_CHANGE_NEW_RUN}): run {run_name(decision.stop)} stopped "
-             f"({', '.join(stopped) or 'no unfinished workload'} deleted; its checkpoints and MLflow run are kept), "
-             f"run {run_name(decision.track)} starts")
+        emit(
+            "Normal",
+            "RunSuperseded",
+            f"spec changed (policy {C.SPEC_CHANGE_NEW_RUN}): run {run_name(decision.stop)} stopped "
+            f"({', '.join(stopped) or 'no unfinished workload'} deleted; its checkpoints and MLflow run are kept), "
+            f"run {run_name(decision.track)} starts",
+        )
 
     if decision.invalid is not None:
         new = S.invalid_status(previous, decision.invalid, generation=generation, now=now)
@@ -252,21 +284,31 @@ async def reconcile_experiment(api: Api, body: dict[str, Any], *, now: str, emit
         # First reconcile, or a finished run's spec was edited (a new run): start a clean status.
         base = {"conditions": [c for c in previous.get("conditions") or [] if c.get("type") == S.COND_VALID]}
     if exp.spec.algorithm.seeds:
-        new = await _reconcile_group(api, body, exp, started=started, base=base, generation=generation, now=now,
-                                     emit=emit)
+        new = await _reconcile_group(
+            api, body, exp, started=started, base=base, generation=generation, now=now, emit=emit
+        )
     else:
-        new = await _reconcile_run(api, body, exp, started=started, base=base, generation=generation, now=now,
-                                   emit=emit)
+        new = await _reconcile_run(
+            api, body, exp, started=started, base=base, generation=generation, now=now, emit=emit
+        )
     if decision.refused_run is not None or decision.refused_invalid is not None:
-        if not any(c.get("type") == S.COND_SPEC_CHANGE_REFUSED and c.get("status") == "True"
-                   and c.get("observedGeneration") == generation for c in previous.get("conditions") or []):
+        if not any(
+            c.get("type") == S.COND_SPEC_CHANGE_REFUSED
+            and c.get("status") == "True"
+            and c.get("observedGeneration") == generation
+            for c in previous.get("conditions") or []
+        ):
             emit("Warning", "SpecChangeRefused", f"spec edit refused while run {run_name(exp)} is active")
-        new = S.refused_status(new, decision.refused_run, generation=generation, now=now,
-                               invalid=decision.refused_invalid)
+        new = S.refused_status(
+            new, decision.refused_run, generation=generation, now=now, invalid=decision.refused_invalid
+        )
     else:
         new = S.clear_refusal(new, now=now, generation=generation)
-    new = {**new, "memoryPlan": memory_summary(exp),
-           "history": S.record_history(history, new, git_commit=_git_commit(body))}
+    new = {
+        **new,
+        "memoryPlan": memory_summary(exp),
+        "history": S.record_history(history, new, git_commit=_git_commit(body)),
+    }
     if new.get("phase") != previous.get("phase") and new.get("phase") in (S.Phase.SUCCEEDED, S.Phase.FAILED):
         emit("Normal" if new["phase"] == S.Phase.SUCCEEDED else "Warning", new["phase"], new.get("message", ""))
     await _write(api, ns, name, previous, new)
@@ -308,9 +350,18 @@ async def stop_run(api: Api, body: dict[str, Any], running: Experiment) -> list[
     return sorted(deleted)
 
 
-async def _reconcile_run(api: Api, body: dict[str, Any], exp: Experiment, *, started: bool, base: dict[str, Any],
-                         generation: int | None, now: str, emit: Emit,
-                         listed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+async def _reconcile_run(
+    api: Api,
+    body: dict[str, Any],
+    exp: Experiment,
+    *,
+    started: bool,
+    base: dict[str, Any],
+    generation: int | None,
+    now: str,
+    emit: Emit,
+    listed: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """One stage chain (a single-seed Experiment, or one seed run of a group): its ConfigMap unless `started`,
     the next stage workload when the previous ones succeeded, and its status (`status.build_status`).
 
@@ -343,8 +394,10 @@ async def _reconcile_run(api: Api, body: dict[str, Any], exp: Experiment, *, sta
             admissions[s] = S.kueue_admission(await _kueue_workload(api, obj), queue)
 
     def views() -> list[S.StageView]:
-        return [S.StageView(stage=s, name=stage_job_name(exp, s), workload=current[s], admission=admissions.get(s))
-                for s in stages]
+        return [
+            S.StageView(stage=s, name=stage_job_name(exp, s), workload=current[s], admission=admissions.get(s))
+            for s in stages
+        ]
 
     result = S.build_status(base, views(), run_name=run, spec_hash=spec_hash(exp), generation=generation, now=now)
     if result.next_stage is not None:
@@ -356,8 +409,7 @@ async def _reconcile_run(api: Api, body: dict[str, Any], exp: Experiment, *, sta
             admissions[result.next_stage] = S.kueue_admission(None, queue)
         if created:
             emit("Normal", "Created", f"{wl['kind']} {wl['metadata']['name']} for stage {result.next_stage}")
-        result = S.build_status(base, views(), run_name=run, spec_hash=spec_hash(exp), generation=generation,
-                                now=now)
+        result = S.build_status(base, views(), run_name=run, spec_hash=spec_hash(exp), generation=generation, now=now)
     return result.status
 
 
@@ -367,8 +419,9 @@ async def _kueue_workload(api: Api, obj: dict[str, Any]) -> dict[str, Any] | Non
     Only read for a queued workload, to say why it waits."""
     meta = obj.get("metadata") or {}
     try:
-        found = await api.list(C.KUEUE_WORKLOAD_API, "Workload", meta.get("namespace"),
-                               f"{C.LABEL_KUEUE_JOB_UID}={meta.get('uid')}")
+        found = await api.list(
+            C.KUEUE_WORKLOAD_API, "Workload", meta.get("namespace"), f"{C.LABEL_KUEUE_JOB_UID}={meta.get('uid')}"
+        )
     except ApiError as exc:
         if exc.status in (403, 404):
             return None
@@ -376,8 +429,17 @@ async def _kueue_workload(api: Api, obj: dict[str, Any]) -> dict[str, Any] | Non
     return found[0] if found else None
 
 
-async def _reconcile_group(api: Api, body: dict[str, Any], exp: Experiment, *, started: bool, base: dict[str, Any],
-                           generation: int | None, now: str, emit: Emit) -> dict[str, Any]:
+async def _reconcile_group(
+    api: Api,
+    body: dict[str, Any],
+    exp: Experiment,
+    *,
+    started: bool,
+    base: dict[str, Any],
+    generation: int | None,
+    now: str,
+    emit: Emit,
+) -> dict[str, Any]:
     """Every seed run of a multi-seed Experiment as its own stage chain (`_reconcile_run`, concurrently), and
     the aggregated status (`status.build_group_status`)."""
     ns = body["metadata"].get("namespace")
@@ -387,21 +449,38 @@ async def _reconcile_group(api: Api, body: dict[str, Any], exp: Experiment, *, s
     # One list call for every seed run's stages (by group label); each chain matches its deterministic names.
     first = render_stage(runs[0], runs[0].spec.stages[0])
     listed = await api.list(first["apiVersion"], first["kind"], ns, f"{C.LABEL_SEED_GROUP}={group}")
-    results = await asyncio.gather(*(
-        _reconcile_run(api, body, r, started=started, base=before.get(run_name(r)) or {}, generation=None, now=now,
-                       emit=emit, listed=listed)
-        for r in runs
-    ), return_exceptions=True)  # every chain gets its turn; the first error is raised after all finished
+    results = await asyncio.gather(
+        *(
+            _reconcile_run(
+                api,
+                body,
+                r,
+                started=started,
+                base=before.get(run_name(r)) or {},
+                generation=None,
+                now=now,
+                emit=emit,
+                listed=listed,
+            )
+            for r in runs
+        ),
+        return_exceptions=True,
+    )  # every chain gets its turn; the first error is raised after all finished
     for res in results:
         if isinstance(res, BaseException):
             raise res
     entries = [S.seed_run_entry(r.spec.algorithm.seed, st) for r, st in zip(runs, results, strict=True)]
     for e in entries:
-        if e["phase"] in (S.Phase.SUCCEEDED, S.Phase.FAILED) and (before.get(e["runName"]) or {}).get("phase") != e["phase"]:
-            emit("Normal" if e["phase"] == S.Phase.SUCCEEDED else "Warning", f"Seed{e['phase']}",
-                 f"seed {e['seed']} (run {e['runName']}): {e['message']}")
-    return S.build_group_status(base, entries, run_name=group, spec_hash=spec_hash(exp), generation=generation,
-                                now=now)
+        if (
+            e["phase"] in (S.Phase.SUCCEEDED, S.Phase.FAILED)
+            and (before.get(e["runName"]) or {}).get("phase") != e["phase"]
+        ):
+            emit(
+                "Normal" if e["phase"] == S.Phase.SUCCEEDED else "Warning",
+                f"Seed{e['phase']}",
+                f"seed {e['seed']} (run {e['runName']}): {e['message']}",
+            )
+    return S.build_group_status(base, entries, run_name=group, spec_hash=spec_hash(exp), generation=generation, now=now)
 
 
 async def _write(api: Api, ns: str | None, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:

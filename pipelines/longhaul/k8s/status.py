@@ -152,19 +152,33 @@ def kueue_admission(workload: dict[str, Any] | None, queue: str | None) -> Admis
     evicted = _true(conditions, "Evicted")
     if (workload.get("spec") or {}).get("active") is False:
         detail = ": ".join(x for x in ((evicted or {}).get("reason"), (evicted or {}).get("message")) if x)
-        return Admission("Deactivated", f"Kueue deactivated workload {name}" + (f" ({detail})" if detail else "")
-                         + "; it will not be admitted again until spec.active is set back to true", True)
+        return Admission(
+            "Deactivated",
+            f"Kueue deactivated workload {name}"
+            + (f" ({detail})" if detail else "")
+            + "; it will not be admitted again until spec.active is set back to true",
+            True,
+        )
     reserved = _cond(conditions, "QuotaReserved")
     if reserved is not None and reserved.get("status") == "False" and reserved.get("reason") in KUEUE_INADMISSIBLE:
-        return Admission("Inadmissible", f"Kueue cannot admit workload {name} in {where}: "
-                         f"{reserved.get('reason')}: {reserved.get('message', '')}".rstrip(": "), True)
+        return Admission(
+            "Inadmissible",
+            f"Kueue cannot admit workload {name} in {where}: "
+            f"{reserved.get('reason')}: {reserved.get('message', '')}".rstrip(": "),
+            True,
+        )
     if evicted is not None and evicted.get("reason") == "Preempted":
         how = _true(conditions, "Preempted") or evicted
-        return Admission("Preempted", f"preempted by Kueue ({how.get('reason')}: {how.get('message', '')}); "
-                         f"waiting to be admitted again in {where}, then it resumes from its last checkpoint")
+        return Admission(
+            "Preempted",
+            f"preempted by Kueue ({how.get('reason')}: {how.get('message', '')}); "
+            f"waiting to be admitted again in {where}, then it resumes from its last checkpoint",
+        )
     waiting = (reserved or {}).get("message") if (reserved or {}).get("status") == "False" else None
-    return Admission("WaitingForAdmission", f"waiting for Kueue to admit workload {name} in {where}"
-                     + (f": {waiting}" if waiting else ""))
+    return Admission(
+        "WaitingForAdmission",
+        f"waiting for Kueue to admit workload {name} in {where}" + (f": {waiting}" if waiting else ""),
+    )
 
 
 def set_condition(
@@ -200,29 +214,64 @@ def set_condition(
     return out
 
 
-def _phase_conditions(conditions: list[dict[str, Any]], phase: Phase, message: str, reasons: tuple[str, str], *,
-                      now: str, generation: int | None) -> list[dict[str, Any]]:
+def _phase_conditions(
+    conditions: list[dict[str, Any]],
+    phase: Phase,
+    message: str,
+    reasons: tuple[str, str],
+    *,
+    now: str,
+    generation: int | None,
+) -> list[dict[str, Any]]:
     """The Running, Complete and Failed conditions of `phase`; `reasons` = (complete reason, failed reason)."""
     complete, failed = reasons
-    conditions = set_condition(conditions, COND_RUNNING, phase == Phase.RUNNING, phase.value, message,
-                               now=now, generation=generation)
-    conditions = set_condition(conditions, COND_COMPLETE, phase == Phase.SUCCEEDED,
-                               complete if phase == Phase.SUCCEEDED else "NotComplete", message,
-                               now=now, generation=generation)
-    return set_condition(conditions, COND_FAILED, phase == Phase.FAILED,
-                         failed if phase == Phase.FAILED else "NoFailure", message, now=now, generation=generation)
+    conditions = set_condition(
+        conditions, COND_RUNNING, phase == Phase.RUNNING, phase.value, message, now=now, generation=generation
+    )
+    conditions = set_condition(
+        conditions,
+        COND_COMPLETE,
+        phase == Phase.SUCCEEDED,
+        complete if phase == Phase.SUCCEEDED else "NotComplete",
+        message,
+        now=now,
+        generation=generation,
+    )
+    return set_condition(
+        conditions,
+        COND_FAILED,
+        phase == Phase.FAILED,
+        failed if phase == Phase.FAILED else "NoFailure",
+        message,
+        now=now,
+        generation=generation,
+    )
 
 
-def _queued_condition(conditions: list[dict[str, Any]], phase: Phase, admission: Admission | None, message: str, *,
-                      now: str, generation: int | None) -> list[dict[str, Any]]:
+def _queued_condition(
+    conditions: list[dict[str, Any]],
+    phase: Phase,
+    admission: Admission | None,
+    message: str,
+    *,
+    now: str,
+    generation: int | None,
+) -> list[dict[str, Any]]:
     """The Queued condition: True with Kueue's reason while Queued; set False once it was there (not added to
     Experiments that never queue)."""
     if phase == Phase.QUEUED:
         reason = (admission or SUSPENDED).reason
         return set_condition(conditions, COND_QUEUED, True, reason, message, now=now, generation=generation)
     if _cond(conditions, COND_QUEUED) is not None:
-        return set_condition(conditions, COND_QUEUED, False, "Admitted" if phase in ACTIVE else phase.value,
-                             message, now=now, generation=generation)
+        return set_condition(
+            conditions,
+            COND_QUEUED,
+            False,
+            "Admitted" if phase in ACTIVE else phase.value,
+            message,
+            now=now,
+            generation=generation,
+        )
     return conditions
 
 
@@ -266,8 +315,9 @@ def build_status(
     """The Experiment status for a valid spec whose stage workloads are `stages` (in order)."""
     prev = dict(previous or {})
     conditions = list(prev.get("conditions") or [])
-    conditions = set_condition(conditions, COND_VALID, True, "SpecValid", "the spec passed validation",
-                               now=now, generation=generation)
+    conditions = set_condition(
+        conditions, COND_VALID, True, "SpecValid", "the spec passed validation", now=now, generation=generation
+    )
     phases = [workload_phase(v.workload) for v in stages]
     next_stage: str | None = None
     current = stages[0]
@@ -301,8 +351,9 @@ def build_status(
         phase = Phase.PENDING
         message = f"stage {current.stage} is waiting to start (job {current.name})"
 
-    conditions = _phase_conditions(conditions, phase, message, ("AllStagesSucceeded", "StageFailed"),
-                                   now=now, generation=generation)
+    conditions = _phase_conditions(
+        conditions, phase, message, ("AllStagesSucceeded", "StageFailed"), now=now, generation=generation
+    )
     conditions = _queued_condition(conditions, phase, current.admission, message, now=now, generation=generation)
 
     status: dict[str, Any] = {
@@ -341,8 +392,18 @@ def build_status(
 
 
 #: The keys of a seed run's own status (`build_status`) that its `status.seedRuns` entry keeps, in this order.
-SEED_RUN_KEYS = ("runName", "phase", "stage", "jobName", "message", "startTime", "completionTime",
-                 "lastCheckpointStep", "mlflowRunId", "mlflowUrl")
+SEED_RUN_KEYS = (
+    "runName",
+    "phase",
+    "stage",
+    "jobName",
+    "message",
+    "startTime",
+    "completionTime",
+    "lastCheckpointStep",
+    "mlflowRunId",
+    "mlflowUrl",
+)
 
 
 def seed_run_entry(seed: int, run_status: dict[str, Any]) -> dict[str, Any]:
@@ -384,8 +445,15 @@ def build_group_status(
     running, else the first pending, else the last); conditions as for a single run.
     """
     prev = dict(previous or {})
-    conditions = set_condition(list(prev.get("conditions") or []), COND_VALID, True, "SpecValid",
-                               "the spec passed validation", now=now, generation=generation)
+    conditions = set_condition(
+        list(prev.get("conditions") or []),
+        COND_VALID,
+        True,
+        "SpecValid",
+        "the spec passed validation",
+        now=now,
+        generation=generation,
+    )
     phase = group_phase([e["phase"] for e in seed_runs])
     succeeded = sum(1 for e in seed_runs if e["phase"] == Phase.SUCCEEDED)
     failed = [e for e in seed_runs if e["phase"] == Phase.FAILED]
@@ -400,8 +468,9 @@ def build_group_status(
             message += "; " + "; ".join(f"seed {e['seed']} failed: {e['message']}" for e in failed)
         if phase in ACTIVE:
             message += f"; seed {focus['seed']}: {focus['message']}"
-    conditions = _phase_conditions(conditions, phase, message, ("AllSeedsSucceeded", "SeedFailed"),
-                                   now=now, generation=generation)
+    conditions = _phase_conditions(
+        conditions, phase, message, ("AllSeedsSucceeded", "SeedFailed"), now=now, generation=generation
+    )
     status: dict[str, Any] = {
         "phase": phase.value,
         "observedGeneration": generation,
@@ -428,18 +497,28 @@ def build_group_status(
     return status
 
 
-def invalid_status(previous: dict[str, Any] | None, message: str, *, generation: int | None, now: str) -> dict[str, Any]:
+def invalid_status(
+    previous: dict[str, Any] | None, message: str, *, generation: int | None, now: str
+) -> dict[str, Any]:
     """Status of a spec that failed validation: phase Invalid, the full message, no children."""
-    conditions = set_condition(list((previous or {}).get("conditions") or []), COND_VALID, False, "InvalidSpec",
-                               message, now=now, generation=generation)
+    conditions = set_condition(
+        list((previous or {}).get("conditions") or []),
+        COND_VALID,
+        False,
+        "InvalidSpec",
+        message,
+        now=now,
+        generation=generation,
+    )
     status: dict[str, Any] = {"phase": Phase.INVALID.value, "message": message, "conditions": conditions}
     if generation is not None:
         status["observedGeneration"] = generation
     return status
 
 
-def refused_status(previous: dict[str, Any], new_run: str | None, *, generation: int | None, now: str,
-                   invalid: str | None = None) -> dict[str, Any]:
+def refused_status(
+    previous: dict[str, Any], new_run: str | None, *, generation: int | None, now: str, invalid: str | None = None
+) -> dict[str, Any]:
     """Status after a spec edit of an active run: the run continues unchanged; the edit is reported, not applied."""
     old_run = previous.get("runName", "?")
     head = f"spec changed while run {old_run} is {previous.get('phase', 'active')}; its jobs are not modified. "
@@ -452,8 +531,15 @@ def refused_status(previous: dict[str, Any], new_run: str | None, *, generation:
             f"{C.ANNOTATION_ON_SPEC_CHANGE}={C.SPEC_CHANGE_NEW_RUN} to stop this run and start it; re-applying the "
             "running spec clears this condition"
         )
-    conditions = set_condition(list(previous.get("conditions") or []), COND_SPEC_CHANGE_REFUSED, True,
-                               "RunInProgress", message, now=now, generation=generation)
+    conditions = set_condition(
+        list(previous.get("conditions") or []),
+        COND_SPEC_CHANGE_REFUSED,
+        True,
+        "RunInProgress",
+        message,
+        now=now,
+        generation=generation,
+    )
     status = {**previous, "conditions": conditions}
     if generation is not None:
         status["observedGeneration"] = generation
@@ -464,16 +550,24 @@ def clear_refusal(status: dict[str, Any], *, now: str, generation: int | None) -
     """Drop a previous refusal once the spec is back to the running one (or the run has finished)."""
     if not _true(status.get("conditions"), COND_SPEC_CHANGE_REFUSED):
         return status
-    conditions = set_condition(list(status["conditions"]), COND_SPEC_CHANGE_REFUSED, False, "SpecMatchesRun",
-                               "the spec matches the run", now=now, generation=generation)
+    conditions = set_condition(
+        list(status["conditions"]),
+        COND_SPEC_CHANGE_REFUSED,
+        False,
+        "SpecMatchesRun",
+        "the spec matches the run",
+        now=now,
+        generation=generation,
+    )
     return {**status, "conditions": conditions}
 
 
 HISTORY_LIMIT = C.STATUS_HISTORY_LIMIT
 
 
-def record_history(history: list[dict[str, Any]] | None, status: dict[str, Any], *,
-                   git_commit: str | None) -> list[dict[str, Any]]:
+def record_history(
+    history: list[dict[str, Any]] | None, status: dict[str, Any], *, git_commit: str | None
+) -> list[dict[str, Any]]:
     """`status.history` after a reconcile whose status is `status`: the runs the Experiment had, newest last.
 
     A status naming a run other than the newest entry's appends an entry (a new run: the spec changed; or a
@@ -499,8 +593,9 @@ def record_history(history: list[dict[str, Any]] | None, status: dict[str, Any],
     return out[-HISTORY_LIMIT:]
 
 
-def supersede_history(history: list[dict[str, Any]] | None, previous: dict[str, Any], *,
-                      now: str) -> list[dict[str, Any]]:
+def supersede_history(
+    history: list[dict[str, Any]] | None, previous: dict[str, Any], *, now: str
+) -> list[dict[str, Any]]:
     """`status.history` once the run of `previous` (the status before the spec edit) was stopped for a new run
     (policy `new-run`): its entry ends in phase Superseded at `now`.
 

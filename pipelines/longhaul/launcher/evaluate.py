@@ -6,9 +6,10 @@ policy server serves those weights, every task of the split runs `samples_per_ta
 (validation sampling), the records go to `<eval_dir>/step_<N>/results.jsonl` (renamed into place when
 complete), and the summary (pass^k, pass@k, subsets, bootstrap CIs, null-agent floor:
 `longhaul.eval.evaluate.summarize_evaluation`, seeded with the first evaluation seed, exactly as `longhaul eval`
-computes it) is logged as an MLflow child run of the training run (`longhaul.tracking`), and every episode as an MLflow trace linked to that child run
-(`longhaul.launcher.traces`; counted as `eval/traces_logged` / `eval/traces_dropped` and in `summary.json`). A checkpoint
-whose summary exists is skipped and a finished merge is reused, so a requeued job continues where it stopped.
+computes it) is logged as an MLflow child run of the training run (`longhaul.tracking`), and every episode as an
+MLflow trace linked to that child run (`longhaul.launcher.traces`; counted as `eval/traces_logged` /
+`eval/traces_dropped` and in `summary.json`). A checkpoint whose summary exists is skipped and a finished merge is
+reused, so a requeued job continues where it stopped.
 
 Then the best checkpoint is selected on `evaluation.select_on` (pass^1, ties → earliest step; never a subset
 holding test tasks: `longhaul.tracking.selection`), printed, and recorded on the training run as the tags
@@ -46,8 +47,10 @@ def select_checkpoints(which: Any, saved: list[int]) -> list[int]:
         return [saved[-1] if saved else 0]
     missing = [s for s in which if s != 0 and s not in saved]
     if missing:
-        raise ValueError(f"spec.evaluation.checkpoints: steps {missing} have no checkpoint (saved: {saved or 'none'}); "
-                         "use 'all', 'last' or saved steps (0 = the initial policy)")
+        raise ValueError(
+            f"spec.evaluation.checkpoints: steps {missing} have no checkpoint (saved: {saved or 'none'}); "
+            "use 'all', 'last' or saved steps (0 = the initial policy)"
+        )
     return list(which)
 
 
@@ -60,9 +63,13 @@ def fetch_checkpoint_model(ctx: StageContext, step: int) -> Path:
     if step == 0:
         return Path(spec.policy.model.path or spec.policy.model.name)
     try:
-        return merge_checkpoint(ctx.checkpoint_dir, step, merged_model_dir(ctx.run_dir, step),
-                                base_model=policy_model_path(ctx.exp, ctx.paths),
-                                abort=lambda: ctx.control.requested)
+        return merge_checkpoint(
+            ctx.checkpoint_dir,
+            step,
+            merged_model_dir(ctx.run_dir, step),
+            base_model=policy_model_path(ctx.exp, ctx.paths),
+            abort=lambda: ctx.control.requested,
+        )
     except MergeAborted:
         ctx.control.check()
         raise RequeueRequested(f"eval step {step} (merging)") from None
@@ -139,9 +146,15 @@ def run_eval_stage(ctx: StageContext) -> None:
                 episodes: list[Any] = []
 
                 async def go(bar=bar, partial=partial, step=step, episodes=episodes):
-                    async with ChatClient(policy.base_url, policy.served_model_name, role="policy") as pc, \
-                            ChatClient(ctx.simulator_base_url, ctx.simulator_model, role="user simulator",
-                                       api_key=os.environ.get(ENV_USER_SIM_API_KEY)) as uc:  # as in training
+                    async with (
+                        ChatClient(policy.base_url, policy.served_model_name, role="policy") as pc,
+                        ChatClient(
+                            ctx.simulator_base_url,
+                            ctx.simulator_model,
+                            role="user simulator",
+                            api_key=os.environ.get(ENV_USER_SIM_API_KEY),
+                        ) as uc,
+                    ):  # as in training
                         pol, user = build_eval_agents(spec, pc, uc)
 
                         def done(traj):
@@ -150,10 +163,18 @@ def run_eval_stage(ctx: StageContext) -> None:
                             if control.requested:
                                 raise EvalStopped(step)
 
-                        return await evaluate(plan, policy=pol, user=user, limits=limits, split=split,
-                                              concurrency=ev.concurrency, results_path=partial,
-                                              run_info={**run_info, "checkpoint_step": step}, on_done=done,
-                                              env_factory=lambda: AirlineEnv(base))
+                        return await evaluate(
+                            plan,
+                            policy=pol,
+                            user=user,
+                            limits=limits,
+                            split=split,
+                            concurrency=ev.concurrency,
+                            results_path=partial,
+                            run_info={**run_info, "checkpoint_step": step},
+                            on_done=done,
+                            env_factory=lambda: AirlineEnv(base),
+                        )
 
                 try:
                     records = asyncio.run(go())
@@ -161,20 +182,34 @@ def run_eval_stage(ctx: StageContext) -> None:
                     control.check()
                     raise RequeueRequested(f"eval step {step}") from None
                 partial.replace(out / "results.jsonl")
-                summary = summarize_evaluation(records, ev.k, bootstrap=ev.bootstrap_samples,
-                                               confidence=ev.confidence, seed=bootstrap_seed(plan.seeds))
+                summary = summarize_evaluation(
+                    records,
+                    ev.k,
+                    bootstrap=ev.bootstrap_samples,
+                    confidence=ev.confidence,
+                    seed=bootstrap_seed(plan.seeds),
+                )
                 summary["checkpoint_step"] = step
                 summary["seconds"] = round(time.monotonic() - t0, 1)
-                eval_run = log_evaluation(ctx.run_id, step, summary, out / "results.jsonl",
-                                          tracking_uri=ctx.tracking_uri)
+                eval_run = log_evaluation(
+                    ctx.run_id, step, summary, out / "results.jsonl", tracking_uri=ctx.tracking_uri
+                )
                 summary["traces"] = log_episode_traces(ctx, step, episodes, split, eval_run, say)
                 atomic_write_json(summary_file, summary)
                 progress.remove_task(bar)
             summaries[step] = summary
-            rows.append({"step": step, **{f"pass^{k}": summary["pass_hat_k"][str(k)] for k in ev.k},
-                         **{f"{name}: pass^1": blk["pass_hat_k"].get("1") for name, blk in summary["subsets"].items()
-                            if name in ("train", "test", select_on)},
-                         "c/n": summary["c_over_n"]})
+            rows.append(
+                {
+                    "step": step,
+                    **{f"pass^{k}": summary["pass_hat_k"][str(k)] for k in ev.k},
+                    **{
+                        f"{name}: pass^1": blk["pass_hat_k"].get("1")
+                        for name, blk in summary["subsets"].items()
+                        if name in ("train", "test", select_on)
+                    },
+                    "c/n": summary["c_over_n"],
+                }
+            )
             say(f"step {step}: pass^k {summary['pass_hat_k']} ({summary['c_over_n']} trials succeeded)")
 
     selection = None if not_selectable else build_selection(summaries, select_on)
@@ -182,6 +217,7 @@ def run_eval_stage(ctx: StageContext) -> None:
     for row in rows:
         if row["step"] in summaries:
             row["selected"] = "yes" if selection is not None and row["step"] == selection.step else ""
-    ctx.results.selection = None if selection is None else {"select_on": select_on, "step": selection.step,
-                                                               "pass^1": selection.pass_hat_1}
+    ctx.results.selection = (
+        None if selection is None else {"select_on": select_on, "step": selection.step, "pass^1": selection.pass_hat_1}
+    )
     say(build_selection_message(selection, select_on, not_selectable))

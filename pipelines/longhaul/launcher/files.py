@@ -28,8 +28,10 @@ def exclusive_lock(path: str | Path, what: str) -> Iterator[Path]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            raise LockBusy(f"{what} is in use by process {holder} (lock {path}); wait for it to finish or stop "
-                           f"it — two launchers must never run the same run directory") from None
+            raise LockBusy(
+                f"{what} is in use by process {holder} (lock {path}); wait for it to finish or stop "
+                f"it — two launchers must never run the same run directory"
+            ) from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

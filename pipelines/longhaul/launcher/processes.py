@@ -122,7 +122,8 @@ class ManagedProcess:
                 start_new_session=True,
                 # The kernel signals the child when the *thread* that started it ends: only the main thread's
                 # children can be tied to the launcher's lifetime this way.
-                preexec_fn=_die_with_parent(os.getpid()) if threading.current_thread() is threading.main_thread()
+                preexec_fn=_die_with_parent(os.getpid())
+                if threading.current_thread() is threading.main_thread()
                 else None,
             )
         except OSError as exc:

@@ -13,5 +13,13 @@ from longhaul.protocol import (
     STOP_GRACE_S,
 )
 
-__all__ = ["CHECKPOINT_SIGNAL", "EXIT_FAILED", "EXIT_KILLED", "EXIT_OK", "EXIT_REQUEUE", "EXIT_SIGINT", "EXIT_USAGE",
-           "STOP_GRACE_S"]
+__all__ = [
+    "CHECKPOINT_SIGNAL",
+    "EXIT_FAILED",
+    "EXIT_KILLED",
+    "EXIT_OK",
+    "EXIT_REQUEUE",
+    "EXIT_SIGINT",
+    "EXIT_USAGE",
+    "STOP_GRACE_S",
+]

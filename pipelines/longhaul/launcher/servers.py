@@ -55,12 +55,16 @@ class ManagedServer:
         """Start the process (does not wait for health)."""
         if probe_health(self.plan.health_url, timeout_s=0.5):
             raise ServerStartError(
-                f"{self.role} server: port {self.plan.port} on {self.plan.host} already answers {self.plan.health_url}; "
+                f"{self.role} server: port {self.plan.port} on {self.plan.host} already answers {self.plan.health_url}; "  # noqa: E501 - a string literal kept whole
                 "another server is running there — stop it, or change the port in the spec"
             )
         self.process = ManagedProcess(
-            self.role, self.plan.argv, {**self._env, **self.plan.env}, log_path=self._logs_dir / f"{self.role}.log",
-            echo=self._echo, console=quiet,
+            self.role,
+            self.plan.argv,
+            {**self._env, **self.plan.env},
+            log_path=self._logs_dir / f"{self.role}.log",
+            echo=self._echo,
+            console=quiet,
         ).start()
         self.starts += 1
         self._started_at = time.monotonic()
@@ -102,8 +106,10 @@ class ManagedServer:
         """`simulator server (pid N) exited (killed by SIGKILL) during stage 'grpo'; its log: …` for messages."""
         proc = self.process
         rc = proc.poll() if proc is not None else None
-        return (f"{self.role} server (pid {proc.pid if proc else '?'}) exited ({describe_exit(rc)}) during stage "
-                f"'{stage}'; its log: {self._logs_dir / (self.role + '.log')}")
+        return (
+            f"{self.role} server (pid {proc.pid if proc else '?'}) exited ({describe_exit(rc)}) during stage "
+            f"'{stage}'; its log: {self._logs_dir / (self.role + '.log')}"
+        )
 
     def stop(self) -> None:
         """Stop by PID (process group); safe to call twice."""
@@ -133,8 +139,14 @@ class PolicyServer(ManagedServer):
     #: Environment that enables the in-place reload endpoints (the server binds 127.0.0.1 only).
     DEV_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
-    def __init__(self, plan: ServerPlan, env: Mapping[str, str], logs_dir: str | Path, echo: TextIO | None = None,
-                 reload_in_place: bool = True):
+    def __init__(
+        self,
+        plan: ServerPlan,
+        env: Mapping[str, str],
+        logs_dir: str | Path,
+        echo: TextIO | None = None,
+        reload_in_place: bool = True,
+    ):
         super().__init__(plan, {**env, **(self.DEV_ENV if reload_in_place else {})}, logs_dir, echo)
         self.reload_in_place = reload_in_place
         self.serving: str | None = None  # label of the weights being served (for logs and the summary)
@@ -145,8 +157,11 @@ class PolicyServer(ManagedServer):
 
     def _reload(self, src: Path) -> bool:
         try:
-            r = httpx.post(f"{self._root()}/collective_rpc", timeout=600.0,
-                           json={"method": "reload_weights", "kwargs": {"weights_path": str(src.resolve())}})
+            r = httpx.post(
+                f"{self._root()}/collective_rpc",
+                timeout=600.0,
+                json={"method": "reload_weights", "kwargs": {"weights_path": str(src.resolve())}},
+            )
             if r.status_code != 200:
                 return False
             httpx.post(f"{self._root()}/reset_prefix_cache", timeout=60.0)

@@ -119,14 +119,22 @@ def _crashed(servers: list[ManagedServer]) -> list[ManagedServer]:
     return [s for s in servers if s.crashed]
 
 
-def run_command(stage: StagePlan, env: dict[str, str], run_dir: Path, control: StopControl, echo: TextIO,
-                console: Any = None, servers: list[ManagedServer] | None = None) -> None:
+def run_command(
+    stage: StagePlan,
+    env: dict[str, str],
+    run_dir: Path,
+    control: StopControl,
+    echo: TextIO,
+    console: Any = None,
+    servers: list[ManagedServer] | None = None,
+) -> None:
     """Run a stage's command as a child process; stop it (SIGTERM to its group) on a stop or checkpoint request,
     or as soon as one of `servers` exits (ServerCrashed: the stage would only fail its requests until it gave up).
     Raises StopRequested / RequeueRequested after a request, StageFailed on a non-zero exit."""
     log = run_dir / "logs" / f"{stage.name}.log"
-    proc = ManagedProcess(stage.name, stage_command(stage.argv), {**env, **stage.env}, log_path=log, echo=echo,
-                          console=console).start()
+    proc = ManagedProcess(
+        stage.name, stage_command(stage.argv), {**env, **stage.env}, log_path=log, echo=echo, console=console
+    ).start()
     forwarded_ckpt = forwarded_stop = False
     crashed: list[ManagedServer] = []
     try:
@@ -152,15 +160,26 @@ def run_command(stage: StagePlan, env: dict[str, str], run_dir: Path, control: S
         raise RequeueRequested(stage.name)
     crashed = crashed or (_crashed(servers or []) if rc != 0 else [])
     if crashed:
-        raise ServerCrashed(f"{'; '.join(s.describe_crash(stage.name) for s in crashed)} (the stage was stopped)",
-                            crashed)
+        raise ServerCrashed(
+            f"{'; '.join(s.describe_crash(stage.name) for s in crashed)} (the stage was stopped)", crashed
+        )
     if rc != 0:
-        raise StageFailed(f"stage '{stage.name}' {describe_exit(rc)}: {' '.join(stage.argv[:4])} …\n"
-                          f"--- last lines of {log} ---\n{proc.tail()}", no_space=proc.no_space_seen, exit_code=rc)
+        raise StageFailed(
+            f"stage '{stage.name}' {describe_exit(rc)}: {' '.join(stage.argv[:4])} …\n"
+            f"--- last lines of {log} ---\n{proc.tail()}",
+            no_space=proc.no_space_seen,
+            exit_code=rc,
+        )
 
 
-def run_steps(stage: str, steps: Sequence[tuple[str, tuple[str, ...]]], env: dict[str, str], run_dir: Path,
-              echo: TextIO, say: Callable[[str], None]) -> int:
+def run_steps(
+    stage: str,
+    steps: Sequence[tuple[str, tuple[str, ...]]],
+    env: dict[str, str],
+    run_dir: Path,
+    echo: TextIO,
+    say: Callable[[str], None],
+) -> int:
     """Run a stage's steps (name, argv) in order, each as `run_command` runs a stage: own process group, log in
     `<run_dir>/logs/<stage>-<step>.log`, SIGTERM forwarded on a stop or checkpoint request (this process's own
     signals, `handle_signals`). Returns the exit code: 0; the failed step's (EXIT_FAILED when a signal ended
@@ -212,8 +231,11 @@ def run_grpo_stage(ctx: StageContext, stage: StagePlan) -> None:
     point = prepare_resume(ctx.checkpoint_dir)
     for change in point.changes:
         ctx.say(f"checkpoints: {change}")
-    ctx.say(f"veRL resumes from step {point.step} ({ctx.checkpoint_dir})" if point.step is not None
-            else f"no complete checkpoint in {ctx.checkpoint_dir}: veRL trains from step 0")
+    ctx.say(
+        f"veRL resumes from step {point.step} ({ctx.checkpoint_dir})"
+        if point.step is not None
+        else f"no complete checkpoint in {ctx.checkpoint_dir}: veRL trains from step 0"
+    )
     run_command_stage(ctx, stage, grpo_console(ctx.exp.spec.algorithm.total_steps))
     steps = saved_steps(ctx.checkpoint_dir)
     for step in steps:  # by URI, idempotent

@@ -80,8 +80,11 @@ def _space(ctx: StageContext) -> tuple[Path, int | None, int | None]:
         free = None
     try:
         step = latest_step(ctx.checkpoint_dir)
-        size = None if step is None else sum(f.stat().st_size for f in step_dir(ctx.checkpoint_dir, step).rglob("*")
-                                             if f.is_file())
+        size = (
+            None
+            if step is None
+            else sum(f.stat().st_size for f in step_dir(ctx.checkpoint_dir, step).rglob("*") if f.is_file())
+        )
     except (OSError, ValueError):
         size = None
     return where, free, size
@@ -116,12 +119,17 @@ def _disk_full_hint(ctx: StageContext, backend: str) -> str:
     room = "free space unknown" if free is None else f"{free / 2**20:.1f} MiB free"
     if size is not None:
         room += f"; one checkpoint takes {size / 2**20:.1f} MiB"
-    kept = (f"the newest complete checkpoint, step {step}, is intact" if step is not None
-            else "no complete checkpoint was saved yet")
+    kept = (
+        f"the newest complete checkpoint, step {step}, is intact"
+        if step is not None
+        else "no complete checkpoint was saved yet"
+    )
     again = "`longhaul run SPEC`" if backend == "local" else "`longhaul submit SPEC`"
-    return (f"no space left on device under the run directory {ctx.run_dir} ({where}: {room}); {kept}. "
-            f"Free space there (or point the backend's output_dir at a larger disk), then start the run again "
-            f"with {again}: it resumes from {'step ' + str(step) if step is not None else 'the start'}")
+    return (
+        f"no space left on device under the run directory {ctx.run_dir} ({where}: {room}); {kept}. "
+        f"Free space there (or point the backend's output_dir at a larger disk), then start the run again "
+        f"with {again}: it resumes from {'step ' + str(step) if step is not None else 'the start'}"
+    )
 
 
 def launch(
@@ -145,8 +153,10 @@ def launch(
         return EXIT_USAGE
     expected = environ.get(C.ENV_RUN_NAME)
     if expected and expected != run_name(exp):
-        say(f"{spec_path}: run name {run_name(exp)} does not match {C.ENV_RUN_NAME}={expected} (the job was "
-            "submitted with a different spec); resubmit with `longhaul submit`")
+        say(
+            f"{spec_path}: run name {run_name(exp)} does not match {C.ENV_RUN_NAME}={expected} (the job was "
+            "submitted with a different spec); resubmit with `longhaul submit`"
+        )
         return EXIT_USAGE
     run_dir = Path(run_dir).absolute()
     plan = render_plan(exp, backend, str(run_dir), server_python=_server_python(exp, environ))
@@ -166,18 +176,31 @@ def launch(
     except OSError as exc:
         if exc.errno != 28:
             raise
-        say(f"FAILED: no space left on device under the run directory {run_dir} ({exc}); free space there, then "
-            "start the run again: it resumes from its newest complete checkpoint")
+        say(
+            f"FAILED: no space left on device under the run directory {run_dir} ({exc}); free space there, then "
+            "start the run again: it resumes from its newest complete checkpoint"
+        )
         return EXIT_FAILED
 
 
-def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], spec_path: str | Path, backend: str,
-                   run_dir: Path, environ: dict[str, str], echo: TextIO, say: Any) -> int:
+def _launch_locked(
+    exp: Experiment,
+    plan: LaunchPlan,
+    stages: list[StagePlan],
+    spec_path: str | Path,
+    backend: str,
+    run_dir: Path,
+    environ: dict[str, str],
+    echo: TextIO,
+    say: Any,
+) -> int:
     """`launch` once it holds the run directory's lock."""
     leftovers = kill_supervised(run_dir)
     if leftovers:
-        say(f"killed {len(leftovers)} leftover processes of an earlier launcher of this run (it died without "
-            f"stopping them): pids {', '.join(map(str, leftovers))}")
+        say(
+            f"killed {len(leftovers)} leftover processes of an earlier launcher of this run (it died without "
+            f"stopping them): pids {', '.join(map(str, leftovers))}"
+        )
     spec_file = Path(plan.paths.spec_file)
     if not spec_file.exists() or spec_file.resolve() != Path(spec_path).resolve():
         atomic_write_text(spec_file, resolved_yaml(exp))
@@ -196,13 +219,20 @@ def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], s
         quiet = {ENV_MLFLOW_QUIET_URL: "true"}
         os.environ.update(quiet)
     tracked = start_or_resume_run(exp, uri, run_dir, backend, environ=environ)
-    say(f"run {plan.run_name} ({'resumed, attempt ' + str(tracked.attempts) if tracked.resumed else 'new'}); "
-        f"MLflow run {tracked.run_id} in {redact_uri(uri)}")
+    say(
+        f"run {plan.run_name} ({'resumed, attempt ' + str(tracked.attempts) if tracked.resumed else 'new'}); "
+        f"MLflow run {tracked.run_id} in {redact_uri(uri)}"
+    )
     from longhaul.tracking.relay import start_relay  # a server is relayed: training never waits for it
 
     relay = start_relay(uri, tracked.run_id, run_dir, say=say)
-    env = {**environ, **plan.env, **tracking_env(exp, run_dir, backend, run_id=tracked.run_id, environ=environ),
-           **relay.trainer_env, **quiet}
+    env = {
+        **environ,
+        **plan.env,
+        **tracking_env(exp, run_dir, backend, run_id=tracked.run_id, environ=environ),
+        **relay.trainer_env,
+        **quiet,
+    }
     env.update(build_server_env(exp, plan))
     env[C.ENV_SUPERVISED_BY] = str(run_dir)
     logs_dir = Path(plan.paths.logs_dir)
@@ -219,9 +249,21 @@ def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], s
         say(f"policy server healthy after {took:.0f} s")
         return server
 
-    ctx = StageContext(exp, plan, run_dir, uri, tracked.run_id, env, control, plan.simulator_base_url,
-                       exp.spec.user_simulator.model.name, echo, start_policy=make_policy,
-                       experiment_id=tracked.experiment_id, servers=servers)
+    ctx = StageContext(
+        exp,
+        plan,
+        run_dir,
+        uri,
+        tracked.run_id,
+        env,
+        control,
+        plan.simulator_base_url,
+        exp.spec.user_simulator.model.name,
+        echo,
+        start_policy=make_policy,
+        experiment_id=tracked.experiment_id,
+        servers=servers,
+    )
     restarts = 0
 
     def run_stage(s: StagePlan) -> None:
@@ -238,12 +280,15 @@ def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], s
         if restarts >= MAX_SERVER_RESTARTS:
             raise ServerCrashed(
                 f"{what}, after {restarts} restarts in this launch (at most "
-                f"{MAX_SERVER_RESTARTS}). The checkpoints are intact; the newest complete one: {_newest_checkpoint(ctx)}. "
-                f"Look at the server's log, then start the run again: it resumes from there", crashed) from exc
+                f"{MAX_SERVER_RESTARTS}). The checkpoints are intact; the newest complete one: {_newest_checkpoint(ctx)}. "  # noqa: E501 - a string literal kept whole
+                f"Look at the server's log, then start the run again: it resumes from there",
+                crashed,
+            ) from exc
         restarts += 1
         for sv in crashed:
-            say(f"{sv.describe_crash(s.name)}: restarting it ({restarts}/{MAX_SERVER_RESTARTS} restarts in this "
-                "launch)")
+            say(
+                f"{sv.describe_crash(s.name)}: restarting it ({restarts}/{MAX_SERVER_RESTARTS} restarts in this launch)"
+            )
             took = sv.restart(abort=lambda: control.requested)
             say(f"{sv.role} server healthy again after {took:.0f} s")
         say(f"stage {s.name}: starting again (newest complete checkpoint: {_newest_checkpoint(ctx)})")
@@ -286,8 +331,10 @@ def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], s
                 say(f"stage {s.name}: done in {time.monotonic() - t0:.0f} s")
             status, rc = "FINISHED", EXIT_OK
         except RequeueRequested as exc:
-            say(f"checkpoint requested (SIGUSR1) during {exc}: stopped; the newest complete checkpoint "
-                f"({_newest_checkpoint(ctx)}) is the resume point, exiting {EXIT_REQUEUE} (requeue me)")
+            say(
+                f"checkpoint requested (SIGUSR1) during {exc}: stopped; the newest complete checkpoint "
+                f"({_newest_checkpoint(ctx)}) is the resume point, exiting {EXIT_REQUEUE} (requeue me)"
+            )
             status, rc = "SCHEDULED", EXIT_REQUEUE
         except (StopRequested, KeyboardInterrupt, InterruptedError):
             control.request_stop("SIGINT")
@@ -301,8 +348,10 @@ def _launch_locked(exp: Experiment, plan: LaunchPlan, stages: list[StagePlan], s
             elif isinstance(exc, ServerStartError | StageFailed):
                 say(f"FAILED: {exc}")
                 if any(st.name == "grpo" for st in plan.stages):
-                    say(f"checkpoints: the newest complete one is {_newest_checkpoint(ctx)}; starting the run again "
-                        "resumes from it")
+                    say(
+                        f"checkpoints: the newest complete one is {_newest_checkpoint(ctx)}; starting the run again "
+                        "resumes from it"
+                    )
             else:
                 import traceback
 
@@ -367,5 +416,6 @@ def _print_summary(ctx: StageContext, echo: TextIO) -> None:
     console.print(f"status: {ctx.results.status}; run directory: {ctx.run_dir}")
     from longhaul.tracking.config import build_ui_hint
 
-    console.print(f"MLflow UI: {build_ui_hint(ctx.tracking_uri, ctx.experiment_id)}   (run id {ctx.run_id})",
-                  soft_wrap=True)
+    console.print(
+        f"MLflow UI: {build_ui_hint(ctx.tracking_uri, ctx.experiment_id)}   (run id {ctx.run_id})", soft_wrap=True
+    )

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 TRACE_FLUSH_S = 120.0
 
 
-def _write(ctx: StageContext, link: str, traces: list[Any], prefix: str, step: int, say: Any, what: str) -> dict[str, int]:
+def _write(
+    ctx: StageContext, link: str, traces: list[Any], prefix: str, step: int, say: Any, what: str
+) -> dict[str, int]:
     """Write `traces` linked to run `link`, then log the counts as `<prefix>/traces_logged|dropped` at `step`."""
     from longhaul.tracking.runs import log_metrics
     from longhaul.tracking.traces import TraceLogger
@@ -31,12 +33,18 @@ def _write(ctx: StageContext, link: str, traces: list[Any], prefix: str, step: i
         logger.submit(trace)
     counts = logger.close(TRACE_FLUSH_S)
     try:
-        log_metrics(ctx.tracking_uri, link, {f"{prefix}/traces_logged": counts.logged,
-                                             f"{prefix}/traces_dropped": counts.dropped}, step)
+        log_metrics(
+            ctx.tracking_uri,
+            link,
+            {f"{prefix}/traces_logged": counts.logged, f"{prefix}/traces_dropped": counts.dropped},
+            step,
+        )
     except Exception as exc:  # noqa: BLE001 - the counts are still printed (and kept in summary.json for eval)
         counts.errors.append(f"logging the counts: {type(exc).__name__}: {exc}")
-    say(f"{what}: {counts.logged} episode trace(s) in MLflow, {counts.dropped} dropped"
-        + (f" ({counts.errors[0]})" if counts.errors else ""))
+    say(
+        f"{what}: {counts.logged} episode trace(s) in MLflow, {counts.dropped} dropped"
+        + (f" ({counts.errors[0]})" if counts.errors else "")
+    )
     return {"logged": counts.logged, "dropped": counts.dropped}
 
 
@@ -44,8 +52,9 @@ def _tracked(ctx: StageContext) -> bool:
     return bool(ctx.tracking_uri and ctx.experiment_id)
 
 
-def log_episode_traces(ctx: StageContext, step: int, episodes: list[Any], split: Any, eval_run: str | None,
-                       say: Any) -> dict[str, int]:
+def log_episode_traces(
+    ctx: StageContext, step: int, episodes: list[Any], split: Any, eval_run: str | None, say: Any
+) -> dict[str, int]:
     """Every evaluated episode of `step` (`Trajectory` objects) as an MLflow trace, linked to the step's eval run
     (the training run when the relay creates the eval run later)."""
     from longhaul.spec import run_name
@@ -59,8 +68,17 @@ def log_episode_traces(ctx: StageContext, step: int, episodes: list[Any], split:
     for traj in episodes:
         rec = traj.to_dict()
         hits, process = prm_rule_hits(rec, rules, seed_compat=bool(alg.seed_compat))
-        traces.append(build_episode_trace(rec, run_name=run_name(ctx.exp), step=step, run_id=link,
-                                          subset=split.primary(traj.task_id), rule_hits=hits, process=process))
+        traces.append(
+            build_episode_trace(
+                rec,
+                run_name=run_name(ctx.exp),
+                step=step,
+                run_id=link,
+                subset=split.primary(traj.task_id),
+                rule_hits=hits,
+                process=process,
+            )
+        )
     return _write(ctx, link, traces, "eval", step, say, f"step {step}")
 
 
@@ -92,7 +110,17 @@ def log_training_traces(ctx: StageContext, rollouts_dir: str, say: Any) -> dict[
         hits, process = prm_rule_hits(rec, rules, seed_compat=bool(alg.seed_compat))
         trained = line.get("reward") or {}  # what the episode trained with (the agent loop's record)
         score = trained.get("score")
-        traces.append(build_episode_trace(rec, run_name=run_name(ctx.exp), step=step, run_id=ctx.run_id,
-                                          subset="train", rule_hits=hits, process=trained.get("process", process),
-                                          kind=KIND_TRAIN, reward=score if isinstance(score, int | float) else None))
+        traces.append(
+            build_episode_trace(
+                rec,
+                run_name=run_name(ctx.exp),
+                step=step,
+                run_id=ctx.run_id,
+                subset="train",
+                rule_hits=hits,
+                process=trained.get("process", process),
+                kind=KIND_TRAIN,
+                reward=score if isinstance(score, int | float) else None,
+            )
+        )
     return _write(ctx, ctx.run_id, traces, "train", sampled[-1][0], say, "training traces")

@@ -6,5 +6,12 @@
 from longhaul.memory.plan import Issue, MemoryPlan, compute_memory_plan, render_memory_plan
 from longhaul.memory.shapes import BUILTIN_CONFIGS, ModelShape, shape_from_config
 
-__all__ = ["BUILTIN_CONFIGS", "Issue", "MemoryPlan", "ModelShape", "compute_memory_plan", "render_memory_plan",
-           "shape_from_config"]
+__all__ = [
+    "BUILTIN_CONFIGS",
+    "Issue",
+    "MemoryPlan",
+    "ModelShape",
+    "compute_memory_plan",
+    "render_memory_plan",
+    "shape_from_config",
+]

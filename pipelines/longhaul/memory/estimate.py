@@ -69,7 +69,9 @@ def weight_bytes(shape: ModelShape, dtype_size: int, quantization: str = "none")
     linear = shape.num_layers * shape.layer_linear_weights()
     rest = shape.total_params() - linear
     if quantization in QUANTIZED_METHODS:
-        bits, group, zero = (shape.quant.bits, shape.quant.group_size, shape.quant.zero_point) if shape.quant else (4, 128, True)
+        bits, group, zero = (
+            (shape.quant.bits, shape.quant.group_size, shape.quant.zero_point) if shape.quant else (4, 128, True)
+        )
         per_weight = bits / 8 + (2 + (bits / 8 if zero else 0)) / group
         return int(linear * per_weight) + rest * 2
     if quantization == "fp8":
@@ -96,17 +98,17 @@ def engine_activation_peak(shape: ModelShape, tp: int, act_size: int, batched_to
 class EngineEstimate:
     """One vLLM engine on one of its GPUs."""
 
-    footprint: int          # gpu_memory_utilization × capacity, allocated at start-up
-    weights: int            # this rank's share
-    lora_slot: int          # adapter slot reserved with enable_lora (0 without LoRA)
+    footprint: int  # gpu_memory_utilization × capacity, allocated at start-up
+    weights: int  # this rank's share
+    lora_slot: int  # adapter slot reserved with enable_lora (0 without LoRA)
     activation_peak: int
     cuda_graphs: int
-    runtime: int            # CUDA context (+ NCCL with TP > 1)
-    kv_cache: int           # what is left for KV cache (may be negative)
+    runtime: int  # CUDA context (+ NCCL with TP > 1)
+    kv_cache: int  # what is left for KV cache (may be negative)
     kv_token_bytes: int
     kv_tokens: int
     max_model_len: int
-    demanded_tokens: int    # max_num_seqs × max_model_len
+    demanded_tokens: int  # max_num_seqs × max_model_len
 
     @property
     def overhead(self) -> int:
@@ -124,9 +126,21 @@ class EngineEstimate:
         return self.kv_tokens >= self.max_model_len
 
 
-def estimate_engine(shape: ModelShape, *, capacity: int, gpu_memory_utilization: float, tp: int, dtype_size: int,
-                    quantization: str, max_model_len: int, max_num_seqs: int, batched_tokens: int,
-                    enforce_eager: bool, lora_rank: int = 0, lora_targets: str | list[str] = "all-linear") -> EngineEstimate:
+def estimate_engine(
+    shape: ModelShape,
+    *,
+    capacity: int,
+    gpu_memory_utilization: float,
+    tp: int,
+    dtype_size: int,
+    quantization: str,
+    max_model_len: int,
+    max_num_seqs: int,
+    batched_tokens: int,
+    enforce_eager: bool,
+    lora_rank: int = 0,
+    lora_targets: str | list[str] = "all-linear",
+) -> EngineEstimate:
     """KV cache = gpu_memory_utilization × capacity − weights/TP − LoRA slot − activation peak − CUDA graphs −
     runtime; tokens = KV cache ÷ `kv_bytes_per_token`."""
     footprint = int(gpu_memory_utilization * capacity)
@@ -137,8 +151,19 @@ def estimate_engine(shape: ModelShape, *, capacity: int, gpu_memory_utilization:
     runtime = CUDA_CONTEXT + (NCCL_BUFFERS if tp > 1 else 0)
     kv = footprint - weights - lora - act - graphs - runtime
     per_token = kv_bytes_per_token(shape, tp, dtype_size)
-    return EngineEstimate(footprint, weights, lora, act, graphs, runtime, kv, per_token, max(0, kv) // per_token,
-                          max_model_len, max_num_seqs * max_model_len)
+    return EngineEstimate(
+        footprint,
+        weights,
+        lora,
+        act,
+        graphs,
+        runtime,
+        kv,
+        per_token,
+        max(0, kv) // per_token,
+        max_model_len,
+        max_num_seqs * max_model_len,
+    )
 
 
 # --- FSDP trainer ------------------------------------------------------------------------------------------
@@ -219,20 +244,39 @@ class TrainerEstimate:
     attention_scores: int
     logits: int
     separate_reference: bool
-    reference_step: int     # the reference log-prob step's working set (forward only, before the update)
-    reference_host: int     # this rank's reference shard, kept on the host
+    reference_step: int  # the reference log-prob step's working set (forward only, before the update)
+    reference_host: int  # this rank's reference shard, kept on the host
 
     @property
     def update(self) -> int:
         """The actor update step's peak (everything on the GPU: offloaded shards are loaded back for it)."""
-        return (self.params + self.grads + self.optimizer + self.gathered + self.activations + self.attention_scores
-                + self.logits)
+        return (
+            self.params
+            + self.grads
+            + self.optimizer
+            + self.gathered
+            + self.activations
+            + self.attention_scores
+            + self.logits
+        )
 
 
-def estimate_trainer(shape: ModelShape, *, world: int, lora_rank: int, lora_targets: str | list[str],
-                     master_size: int, compute_size: int, micro_batch: int, seq_len: int, checkpointing: bool,
-                     eager_attention: bool, fused_kernels: bool, separate_reference: bool,
-                     reference_size: int) -> TrainerEstimate:
+def estimate_trainer(
+    shape: ModelShape,
+    *,
+    world: int,
+    lora_rank: int,
+    lora_targets: str | list[str],
+    master_size: int,
+    compute_size: int,
+    micro_batch: int,
+    seq_len: int,
+    checkpointing: bool,
+    eager_attention: bool,
+    fused_kernels: bool,
+    separate_reference: bool,
+    reference_size: int,
+) -> TrainerEstimate:
     """Per-rank FSDP (full shard over `world` ranks) figures for one actor update.
 
     parameters = all parameters × master size / world; gradients = trainable × master size / world; AdamW =
@@ -248,20 +292,39 @@ def estimate_trainer(shape: ModelShape, *, world: int, lora_rank: int, lora_targ
     def acts(gc: bool) -> int:
         return activation_bytes(shape, tokens, compute_size, checkpointing=gc)
 
-    scores = attention_score_bytes(shape, micro_batch, seq_len, compute_size, checkpointing=checkpointing) if eager_attention else 0
+    scores = (
+        attention_score_bytes(shape, micro_batch, seq_len, compute_size, checkpointing=checkpointing)
+        if eager_attention
+        else 0
+    )
     gathered = gathered_bytes(shape, compute_size, full_finetune=lora_rank == 0, world=world)
     ref_step = 0
     if separate_reference:
         # Forward only, parameters streamed from the host unit by unit (FSDP CPU offload): the unsharded units,
         # one block's activations in flight, and the logits for the log-probs (no gradient).
-        ref_step = (unit_working_set(shape, compute_size) + tokens * activation_elements_per_token(shape) * compute_size
-                    + logits_bytes(shape, tokens, compute_size, fused=fused_kernels) * (compute_size + 4) // (compute_size + 8))
+        ref_step = (
+            unit_working_set(shape, compute_size)
+            + tokens * activation_elements_per_token(shape) * compute_size
+            + logits_bytes(shape, tokens, compute_size, fused=fused_kernels) * (compute_size + 4) // (compute_size + 8)
+        )
     return TrainerEstimate(
-        world=world, total_params=total, trainable=trainable, master_size=master_size, compute_size=compute_size,
-        params=total * master_size // world, grads=trainable * master_size // world,
-        optimizer=2 * trainable * master_size // world, gathered=gathered, tokens=tokens, seqs=micro_batch,
-        seq_len=seq_len, activations=acts(checkpointing), activations_other=acts(not checkpointing),
-        attention_scores=scores, logits=logits_bytes(shape, tokens, compute_size, fused=fused_kernels),
-        separate_reference=separate_reference, reference_step=ref_step,
+        world=world,
+        total_params=total,
+        trainable=trainable,
+        master_size=master_size,
+        compute_size=compute_size,
+        params=total * master_size // world,
+        grads=trainable * master_size // world,
+        optimizer=2 * trainable * master_size // world,
+        gathered=gathered,
+        tokens=tokens,
+        seqs=micro_batch,
+        seq_len=seq_len,
+        activations=acts(checkpointing),
+        activations_other=acts(not checkpointing),
+        attention_scores=scores,
+        logits=logits_bytes(shape, tokens, compute_size, fused=fused_kernels),
+        separate_reference=separate_reference,
+        reference_step=ref_step,
         reference_host=shape.total_params() * reference_size // world if separate_reference else 0,
     )

@@ -14,15 +14,15 @@ GiB = 2**30
 
 #: memory.total in MiB (nvidia-smi) per GPU type; keys are lowercase `resources.gpu_type` values.
 GPU_MEMORY_MIB: dict[str, int] = {
-    "a100": 81920,       # A100-SXM4-80GB / A100 80GB PCIe
-    "a800": 81920,       # A800-SXM4-80GB
+    "a100": 81920,  # A100-SXM4-80GB / A100 80GB PCIe
+    "a800": 81920,  # A800-SXM4-80GB
     "a100-40gb": 40960,  # A100-SXM4-40GB
-    "h100": 81559,       # H100 80GB HBM3
-    "h800": 81559,       # H800 80GB HBM3
-    "h200": 143771,      # H200 141GB HBM3e
-    "l40s": 46068,       # L40S 48GB
-    "l40": 46068,        # L40 48GB
-    "l4": 23034,         # L4 24GB
+    "h100": 81559,  # H100 80GB HBM3
+    "h800": 81559,  # H800 80GB HBM3
+    "h200": 143771,  # H200 141GB HBM3e
+    "l40s": 46068,  # L40S 48GB
+    "l40": 46068,  # L40 48GB
+    "l4": 23034,  # L4 24GB
 }
 FALLBACK_GPU_MIB = 80 * 1024
 
@@ -43,8 +43,10 @@ class GpuCapacity:
         if self.known:
             return None
         what = f"unknown GPU type '{self.gpu_type}'" if self.gpu_type else "no GPU type set"
-        return (f"{what}: the memory plan assumes {FALLBACK_GPU_MIB // 1024} GiB per GPU; set resources.gpu_type to one "
-                f"of: {', '.join(GPU_MEMORY_MIB)}")
+        return (
+            f"{what}: the memory plan assumes {FALLBACK_GPU_MIB // 1024} GiB per GPU; set resources.gpu_type to one "
+            f"of: {', '.join(GPU_MEMORY_MIB)}"
+        )
 
 
 def normalize_gpu_type(gpu_type: str) -> str:
@@ -52,7 +54,7 @@ def normalize_gpu_type(gpu_type: str) -> str:
     name = gpu_type.lower()
     for prefix in ("nvidia-", "nvidia_", "nvidia"):
         if name.startswith(prefix):
-            return name[len(prefix):]
+            return name[len(prefix) :]
     return name
 
 

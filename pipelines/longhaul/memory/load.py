@@ -39,10 +39,15 @@ def load_model_shape(ref: ModelRef, *, field: str, cwd: Path | None = None) -> M
     if shape is not None:
         return shape
     where = f"no config.json under {ref.path} (relative to {cwd or Path.cwd()})" if ref.path else "no `path`"
-    hint = ("build it with `longhaul tiny build`" if ref.path and "tiny" in ref.path else
-            f"set {field}.path to a local directory holding the model's config.json")
-    raise UnknownModel(f"{field}.name: no shape for model '{ref.name}': {where}, and it is not in the built-in table "
-                       f"({', '.join(BUILTIN_CONFIGS)}); {hint}")
+    hint = (
+        "build it with `longhaul tiny build`"
+        if ref.path and "tiny" in ref.path
+        else f"set {field}.path to a local directory holding the model's config.json"
+    )
+    raise UnknownModel(
+        f"{field}.name: no shape for model '{ref.name}': {where}, and it is not in the built-in table "
+        f"({', '.join(BUILTIN_CONFIGS)}); {hint}"
+    )
 
 
 def load_memory_plan(exp: Experiment, *, cwd: Path | None = None) -> MemoryPlan:

@@ -91,12 +91,12 @@ class Issue:
 class Phase:
     name: str
     title: str
-    columns: tuple[str, ...]          # "GPU 0", …, or "host"
-    capacity: int                     # per column
+    columns: tuple[str, ...]  # "GPU 0", …, or "host"
+    capacity: int  # per column
     rows: tuple[Row, ...] = ()
     applies: bool = True
-    reason: str = ""                  # why it does not apply
-    host: int | None = None           # node host RAM in this phase (GPU specs)
+    reason: str = ""  # why it does not apply
+    host: int | None = None  # node host RAM in this phase (GPU specs)
     notes: tuple[str, ...] = ()
 
     def totals(self) -> tuple[int, ...]:
@@ -140,14 +140,24 @@ class MemoryPlan:
             "engines": dict(self.engines),
             "host_capacity_bytes": self.host_capacity,
             "phases": [
-                {"name": p.name, "title": p.title, "applies": p.applies, "reason": p.reason, "columns": list(p.columns),
-                 "capacity_bytes": p.capacity, "host_bytes": p.host, "notes": list(p.notes),
-                 "rows": [{"label": r.label, "bytes": list(r.values), "counted": r.counted} for r in p.rows],
-                 "total_bytes": list(p.totals()) if p.applies else [], "verdict": list(p.verdicts()) if p.applies else []}
+                {
+                    "name": p.name,
+                    "title": p.title,
+                    "applies": p.applies,
+                    "reason": p.reason,
+                    "columns": list(p.columns),
+                    "capacity_bytes": p.capacity,
+                    "host_bytes": p.host,
+                    "notes": list(p.notes),
+                    "rows": [{"label": r.label, "bytes": list(r.values), "counted": r.counted} for r in p.rows],
+                    "total_bytes": list(p.totals()) if p.applies else [],
+                    "verdict": list(p.verdicts()) if p.applies else [],
+                }
                 for p in self.phases
             ],
-            "issues": [{"field": i.field, "message": i.message, "hint": i.hint, "blocking": i.blocking}
-                       for i in self.issues],
+            "issues": [
+                {"field": i.field, "message": i.message, "hint": i.hint, "blocking": i.blocking} for i in self.issues
+            ],
         }
 
 
@@ -192,8 +202,16 @@ def _layout(exp: Experiment) -> _Layout:
     simulator = () if cpu or sim_server is None else tuple(_visible(dict(sim_server.env)))
     evaluation = () if cpu else tuple(_visible(dict(render_policy_server(exp).env)))
     world = 1 if cpu else len(trainer) * s.resources.nodes
-    return _Layout(s.resources.gpus_per_node, trainer, simulator, evaluation, world, dtype_bytes(master),
-                   dtype_bytes(compute), dtype_bytes(reference))
+    return _Layout(
+        s.resources.gpus_per_node,
+        trainer,
+        simulator,
+        evaluation,
+        world,
+        dtype_bytes(master),
+        dtype_bytes(compute),
+        dtype_bytes(reference),
+    )
 
 
 def _span(ids: tuple[int, ...] | list[int]) -> str:
@@ -221,13 +239,21 @@ def compute_memory_plan(exp: Experiment, policy: ModelShape, simulator: ModelSha
     seq_len = env.max_prompt_tokens + env.max_response_tokens
     need_reference = alg.kl.use_kl_loss  # longhaul renders use_kl_in_reward=false
     trainer = estimate_trainer(
-        policy, world=lay.world, lora_rank=pol.lora.rank, lora_targets=pol.lora.target_modules,
-        master_size=lay.master_size, compute_size=lay.compute_size, micro_batch=alg.ppo_micro_batch_size_per_gpu,
-        seq_len=seq_len, checkpointing=pol.gradient_checkpointing, eager_attention=pol.attn_implementation == "eager",
-        fused_kernels=pol.use_fused_kernels, separate_reference=need_reference and pol.lora.rank == 0,
+        policy,
+        world=lay.world,
+        lora_rank=pol.lora.rank,
+        lora_targets=pol.lora.target_modules,
+        master_size=lay.master_size,
+        compute_size=lay.compute_size,
+        micro_batch=alg.ppo_micro_batch_size_per_gpu,
+        seq_len=seq_len,
+        checkpointing=pol.gradient_checkpointing,
+        eager_attention=pol.attn_implementation == "eager",
+        fused_kernels=pol.use_fused_kernels,
+        separate_reference=need_reference and pol.lora.rank == 0,
         reference_size=lay.reference_size,
     )
-    lora = f"LoRA rank {pol.lora.rank} on {pol.lora.target_modules if isinstance(pol.lora.target_modules, str) else ','.join(pol.lora.target_modules)}"
+    lora = f"LoRA rank {pol.lora.rank} on {pol.lora.target_modules if isinstance(pol.lora.target_modules, str) else ','.join(pol.lora.target_modules)}"  # noqa: E501 - a string literal kept whole
     header: list[tuple[str, str]] = [
         ("policy", f"{pol.model.name}: {policy.describe()}"),
     ]
@@ -243,16 +269,32 @@ def compute_memory_plan(exp: Experiment, policy: ModelShape, simulator: ModelSha
 
 def _actor_line(exp: Experiment, t: TrainerEstimate, lora: str, lay: _Layout) -> str:
     pol = exp.spec.policy
-    what = (f"{lora} ({format_count(t.trainable)} trainable of {format_count(t.total_params)})" if pol.lora.rank
-            else f"full fine-tuning ({format_count(t.trainable)} trainable)")
+    what = (
+        f"{lora} ({format_count(t.trainable)} trainable of {format_count(t.total_params)})"
+        if pol.lora.rank
+        else f"full fine-tuning ({format_count(t.trainable)} trainable)"
+    )
     precision = f"fp{8 * lay.master_size} parameters, {'bf16' if lay.compute_size == 2 else 'fp32'} compute"
-    offload = (f"param_offload {'on' if pol.param_offload else 'off'}, optimizer_offload "
-               f"{'on' if pol.optimizer_offload else 'off'}") if lay.gpus else "on the host (CPU run)"
-    ref = ("reference = actor with adapters off" if pol.lora.rank and exp.spec.algorithm.kl.use_kl_loss
-           else "separate reference model (parameters on the host)" if t.separate_reference else "no reference model")
-    return (f"{what}; FSDP over {t.world} rank(s); {precision}; {offload}; {ref}; gradient checkpointing "
-            f"{'on' if pol.gradient_checkpointing else 'off'}; micro-batch {t.seqs} × {t.seq_len:,} tokens "
-            "(worst case: max_prompt_tokens + max_response_tokens each)")
+    offload = (
+        (
+            f"param_offload {'on' if pol.param_offload else 'off'}, optimizer_offload "
+            f"{'on' if pol.optimizer_offload else 'off'}"
+        )
+        if lay.gpus
+        else "on the host (CPU run)"
+    )
+    ref = (
+        "reference = actor with adapters off"
+        if pol.lora.rank and exp.spec.algorithm.kl.use_kl_loss
+        else "separate reference model (parameters on the host)"
+        if t.separate_reference
+        else "no reference model"
+    )
+    return (
+        f"{what}; FSDP over {t.world} rank(s); {precision}; {offload}; {ref}; gradient checkpointing "
+        f"{'on' if pol.gradient_checkpointing else 'off'}; micro-batch {t.seqs} × {t.seq_len:,} tokens "
+        "(worst case: max_prompt_tokens + max_response_tokens each)"
+    )
 
 
 def _trainer_rows(t: TrainerEstimate, columns: int, on: list[bool], exp: Experiment) -> list[Row]:
@@ -274,7 +316,9 @@ def _trainer_rows(t: TrainerEstimate, columns: int, on: list[bool], exp: Experim
     rows.append(row(f"activations ({t.seqs} × {t.seq_len:,} tokens, {gc})", t.activations))
     if t.attention_scores:
         rows.append(row("attention scores (eager attention)", t.attention_scores))
-    rows.append(row("logits (fused kernels: chunked)" if pol.use_fused_kernels else "logits (full, fp32 log-softmax)", t.logits))
+    rows.append(
+        row("logits (fused kernels: chunked)" if pol.use_fused_kernels else "logits (full, fp32 log-softmax)", t.logits)
+    )
     if t.separate_reference:
         rows.append(row("reference log-prob step (before the update; not summed)", t.reference_step, counted=False))
     elif exp.spec.algorithm.kl.use_kl_loss:
@@ -286,22 +330,49 @@ def _cpu_plan(exp: Experiment, t: TrainerEstimate, header: list[tuple[str, str]]
     rows = _trainer_rows(t, 1, [True], exp)
     if t.separate_reference:
         rows.append(Row("reference parameters (host)", (t.reference_host,)))
-    gpu_phases = tuple(Phase(name, title, (), 0, applies=False, reason="CPU run: resources.gpus_per_node is 0")
-                       for name, title in (("rollout", "rollout"), ("sync", "weight sync"), ("evaluation", "evaluation")))
-    training = Phase("training", "training on the host: actor update", ("host",), host_capacity, tuple(rows),
-                     notes=(_gc_note(exp, t, "on the host"),
-                            "the CPU vLLM servers (simulator, policy) hold their weights and VLLM_CPU_KVCACHE_SPACE "
-                            "besides; Python and Ray processes are not counted"))
-    header.insert(0, ("resources", f"CPU run: 1 node, resources.memory {exp.spec.resources.memory} "
-                                    f"({gib(host_capacity)} GiB); GPU phases do not apply"))
+    gpu_phases = tuple(
+        Phase(name, title, (), 0, applies=False, reason="CPU run: resources.gpus_per_node is 0")
+        for name, title in (("rollout", "rollout"), ("sync", "weight sync"), ("evaluation", "evaluation"))
+    )
+    training = Phase(
+        "training",
+        "training on the host: actor update",
+        ("host",),
+        host_capacity,
+        tuple(rows),
+        notes=(
+            _gc_note(exp, t, "on the host"),
+            "the CPU vLLM servers (simulator, policy) hold their weights and VLLM_CPU_KVCACHE_SPACE "
+            "besides; Python and Ray processes are not counted",
+        ),
+    )
+    header.insert(
+        0,
+        (
+            "resources",
+            f"CPU run: 1 node, resources.memory {exp.spec.resources.memory} "
+            f"({gib(host_capacity)} GiB); GPU phases do not apply",
+        ),
+    )
     issues = []
     if not training.fits:
         (total,) = training.totals()
-        issues.append(Issue("spec.resources.memory", f"training needs about {gib(total)} GiB of host memory, more than "
-                            f"resources.memory {exp.spec.resources.memory} ({gib(host_capacity)} GiB)",
-                            _training_hint(exp, t)))
-    return MemoryPlan(_title(exp), tuple(header), (), (gpu_phases[0], gpu_phases[1], training, gpu_phases[2]),
-                      host_capacity, tuple(issues))
+        issues.append(
+            Issue(
+                "spec.resources.memory",
+                f"training needs about {gib(total)} GiB of host memory, more than "
+                f"resources.memory {exp.spec.resources.memory} ({gib(host_capacity)} GiB)",
+                _training_hint(exp, t),
+            )
+        )
+    return MemoryPlan(
+        _title(exp),
+        tuple(header),
+        (),
+        (gpu_phases[0], gpu_phases[1], training, gpu_phases[2]),
+        host_capacity,
+        tuple(issues),
+    )
 
 
 def _gc_note(exp: Experiment, t: TrainerEstimate, where: str) -> str:
@@ -317,7 +388,9 @@ def _training_hint(exp: Experiment, t: TrainerEstimate) -> str:
     pol = exp.spec.policy
     hints = []
     if not pol.gradient_checkpointing:
-        hints.append(f"turn on policy.gradient_checkpointing (activations {gib(t.activations)} → {gib(t.activations_other)} GiB)")
+        hints.append(
+            f"turn on policy.gradient_checkpointing (activations {gib(t.activations)} → {gib(t.activations_other)} GiB)"
+        )
     if not pol.use_fused_kernels and t.logits:
         hints.append(f"turn on policy.use_fused_kernels (logits {gib(t.logits)} GiB)")
     hints.append("lower algorithm.ppo_micro_batch_size_per_gpu or environment.max_prompt_tokens/max_response_tokens")
@@ -326,8 +399,15 @@ def _training_hint(exp: Experiment, t: TrainerEstimate) -> str:
     return "; ".join(hints)
 
 
-def _gpu_plan(exp: Experiment, policy: ModelShape, simulator: ModelShape | None, t: TrainerEstimate,
-              header: list[tuple[str, str]], lay: _Layout, host_capacity: int) -> MemoryPlan:
+def _gpu_plan(
+    exp: Experiment,
+    policy: ModelShape,
+    simulator: ModelShape | None,
+    t: TrainerEstimate,
+    header: list[tuple[str, str]],
+    lay: _Layout,
+    host_capacity: int,
+) -> MemoryPlan:
     s = exp.spec
     pol, roll, sim = s.policy, s.policy.rollout, s.user_simulator
     cap = gpu_capacity(s.resources.gpu_type)
@@ -340,48 +420,102 @@ def _gpu_plan(exp: Experiment, policy: ModelShape, simulator: ModelShape | None,
     if lay.simulator:
         layout.append(f"user simulator (TP {sim.tensor_parallel_size}) on {_span(lay.simulator)} ({sim.gpu_share})")
     layout.append(f"evaluation policy server on {_span(lay.evaluation)}")
-    nodes = f"{s.resources.nodes} nodes (plan of node 0, which runs the simulator)" if s.resources.nodes > 1 else "1 node"
-    header[:0] = [("GPUs", f"{nodes} × {n} × {cap.describe()}; host {s.resources.memory} per node"),
-                  ("layout", "; ".join(layout))]
+    nodes = (
+        f"{s.resources.nodes} nodes (plan of node 0, which runs the simulator)" if s.resources.nodes > 1 else "1 node"
+    )
+    header[:0] = [
+        ("GPUs", f"{nodes} × {n} × {cap.describe()}; host {s.resources.memory} per node"),
+        ("layout", "; ".join(layout)),
+    ]
 
     pdtype = dtype_bytes(str(pol.dtype))
     rollout = estimate_engine(
-        policy, capacity=cap.bytes, gpu_memory_utilization=roll.gpu_memory_utilization, tp=roll.tensor_parallel_size,
-        dtype_size=pdtype, quantization="none", max_model_len=roll.max_model_len, max_num_seqs=roll.max_num_seqs,
-        batched_tokens=roll.max_num_batched_tokens, enforce_eager=roll.enforce_eager, lora_rank=pol.lora.rank,
-        lora_targets=pol.lora.target_modules)
+        policy,
+        capacity=cap.bytes,
+        gpu_memory_utilization=roll.gpu_memory_utilization,
+        tp=roll.tensor_parallel_size,
+        dtype_size=pdtype,
+        quantization="none",
+        max_model_len=roll.max_model_len,
+        max_num_seqs=roll.max_num_seqs,
+        batched_tokens=roll.max_num_batched_tokens,
+        enforce_eager=roll.enforce_eager,
+        lora_rank=pol.lora.rank,
+        lora_targets=pol.lora.target_modules,
+    )
     # The evaluation server serves merged checkpoints (full weights, no adapter) with the same engine settings.
     evaluation = estimate_engine(
-        policy, capacity=cap.bytes, gpu_memory_utilization=roll.gpu_memory_utilization, tp=roll.tensor_parallel_size,
-        dtype_size=pdtype, quantization="none", max_model_len=roll.max_model_len, max_num_seqs=roll.max_num_seqs,
-        batched_tokens=roll.max_num_batched_tokens, enforce_eager=roll.enforce_eager)
+        policy,
+        capacity=cap.bytes,
+        gpu_memory_utilization=roll.gpu_memory_utilization,
+        tp=roll.tensor_parallel_size,
+        dtype_size=pdtype,
+        quantization="none",
+        max_model_len=roll.max_model_len,
+        max_num_seqs=roll.max_num_seqs,
+        batched_tokens=roll.max_num_batched_tokens,
+        enforce_eager=roll.enforce_eager,
+    )
     simulated = None
     if lay.simulator and simulator is not None:
         quant = str(sim.quantization)
         sdtype = 2 if quant != Quantization.NONE else pdtype  # dtype "auto" = the checkpoint's 16-bit dtype
         simulated = estimate_engine(
-            simulator, capacity=cap.bytes, gpu_memory_utilization=sim.gpu_memory_utilization,
-            tp=sim.tensor_parallel_size, dtype_size=sdtype, quantization=quant, max_model_len=sim.max_model_len,
-            max_num_seqs=sim.max_num_seqs, batched_tokens=VLLM_SERVE_BATCHED_TOKENS, enforce_eager=sim.enforce_eager)
-    engines = [("policy rollout", _engine_line(rollout, roll.gpu_memory_utilization, roll.tensor_parallel_size, cap.bytes,
-                                                roll.max_num_seqs))]
+            simulator,
+            capacity=cap.bytes,
+            gpu_memory_utilization=sim.gpu_memory_utilization,
+            tp=sim.tensor_parallel_size,
+            dtype_size=sdtype,
+            quantization=quant,
+            max_model_len=sim.max_model_len,
+            max_num_seqs=sim.max_num_seqs,
+            batched_tokens=VLLM_SERVE_BATCHED_TOKENS,
+            enforce_eager=sim.enforce_eager,
+        )
+    engines = [
+        (
+            "policy rollout",
+            _engine_line(rollout, roll.gpu_memory_utilization, roll.tensor_parallel_size, cap.bytes, roll.max_num_seqs),
+        )
+    ]
     if Stage.EVAL in s.stages:
-        engines.append(("evaluation", _engine_line(evaluation, roll.gpu_memory_utilization, roll.tensor_parallel_size,
-                                                   cap.bytes, roll.max_num_seqs)))
+        engines.append(
+            (
+                "evaluation",
+                _engine_line(
+                    evaluation, roll.gpu_memory_utilization, roll.tensor_parallel_size, cap.bytes, roll.max_num_seqs
+                ),
+            )
+        )
     if simulated is not None:
-        engines.append(("simulator", _engine_line(simulated, sim.gpu_memory_utilization, sim.tensor_parallel_size,
-                                                  cap.bytes, sim.max_num_seqs)))
+        engines.append(
+            (
+                "simulator",
+                _engine_line(
+                    simulated, sim.gpu_memory_utilization, sim.tensor_parallel_size, cap.bytes, sim.max_num_seqs
+                ),
+            )
+        )
     level = 1 if pol.lora.rank else 2
     sleeps = roll.free_cache_engine
     freed = rollout.footprint - rollout.asleep
-    moved = (f"weights and adapter slot {gib(rollout.weights + rollout.lora_slot)} to host RAM" if level == 1
-             else f"weights {gib(rollout.weights)} discarded (re-sent by the weight sync)")
-    engines.append(("sleep", f"level {level} ({'LoRA adapters' if level == 1 else 'full weights'}): frees "
-                             f"{gib(freed)} per trainer GPU while the trainer runs (KV cache {gib(max(0, rollout.kv_cache))} "
-                             f"dropped, {moved}, activation pool {gib(rollout.activation_peak)} released); context and "
-                             f"CUDA graphs ({gib(rollout.asleep)}) stay" if sleeps else
-                             f"off (policy.rollout.free_cache_engine: false): the engine keeps its "
-                             f"{gib(rollout.footprint)} per trainer GPU while the trainer runs"))
+    moved = (
+        f"weights and adapter slot {gib(rollout.weights + rollout.lora_slot)} to host RAM"
+        if level == 1
+        else f"weights {gib(rollout.weights)} discarded (re-sent by the weight sync)"
+    )
+    engines.append(
+        (
+            "sleep",
+            f"level {level} ({'LoRA adapters' if level == 1 else 'full weights'}): frees "
+            f"{gib(freed)} per trainer GPU while the trainer runs (KV cache {gib(max(0, rollout.kv_cache))} "
+            f"dropped, {moved}, activation pool {gib(rollout.activation_peak)} released); context and "
+            f"CUDA graphs ({gib(rollout.asleep)}) stay"
+            if sleeps
+            else f"off (policy.rollout.free_cache_engine: false): the engine keeps its "
+            f"{gib(rollout.footprint)} per trainer GPU while the trainer runs",
+        )
+    )
     grpo = Stage.GRPO in s.stages
     if grpo:
         issues += _engine_issues(rollout, "policy rollout engine", "spec.policy.rollout")
@@ -396,8 +530,17 @@ def _gpu_plan(exp: Experiment, policy: ModelShape, simulator: ModelShape | None,
     def row(label: str, value: int, ids: tuple[int, ...], counted: bool = True) -> Row:
         return Row(label, tuple(value if i in ids else 0 for i in range(n)), counted)
 
-    sim_row = [row(f"user simulator vLLM ({sim.gpu_memory_utilization:.2f} × GPU, TP {sim.tensor_parallel_size})",
-                   simulated.footprint, lay.simulator)] if simulated is not None else []
+    sim_row = (
+        [
+            row(
+                f"user simulator vLLM ({sim.gpu_memory_utilization:.2f} × GPU, TP {sim.tensor_parallel_size})",
+                simulated.footprint,
+                lay.simulator,
+            )
+        ]
+        if simulated is not None
+        else []
+    )
     runtime = CUDA_CONTEXT + (NCCL_BUFFERS if lay.world > 1 else 0)
     trainer_proc = row("trainer process (CUDA context, NCCL)", runtime, lay.trainer)
     local_ranks = len(lay.trainer)
@@ -405,51 +548,117 @@ def _gpu_plan(exp: Experiment, policy: ModelShape, simulator: ModelShape | None,
     phases: list[Phase] = []
 
     # rollout
-    rows = [*sim_row, row(f"policy rollout vLLM ({roll.gpu_memory_utilization:.2f} × GPU, TP {roll.tensor_parallel_size})",
-                          rollout.footprint, lay.trainer), trainer_proc]
+    rows = [
+        *sim_row,
+        row(
+            f"policy rollout vLLM ({roll.gpu_memory_utilization:.2f} × GPU, TP {roll.tensor_parallel_size})",
+            rollout.footprint,
+            lay.trainer,
+        ),
+        trainer_proc,
+    ]
     if not pol.param_offload:
         rows.append(row("actor parameters (param_offload off: stay)", t.params, lay.trainer))
     if not pol.optimizer_offload:
         rows.append(row("actor AdamW states (optimizer_offload off: stay)", t.optimizer, lay.trainer))
-    host = local_ranks * ((t.params if pol.param_offload else 0) + (t.optimizer if pol.optimizer_offload else 0)) + reference_host
-    phases.append(_phase("rollout", "rollout: policy engine generating, trainer idle", columns, cap.bytes, rows, grpo,
-                         host))
+    host = (
+        local_ranks * ((t.params if pol.param_offload else 0) + (t.optimizer if pol.optimizer_offload else 0))
+        + reference_host
+    )
+    phases.append(
+        _phase("rollout", "rollout: policy engine generating, trainer idle", columns, cap.bytes, rows, grpo, host)
+    )
 
     # weight sync
-    awake = row(f"policy rollout vLLM, never asleep ({roll.gpu_memory_utilization:.2f} × GPU)", rollout.footprint,
-                lay.trainer)
-    rows = [*sim_row, row("policy vLLM weights woken (KV cache still freed)", rollout.weights + rollout.lora_slot + rollout.asleep,
-                          lay.trainer) if sleeps else awake, trainer_proc,
-            row("actor parameters (on the GPU for the export)", t.params, lay.trainer)]
+    awake = row(
+        f"policy rollout vLLM, never asleep ({roll.gpu_memory_utilization:.2f} × GPU)", rollout.footprint, lay.trainer
+    )
+    rows = [
+        *sim_row,
+        row(
+            "policy vLLM weights woken (KV cache still freed)",
+            rollout.weights + rollout.lora_slot + rollout.asleep,
+            lay.trainer,
+        )
+        if sleeps
+        else awake,
+        trainer_proc,
+        row("actor parameters (on the GPU for the export)", t.params, lay.trainer),
+    ]
     if not pol.optimizer_offload:
         rows.append(row("actor AdamW states (optimizer_offload off)", t.optimizer, lay.trainer))
     host = local_ranks * (t.optimizer if pol.optimizer_offload else 0) + reference_host
     phases.append(_phase("sync", "weight sync: training → rollout", columns, cap.bytes, rows, grpo, host))
 
     # training
-    rows = [*sim_row, row(f"policy vLLM asleep (level {level}: context, CUDA graphs)", rollout.asleep, lay.trainer)
-            if sleeps else awake, trainer_proc, *_trainer_rows(t, n, on(lay.trainer), exp)]
+    rows = [
+        *sim_row,
+        row(f"policy vLLM asleep (level {level}: context, CUDA graphs)", rollout.asleep, lay.trainer)
+        if sleeps
+        else awake,
+        trainer_proc,
+        *_trainer_rows(t, n, on(lay.trainer), exp),
+    ]
     host = (local_ranks * (rollout.weights + rollout.lora_slot) if level == 1 and sleeps else 0) + reference_host
     title = f"policy engine asleep (level {level})" if sleeps else "policy engine awake (free_cache_engine off)"
-    phases.append(_phase("training", f"training: {title}, actor update", columns, cap.bytes,
-                         rows, grpo, host, notes=(_gc_note(exp, t, "per GPU"),)))
+    phases.append(
+        _phase(
+            "training",
+            f"training: {title}, actor update",
+            columns,
+            cap.bytes,
+            rows,
+            grpo,
+            host,
+            notes=(_gc_note(exp, t, "per GPU"),),
+        )
+    )
 
     # evaluation
-    rows = [*sim_row, row(f"evaluation policy vLLM ({roll.gpu_memory_utilization:.2f} × GPU, TP {roll.tensor_parallel_size})",
-                          evaluation.footprint, lay.evaluation)]
-    phases.append(_phase("evaluation", "evaluation: policy server and simulator", columns, cap.bytes, rows,
-                         Stage.EVAL in s.stages, None))
+    rows = [
+        *sim_row,
+        row(
+            f"evaluation policy vLLM ({roll.gpu_memory_utilization:.2f} × GPU, TP {roll.tensor_parallel_size})",
+            evaluation.footprint,
+            lay.evaluation,
+        ),
+    ]
+    phases.append(
+        _phase(
+            "evaluation",
+            "evaluation: policy server and simulator",
+            columns,
+            cap.bytes,
+            rows,
+            Stage.EVAL in s.stages,
+            None,
+        )
+    )
 
     for p in phases:
         issues += _phase_issues(p, exp, t, host_capacity)
     if Stage.SFT in s.stages:
-        issues.append(Issue("spec.stages", "the sft stage is not planned by this version", "its memory is not checked",
-                            blocking=False))
+        issues.append(
+            Issue(
+                "spec.stages",
+                "the sft stage is not planned by this version",
+                "its memory is not checked",
+                blocking=False,
+            )
+        )
     return MemoryPlan(_title(exp), tuple(header), tuple(engines), tuple(phases), host_capacity, tuple(issues))
 
 
-def _phase(name: str, title: str, columns: tuple[str, ...], capacity: int, rows: list[Row], applies: bool,
-           host: int | None, notes: tuple[str, ...] = ()) -> Phase:
+def _phase(
+    name: str,
+    title: str,
+    columns: tuple[str, ...],
+    capacity: int,
+    rows: list[Row],
+    applies: bool,
+    host: int | None,
+    notes: tuple[str, ...] = (),
+) -> Phase:
     if not applies:
         stage = "eval" if name == "evaluation" else "grpo"
         return Phase(name, title, columns, capacity, applies=False, reason=f"stages do not include {stage}")
@@ -461,16 +670,21 @@ def _engine_line(e: EngineEstimate, gmu: float, tp: int, capacity: int, seqs: in
     if e.lora_slot:
         parts += f", LoRA slot {gib(e.lora_slot)}"
     parts += f", activation peak {gib(e.activation_peak)}, CUDA graphs {gib(e.cuda_graphs)}, runtime {gib(e.runtime)}"
-    kv = (f"KV cache {gib(e.kv_cache)} = {e.kv_tokens:,} tokens × {e.kv_token_bytes // 1024} KiB"
-          if e.kv_cache > 0 else f"no room for KV cache ({gib(e.kv_cache)})")
+    kv = (
+        f"KV cache {gib(e.kv_cache)} = {e.kv_tokens:,} tokens × {e.kv_token_bytes // 1024} KiB"
+        if e.kv_cache > 0
+        else f"no room for KV cache ({gib(e.kv_cache)})"
+    )
     demand = f"demand {seqs} seqs × {e.max_model_len:,} = {e.demanded_tokens:,} tokens"
     if not e.starts:
         fit = f"CANNOT START: fewer than max_model_len {e.max_model_len:,} tokens"
     elif e.kv_tokens >= e.demanded_tokens:
         fit = "fits"
     else:
-        fit = (f"holds {e.kv_tokens / e.max_model_len:.1f} full-length sequences at once "
-               "(vLLM queues or preempts the rest)")
+        fit = (
+            f"holds {e.kv_tokens / e.max_model_len:.1f} full-length sequences at once "
+            "(vLLM queues or preempts the rest)"
+        )
     return f"TP {tp}, {gmu:.2f} × {gib(capacity)} = {gib(e.footprint)} per GPU: {parts} → {kv}; {demand}: {fit}"
 
 
@@ -479,12 +693,23 @@ def _engine_issues(e: EngineEstimate, what: str, prefix: str) -> list[Issue]:
         return []
     short = prefix.removeprefix("spec.")
     if e.kv_cache <= 0:
-        return [Issue(f"{prefix}.gpu_memory_utilization", f"the {what}'s weights and runtime "
-                      f"({gib(e.weights + e.lora_slot + e.overhead)} GiB per GPU) exceed its share ({gib(e.footprint)} GiB): "
-                      "vLLM refuses to start", f"raise {short}.gpu_memory_utilization or its tensor_parallel_size")]
-    return [Issue(f"{prefix}.max_model_len", f"the {what}'s KV cache holds about {e.kv_tokens:,} tokens, fewer than "
-                  f"max_model_len {e.max_model_len:,}: vLLM refuses to start",
-                  f"raise {short}.gpu_memory_utilization or lower {short}.max_model_len")]
+        return [
+            Issue(
+                f"{prefix}.gpu_memory_utilization",
+                f"the {what}'s weights and runtime "
+                f"({gib(e.weights + e.lora_slot + e.overhead)} GiB per GPU) exceed its share ({gib(e.footprint)} GiB): "
+                "vLLM refuses to start",
+                f"raise {short}.gpu_memory_utilization or its tensor_parallel_size",
+            )
+        ]
+    return [
+        Issue(
+            f"{prefix}.max_model_len",
+            f"the {what}'s KV cache holds about {e.kv_tokens:,} tokens, fewer than "
+            f"max_model_len {e.max_model_len:,}: vLLM refuses to start",
+            f"raise {short}.gpu_memory_utilization or lower {short}.max_model_len",
+        )
+    ]
 
 
 def _phase_issues(p: Phase, exp: Experiment, t: TrainerEstimate, host_capacity: int) -> list[Issue]:
@@ -507,15 +732,23 @@ def _phase_issues(p: Phase, exp: Experiment, t: TrainerEstimate, host_capacity: 
             fieldname = "spec.user_simulator.gpu_memory_utilization" if shared else "spec.resources.gpus_per_node"
             hint = (f"{relieve}, " if relieve else "") + "or shard the actor over more GPUs (resources.gpus_per_node)"
         else:
-            fieldname = ("spec.policy.gradient_checkpointing" if not exp.spec.policy.gradient_checkpointing
-                         else "spec.algorithm.ppo_micro_batch_size_per_gpu")
+            fieldname = (
+                "spec.policy.gradient_checkpointing"
+                if not exp.spec.policy.gradient_checkpointing
+                else "spec.algorithm.ppo_micro_batch_size_per_gpu"
+            )
             hint = _training_hint(exp, t) + (f"; or {relieve}" if relieve else "")
         out.append(Issue(fieldname, message, hint))
     if p.host is not None and p.host > host_capacity:
-        out.append(Issue("spec.resources.memory", f"the {p.name} phase keeps about {gib(p.host)} GiB on the host "
-                         f"(offloaded shards, sleeping engine weights), more than resources.memory "
-                         f"{exp.spec.resources.memory}", "raise resources.memory or turn off policy.param_offload / "
-                         "optimizer_offload"))
+        out.append(
+            Issue(
+                "spec.resources.memory",
+                f"the {p.name} phase keeps about {gib(p.host)} GiB on the host "
+                f"(offloaded shards, sleeping engine weights), more than resources.memory "
+                f"{exp.spec.resources.memory}",
+                "raise resources.memory or turn off policy.param_offload / optimizer_offload",
+            )
+        )
     return out
 
 
@@ -575,11 +808,15 @@ def _phase_table(p: Phase) -> list[str]:
         out.append(("  " + r.label).ljust(label_width) + "".join(gib(r.values[i]).rjust(col) for _, i in groups))
     totals = p.totals()
     out.append("  total".ljust(label_width) + "".join(gib(totals[i]).rjust(col) for _, i in groups))
-    out.append(("  capacity" + (" (resources.memory)" if p.columns == ("host",) else "")).ljust(label_width)
-               + "".join(gib(p.capacity).rjust(col) for _ in groups))
+    out.append(
+        ("  capacity" + (" (resources.memory)" if p.columns == ("host",) else "")).ljust(label_width)
+        + "".join(gib(p.capacity).rjust(col) for _ in groups)
+    )
     out.append("  headroom".ljust(label_width) + "".join(gib(p.capacity - totals[i]).rjust(col) for _, i in groups))
     out.append("  verdict".ljust(label_width) + "".join(verdict(totals[i], p.capacity).rjust(col) for _, i in groups))
     if p.host is not None:
-        out.append(f"  host RAM of the node in this phase: {gib(p.host)} GiB (offloaded shards, sleeping weights, reference)")
+        out.append(
+            f"  host RAM of the node in this phase: {gib(p.host)} GiB (offloaded shards, sleeping weights, reference)"
+        )
     out += [f"  note: {n}" for n in p.notes]
     return out

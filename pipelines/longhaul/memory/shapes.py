@@ -22,20 +22,42 @@ LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"
 #: 128-wide quantization groups split evenly across tensor-parallel ranks).
 BUILTIN_CONFIGS: dict[str, dict[str, Any]] = {
     "Qwen/Qwen2.5-7B-Instruct": {
-        "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
-        "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16", "max_position_embeddings": 32768,
+        "model_type": "qwen2",
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 32768,
     },
     "Qwen/Qwen2.5-72B-Instruct-AWQ": {
-        "model_type": "qwen2", "hidden_size": 8192, "intermediate_size": 29696, "num_hidden_layers": 80,
-        "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 152064, "tie_word_embeddings": False,
-        "torch_dtype": "float16", "max_position_embeddings": 32768,
+        "model_type": "qwen2",
+        "hidden_size": 8192,
+        "intermediate_size": 29696,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "vocab_size": 152064,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float16",
+        "max_position_embeddings": 32768,
         "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
     },
     "Qwen/Qwen3-8B": {
-        "model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
-        "tie_word_embeddings": False, "attention_bias": False, "torch_dtype": "bfloat16",
+        "model_type": "qwen3",
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "torch_dtype": "bfloat16",
         "max_position_embeddings": 40960,
     },
 }
@@ -94,9 +116,15 @@ class ModelShape:
     def linears(self) -> tuple[Linear, ...]:
         """The linear layers of one decoder block."""
         h, i, q, kv, b = self.hidden_size, self.intermediate_size, self.q_width, self.kv_width, self.qkv_bias
-        return (Linear("q_proj", h, q, b), Linear("k_proj", h, kv, b), Linear("v_proj", h, kv, b),
-                Linear("o_proj", q, h, False), Linear("gate_proj", h, i, False), Linear("up_proj", h, i, False),
-                Linear("down_proj", i, h, False))
+        return (
+            Linear("q_proj", h, q, b),
+            Linear("k_proj", h, kv, b),
+            Linear("v_proj", h, kv, b),
+            Linear("o_proj", q, h, False),
+            Linear("gate_proj", h, i, False),
+            Linear("up_proj", h, i, False),
+            Linear("down_proj", i, h, False),
+        )
 
     def layer_linear_weights(self) -> int:
         """Weight elements of one block's linear layers (what quantization applies to)."""
@@ -129,8 +157,10 @@ class ModelShape:
 
     def describe(self) -> str:
         quant = f", {self.quant.method.upper()} {self.quant.bits}-bit g{self.quant.group_size}" if self.quant else ""
-        return (f"{format_count(self.total_params())} parameters{quant}, {self.num_layers} layers, hidden "
-                f"{self.hidden_size}, {self.num_kv_heads} KV heads × {self.head_dim} ({self.source})")
+        return (
+            f"{format_count(self.total_params())} parameters{quant}, {self.num_layers} layers, hidden "
+            f"{self.hidden_size}, {self.num_kv_heads} KV heads × {self.head_dim} ({self.source})"
+        )
 
 
 def format_count(n: int) -> str:
@@ -151,8 +181,10 @@ def shape_from_config(cfg: dict[str, Any], source: str) -> ModelShape:
         raise ShapeError(f"{source}: config.json must be a JSON object")
     model_type = cfg.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ShapeError(f"{source}: model_type {model_type!r} is not modelled by the memory planner; supported: "
-                         f"{', '.join(SUPPORTED_MODEL_TYPES)} (dense decoder-only models with a gated MLP)")
+        raise ShapeError(
+            f"{source}: model_type {model_type!r} is not modelled by the memory planner; supported: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)} (dense decoder-only models with a gated MLP)"
+        )
     hidden, heads = _int(cfg, "hidden_size", source), _int(cfg, "num_attention_heads", source)
     kv_heads = _int(cfg, "num_key_value_heads", source) if cfg.get("num_key_value_heads") is not None else heads
     head_dim = _int(cfg, "head_dim", source) if cfg.get("head_dim") is not None else hidden // heads

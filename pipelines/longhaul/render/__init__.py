@@ -51,8 +51,10 @@ def render(exp: Experiment, backend: str, *, run_dir: str | None = None) -> Rend
         raise ValueError(f"unknown backend '{backend}'; valid: {', '.join(BACKENDS)}")
     runs = seed_runs(exp)
     if run_dir is not None and len(runs) > 1:
-        raise ValueError(f"a run directory names one run; this spec has {len(runs)} training seeds (one run directory "
-                         "each, named after the seed run): drop the run directory")
+        raise ValueError(
+            f"a run directory names one run; this spec has {len(runs)} training seeds (one run directory "
+            "each, named after the seed run): drop the run directory"
+        )
     files: dict[str, str] = {}
     for r in runs:
         name = run_name(r)

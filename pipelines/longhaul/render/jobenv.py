@@ -21,8 +21,9 @@ from longhaul import constants as C
 V = TypeVar("V")
 
 
-def job_env(backend: str, run_name: V, run_dir: V, spec_file: V, *, stage: str | None = None,
-            job_id: V | None = None) -> dict[str, str | V]:
+def job_env(
+    backend: str, run_name: V, run_dir: V, spec_file: V, *, stage: str | None = None, job_id: V | None = None
+) -> dict[str, str | V]:
     """Offline flags, then longhaul's job variables: run name, run directory, spec file, backend, and the stage
     and job id when the backend knows them. The order is the order renderers write them in."""
     env: dict[str, str | V] = dict(C.OFFLINE_ENV)

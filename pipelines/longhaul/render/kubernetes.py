@@ -43,13 +43,21 @@ JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 CONTAINER_SPEC_PATH = f"{C.CONTAINER_SPEC_DIR}/{C.SPEC_FILENAME}"
 #: The container lists longhaul's job variables first, then the offline flags: the order every rendered Job has
 #: had (golden files pin it); no variable refers to another (`$(VAR)`), so the order means nothing else.
-_ENV_FIRST = (C.ENV_SPEC, C.ENV_RUN_NAME, C.ENV_RUN_DIR, C.ENV_BACKEND, C.ENV_JOB_ID, C.ENV_IMAGE, C.ENV_STAGE,
-              C.ENV_GIT_COMMIT)
+_ENV_FIRST = (
+    C.ENV_SPEC,
+    C.ENV_RUN_NAME,
+    C.ENV_RUN_DIR,
+    C.ENV_BACKEND,
+    C.ENV_JOB_ID,
+    C.ENV_IMAGE,
+    C.ENV_STAGE,
+    C.ENV_GIT_COMMIT,
+)
 
 
 def child_name(exp: Experiment, suffix: str) -> str:
     """`<run>-<suffix>`, shortening the experiment name (never the hash or seed) to stay within 63 characters."""
-    tail = run_name(exp)[len(exp.metadata.name):]  # "-<8 hex>" or "-<8 hex>-s<seed>"
+    tail = run_name(exp)[len(exp.metadata.name) :]  # "-<8 hex>" or "-<8 hex>-s<seed>"
     room = MAX_NAME - len(tail) - len(suffix) - 1
     base = exp.metadata.name[:room].rstrip("-")
     return f"{base}{tail}-{suffix}"
@@ -252,7 +260,9 @@ def _volumes(exp: Experiment) -> tuple[list[dict[str, Any]], list[dict[str, Any]
     return volumes, mounts
 
 
-def render_pod_spec(exp: Experiment, stage: Stage | str, job_name: str, *, argv: list[str] | None = None) -> dict[str, Any]:
+def render_pod_spec(
+    exp: Experiment, stage: Stage | str, job_name: str, *, argv: list[str] | None = None
+) -> dict[str, Any]:
     """The pod template spec of one stage: one trainer container with the launcher as its command."""
     k8s = exp.spec.backends.kubernetes
     volumes, mounts = _volumes(exp)
@@ -367,7 +377,9 @@ def render_jobset(exp: Experiment, stage: Stage | str, *, namespace: str | None 
         {"name": C.ENV_NODES, "value": str(res.nodes)},
         {
             "name": C.ENV_NODE_RANK,
-            "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}},
+            "valueFrom": {
+                "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+            },
         },
         # JobSet gives pods stable DNS names: <jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<jobset>
         {"name": C.ENV_HEAD_ADDRESS, "value": f"{name}-node-0-0.{name}"},

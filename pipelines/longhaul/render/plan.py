@@ -122,9 +122,27 @@ def _vllm_argv(
     batched_tokens: int = 0,
     extra: tuple[str, ...] = (),
 ) -> tuple[str, ...]:
-    argv = [python, "-m", VLLM_SERVER_MODULE, "--model", model_location(model), "--served-model-name", served_name,
-            "--host", LOOPBACK, "--port", str(port), "--max-model-len", str(max_model_len),
-            "--max-num-seqs", str(max_num_seqs), "--dtype", dtype, "--seed", "0"]
+    argv = [
+        python,
+        "-m",
+        VLLM_SERVER_MODULE,
+        "--model",
+        model_location(model),
+        "--served-model-name",
+        served_name,
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(max_model_len),
+        "--max-num-seqs",
+        str(max_num_seqs),
+        "--dtype",
+        dtype,
+        "--seed",
+        "0",
+    ]
     if model.revision and not model.path:
         argv += ["--revision", model.revision]
     if not cpu:
@@ -151,13 +169,29 @@ def render_simulator_server(exp: Experiment, python: str = "python") -> ServerPl
     gpus = exp.spec.resources.gpus_per_node
     start = gpus - sim.tensor_parallel_size if sim.gpu_share == GpuShare.DEDICATED else 0
     argv = _vllm_argv(
-        python, sim.model, sim.model.name, sim.port, tp=sim.tensor_parallel_size, mem=sim.gpu_memory_utilization,
-        max_model_len=sim.max_model_len, max_num_seqs=sim.max_num_seqs,
+        python,
+        sim.model,
+        sim.model.name,
+        sim.port,
+        tp=sim.tensor_parallel_size,
+        mem=sim.gpu_memory_utilization,
+        max_model_len=sim.max_model_len,
+        max_num_seqs=sim.max_num_seqs,
         dtype="auto" if sim.quantization != Quantization.NONE else str(exp.spec.policy.dtype),
-        enforce_eager=sim.enforce_eager, quantization=sim.quantization, cpu=cpu, tool_calls=False,
+        enforce_eager=sim.enforce_eager,
+        quantization=sim.quantization,
+        cpu=cpu,
+        tool_calls=False,
     )
-    return ServerPlan(SIMULATOR_ROLE, argv, _server_env(exp, None if cpu else _gpu_list(start, sim.tensor_parallel_size)),
-                      LOOPBACK, sim.port, sim.model.name, sim.startup_timeout_s)
+    return ServerPlan(
+        SIMULATOR_ROLE,
+        argv,
+        _server_env(exp, None if cpu else _gpu_list(start, sim.tensor_parallel_size)),
+        LOOPBACK,
+        sim.port,
+        sim.model.name,
+        sim.startup_timeout_s,
+    )
 
 
 def render_chat_args(exp: Experiment) -> tuple[str, ...]:
@@ -184,16 +218,34 @@ def render_policy_server(exp: Experiment, model_dir: str | None = None, python: 
     port = exp.spec.backends.local.policy_port
     trainer_gpus = trainer_gpu_ids(exp)
     argv = _vllm_argv(
-        python, model, pol.model.name, port, tp=roll.tensor_parallel_size, mem=roll.gpu_memory_utilization,
-        max_model_len=roll.max_model_len, max_num_seqs=roll.max_num_seqs, dtype=str(pol.dtype),
-        enforce_eager=roll.enforce_eager, quantization=None, cpu=cpu, tool_calls=True,
-        batched_tokens=roll.max_num_batched_tokens, extra=render_chat_args(exp),
+        python,
+        model,
+        pol.model.name,
+        port,
+        tp=roll.tensor_parallel_size,
+        mem=roll.gpu_memory_utilization,
+        max_model_len=roll.max_model_len,
+        max_num_seqs=roll.max_num_seqs,
+        dtype=str(pol.dtype),
+        enforce_eager=roll.enforce_eager,
+        quantization=None,
+        cpu=cpu,
+        tool_calls=True,
+        batched_tokens=roll.max_num_batched_tokens,
+        extra=render_chat_args(exp),
     )
     if exp.spec.backends.local.policy_server_cmd and cpu:
         argv = (*exp.spec.backends.local.policy_server_cmd, *argv[3:])
     visible = None if cpu else _gpu_list(trainer_gpus[0] if trainer_gpus else 0, roll.tensor_parallel_size)
-    return ServerPlan(POLICY_ROLE, argv, _server_env(exp, visible), LOOPBACK, port, pol.model.name,
-                      exp.spec.user_simulator.startup_timeout_s)
+    return ServerPlan(
+        POLICY_ROLE,
+        argv,
+        _server_env(exp, visible),
+        LOOPBACK,
+        port,
+        pol.model.name,
+        exp.spec.user_simulator.startup_timeout_s,
+    )
 
 
 def render_job_env(exp: Experiment, backend: str, paths: Paths) -> dict[str, str]:

@@ -68,8 +68,17 @@ TASK_JOB_ID_FILE = "slurm-task-job-id"
 _SBATCH_VALUE = re.compile(r"^[A-Za-z0-9_./~+@=,:%-]+$")
 _DEP_ITEM = r"(singleton|(after|afterany|afterok|afternotok|aftercorr)(:[0-9]+(\+[0-9]+)?)+)"
 _DEPENDENCY = re.compile(rf"^{_DEP_ITEM}(,{_DEP_ITEM})*$")
-_UNITS = {"": Decimal(1), "K": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
-          "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40}
+_UNITS = {
+    "": Decimal(1),
+    "K": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+}
 
 
 @dataclass(frozen=True)
@@ -153,7 +162,7 @@ def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str |
         task_name = _Expand('"$LH_RUN_NAME"', "$LH_RUN_NAME")
         task_dir = _Expand('"$LH_RUN_DIR"', "$LH_RUN_DIR")
         spec_path = _Expand(f'"$LH_RUN_DIR"/{shlex.quote(C.SPEC_FILENAME)}', f"$LH_RUN_DIR/{C.SPEC_FILENAME}")
-        job_id = '${SLURM_ARRAY_JOB_ID:-}_$LH_TASK'
+        job_id = "${SLURM_ARRAY_JOB_ID:-}_$LH_TASK"
     lines += _env_block(task_name, task_dir, spec_path, job_id, stage)
     job_var = C.ENV_JOB_ID if array else "SLURM_JOB_ID"
     limit = slurm.max_requeues if slurm.requeue else None
@@ -209,9 +218,11 @@ def _directive(key: str, value: str | None) -> str:
 def _setup_block(setup: list[str]) -> list[str]:
     if not setup:
         return []
-    out = ["# Site setup (spec.backends.slurm.setup). Module scripts often read unset variables: relax -u here.",
-           "# Each line is run on its own (eval of the quoted line): an unclosed quote, heredoc or block in one line",
-           "# fails that line instead of swallowing the rest of the script."]
+    out = [
+        "# Site setup (spec.backends.slurm.setup). Module scripts often read unset variables: relax -u here.",
+        "# Each line is run on its own (eval of the quoted line): an unclosed quote, heredoc or block in one line",
+        "# fails that line instead of swallowing the rest of the script.",
+    ]
     out.append("set +u")
     for i, line in enumerate(setup):
         if "\n" in line or "\r" in line or "\x00" in line:
@@ -231,8 +242,7 @@ def _array_task_block(runs: list[Experiment]) -> list[str]:
         f"LH_RUN_NAMES=({_join([run_name(r) for r in runs])})",
         f"LH_RUN_DIRS=({_join([slurm_run_dir(r) for r in runs])})",
         'LH_TASK="${SLURM_ARRAY_TASK_ID:?this script is a job array: submit it with sbatch (#SBATCH --array)}"',
-        'LH_SEED="${LH_SEEDS[$LH_TASK]:?array task $LH_TASK has no training seed (valid: 0-'
-        + f'{len(runs) - 1})}}"',
+        'LH_SEED="${LH_SEEDS[$LH_TASK]:?array task $LH_TASK has no training seed (valid: 0-' + f'{len(runs) - 1})}}"',
         'LH_RUN_NAME="${LH_RUN_NAMES[$LH_TASK]}"',
         'LH_RUN_DIR="${LH_RUN_DIRS[$LH_TASK]}"',
         f'echo "${{SLURM_JOB_ID:-}}" > "$LH_RUN_DIR"/{TASK_JOB_ID_FILE}',
@@ -254,8 +264,11 @@ def _runtime_block(exp: Experiment, stage: str | None = None) -> list[str]:
     cont = slurm.container
     gpus = exp.spec.resources.gpus_per_node
     if cont.runtime == ContainerRuntime.NONE:
-        venv = (shlex.quote(slurm.venv) if slurm.venv
-                else f'"${{{C.ENV_VENV}:?runtime none: set spec.backends.slurm.venv or submit with {C.ENV_VENV}}}"')
+        venv = (
+            shlex.quote(slurm.venv)
+            if slurm.venv
+            else f'"${{{C.ENV_VENV}:?runtime none: set spec.backends.slurm.venv or submit with {C.ENV_VENV}}}"'
+        )
         return [
             "# Runtime 'none': the virtualenv "
             + ("from spec.backends.slurm.venv." if slurm.venv else f"captured at submit time (${C.ENV_VENV})."),
@@ -267,23 +280,31 @@ def _runtime_block(exp: Experiment, stage: str | None = None) -> list[str]:
             "",
         ]
     # No image in the spec: the site names it at submit time ($LONGHAUL_IMAGE, exported into the job by sbatch).
-    image = (shlex.quote(cont.image) if cont.image
-             else f'"${{{C.ENV_IMAGE}:?runtime {cont.runtime}: set spec.backends.slurm.container.image or {C.ENV_IMAGE}}}"')
+    image = (
+        shlex.quote(cont.image)
+        if cont.image
+        else f'"${{{C.ENV_IMAGE}:?runtime {cont.runtime}: set spec.backends.slurm.container.image or {C.ENV_IMAGE}}}"'
+    )
     if cont.runtime == ContainerRuntime.APPTAINER:
         # --containall: no host HOME or environment leaks in; pass the job variables, bind the submit directory.
         names = list(job_env("slurm", "", "", "", stage=stage, job_id=""))
         if exp.spec.resources.nodes > 1:
             names += ["RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"]
         argv = ["apptainer", "exec"] + (["--nv"] if gpus > 0 else []) + ["--containall"]
-        out = ["# Runtime 'apptainer': every command runs in the image with the submit directory bound.",
-               "PYXIS=()",
-               f'CONTAINER=({_join(argv)} --pwd "$SLURM_SUBMIT_DIR" -B "$SLURM_SUBMIT_DIR"']
+        out = [
+            "# Runtime 'apptainer': every command runs in the image with the submit directory bound.",
+            "PYXIS=()",
+            f'CONTAINER=({_join(argv)} --pwd "$SLURM_SUBMIT_DIR" -B "$SLURM_SUBMIT_DIR"',
+        ]
         out += [f"  -B {shlex.quote(b)}" for b in cont.binds]
         out += [f'  --env "{n}=${{{n}:-}}"' for n in names]
         if gpus > 0:
             out.append('  --env "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"')
-        out += ['  --env "SLURM_JOB_ID=$SLURM_JOB_ID" --env "SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0}"',
-                f"  {image})", ""]
+        out += [
+            '  --env "SLURM_JOB_ID=$SLURM_JOB_ID" --env "SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0}"',
+            f"  {image})",
+            "",
+        ]
         return out
     # pyxis/enroot: srun runs each step inside the image; the job environment passes through.
     mounts = [*(shlex.quote(b) for b in cont.binds), '"$SLURM_SUBMIT_DIR"']
@@ -309,7 +330,7 @@ def _ray_env_block(exp: Experiment) -> list[str]:
         "export RAY_AUTH_MODE=token",
         f'export RAY_AUTH_TOKEN_PATH="${C.ENV_RUN_DIR}/.ray/auth_token"',
         'mkdir -p "$(dirname "$RAY_AUTH_TOKEN_PATH")"',
-        '( umask 077; od -An -N32 -tx1 /dev/urandom | tr -d \' \\n\' > "$RAY_AUTH_TOKEN_PATH" )',
+        "( umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \\n' > \"$RAY_AUTH_TOKEN_PATH\" )",
         "",
     ]
 
@@ -318,7 +339,7 @@ def _ray_start_block(exp: Experiment) -> list[str]:
     res = exp.spec.resources
     ray_res = f"--num-cpus={res.cpus_per_node} --num-gpus={res.gpus_per_node}"
     return [
-        'on_node() { local node="$1"; shift; srun --overlap --nodes=1 --ntasks=1 -w "$node" "${PYXIS[@]}" "${CONTAINER[@]}" "$@"; }',
+        'on_node() { local node="$1"; shift; srun --overlap --nodes=1 --ntasks=1 -w "$node" "${PYXIS[@]}" "${CONTAINER[@]}" "$@"; }',  # noqa: E501 - a string literal kept whole
         "LH_RAY_PIDS=()",
         'stop_ray() { for p in "${LH_RAY_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }',
         "trap stop_ray EXIT",
@@ -340,10 +361,10 @@ def _requeue_limit_block(limit: int, job_var: str) -> list[str]:
     """Stop a job that Slurm restarted more than `limit` times, before anything runs (module docstring, 6)."""
     return [
         f"# Requeue limit (spec.backends.slurm.max_requeues={limit}): a job restarted more often stops here with exit",
-        f"# code {EXIT_REQUEUE_LIMIT}, whoever requeued it (this script, preemption, a node failure, scontrol requeue).",
+        f"# code {EXIT_REQUEUE_LIMIT}, whoever requeued it (this script, preemption, a node failure, scontrol requeue).",  # noqa: E501 - a string literal kept whole
         f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt {limit} ]; then',
         f'  echo "longhaul: requeue limit reached: job ${job_var} was requeued ${{SLURM_RESTART_COUNT}} times, more '
-        f'than spec.backends.slurm.max_requeues={limit}; stopping with exit code {EXIT_REQUEUE_LIMIT} without running. '
+        f"than spec.backends.slurm.max_requeues={limit}; stopping with exit code {EXIT_REQUEUE_LIMIT} without running. "
         'The checkpoints are kept: submit the same spec again to resume, or raise the limit." >&2',
         f"  exit {EXIT_REQUEUE_LIMIT}",
         "fi",
@@ -351,8 +372,9 @@ def _requeue_limit_block(limit: int, job_var: str) -> list[str]:
     ]
 
 
-def _launch_block(exp: Experiment, launch: list[_Word], *, requeue: bool, job_var: str,
-                  max_requeues: int | None = None) -> list[str]:
+def _launch_block(
+    exp: Experiment, launch: list[_Word], *, requeue: bool, job_var: str, max_requeues: int | None = None
+) -> list[str]:
     """Run the launcher and act on its exit code; `job_var` names this job (an array task: `<array id>_<index>`).
 
     `max_requeues`: no `scontrol requeue` once the job has been restarted that many times (exit 79 instead)."""
@@ -366,8 +388,8 @@ def _launch_block(exp: Experiment, launch: list[_Word], *, requeue: bool, job_va
         [
             f'  if [ "${{SLURM_RESTART_COUNT:-0}}" -ge {max_requeues} ]; then',
             f'    echo "longhaul: checkpoint saved; requeue limit reached: job ${job_var} was already requeued '
-            f'${{SLURM_RESTART_COUNT:-0}} times (spec.backends.slurm.max_requeues={max_requeues}); not requeueing, '
-            f'stopping with exit code {EXIT_REQUEUE_LIMIT}. Submit the same spec again to resume from the checkpoint, '
+            f"${{SLURM_RESTART_COUNT:-0}} times (spec.backends.slurm.max_requeues={max_requeues}); not requeueing, "
+            f"stopping with exit code {EXIT_REQUEUE_LIMIT}. Submit the same spec again to resume from the checkpoint, "
             'or raise the limit." >&2',
             f"    exit {EXIT_REQUEUE_LIMIT}",
             "  fi",
@@ -398,7 +420,7 @@ def _launch_block(exp: Experiment, launch: list[_Word], *, requeue: bool, job_va
         "launcher_pid=",
         "on_checkpoint_signal() {",
         "  checkpoint_requested=1",
-        f'  echo "longhaul: SIG{CHECKPOINT_SIGNAL} before the time limit: asking the launcher to save a checkpoint" >&2',
+        f'  echo "longhaul: SIG{CHECKPOINT_SIGNAL} before the time limit: asking the launcher to save a checkpoint" >&2',  # noqa: E501 - a string literal kept whole
         f'  if [ -n "$launcher_pid" ]; then kill -{CHECKPOINT_SIGNAL} "$launcher_pid" 2>/dev/null || true; fi',
         "}",
         f"trap on_checkpoint_signal {CHECKPOINT_SIGNAL}",
@@ -413,7 +435,7 @@ def _launch_block(exp: Experiment, launch: list[_Word], *, requeue: bool, job_va
         '  rc=0; wait "$launcher_pid" || rc=$?',
         '  kill -0 "$launcher_pid" 2>/dev/null || break  # still running: wait returned for a trapped signal',
         "done",
-        'if [ "$rc" -gt 128 ]; then last=0; wait "$launcher_pid" 2>/dev/null || last=$?; [ "$last" -eq 127 ] || rc=$last; fi',
+        'if [ "$rc" -gt 128 ]; then last=0; wait "$launcher_pid" 2>/dev/null || last=$?; [ "$last" -eq 127 ] || rc=$last; fi',  # noqa: E501 - a string literal kept whole
         *after,
         'echo "longhaul: launcher exited with $rc" >&2',
         'exit "$rc"',
@@ -425,5 +447,14 @@ def _dq_echo(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
 
 
-__all__ = ["ARRAY_LOG_NAME", "CHECKPOINT_SIGNAL", "EXIT_REQUEUE", "EXIT_REQUEUE_LIMIT", "TASK_JOB_ID_FILE",
-           "Stage", "memory_mib", "render_slurm", "slurm_run_dir"]
+__all__ = [
+    "ARRAY_LOG_NAME",
+    "CHECKPOINT_SIGNAL",
+    "EXIT_REQUEUE",
+    "EXIT_REQUEUE_LIMIT",
+    "TASK_JOB_ID_FILE",
+    "Stage",
+    "memory_mib",
+    "render_slurm",
+    "slurm_run_dir",
+]

@@ -70,7 +70,11 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"{a}.model.lora_rank={pol.lora.rank}",
         f"{a}.model.lora_alpha={pol.lora.alpha}",
         f"{a}.model.target_modules="
-        + (pol.lora.target_modules if isinstance(pol.lora.target_modules, str) else "[" + ",".join(_q(m) for m in pol.lora.target_modules) + "]"),
+        + (
+            pol.lora.target_modules
+            if isinstance(pol.lora.target_modules, str)
+            else "[" + ",".join(_q(m) for m in pol.lora.target_modules) + "]"
+        ),
         f"{a}.model.enable_gradient_checkpointing={_b(pol.gradient_checkpointing)}",
         f"{a}.model.use_fused_kernels={_b(pol.use_fused_kernels)}",
         f"+{a}.model.override_config.attn_implementation={pol.attn_implementation}",
@@ -168,12 +172,21 @@ def render_cpu_overrides(exp: Experiment) -> list[str]:
     which veRL's resource check counts)."""
     a = "actor_rollout_ref"
     dtype = str(exp.spec.policy.dtype)
-    out = [f"{a}.model.use_remove_padding=false", f"{a}.rollout.agent.num_workers=1", "reward.num_workers=1",
-           "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-           f"+ray_kwargs.ray_init.num_cpus={CPU_RAY_SLOTS}", "+ray_kwargs.ray_init.num_gpus=1",
-           "+ray_kwargs.ray_init.include_dashboard=false"]
+    out = [
+        f"{a}.model.use_remove_padding=false",
+        f"{a}.rollout.agent.num_workers=1",
+        "reward.num_workers=1",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        f"+ray_kwargs.ray_init.num_cpus={CPU_RAY_SLOTS}",
+        "+ray_kwargs.ray_init.num_gpus=1",
+        "+ray_kwargs.ray_init.include_dashboard=false",
+    ]
     for role in ("actor", "ref"):
-        out += [f"{a}.{role}.strategy=fsdp2", f"{a}.{role}.fsdp_config.strategy=fsdp2",
-                f"{a}.{role}.fsdp_config.dtype={dtype}", f"{a}.{role}.fsdp_config.use_torch_compile=false",
-                f"{a}.{role}.use_torch_compile=false"]
+        out += [
+            f"{a}.{role}.strategy=fsdp2",
+            f"{a}.{role}.fsdp_config.strategy=fsdp2",
+            f"{a}.{role}.fsdp_config.dtype={dtype}",
+            f"{a}.{role}.fsdp_config.use_torch_compile=false",
+            f"{a}.{role}.use_torch_compile=false",
+        ]
     return out

@@ -79,20 +79,34 @@ class RewardSettings:
         """The settings of an Experiment (or ExperimentSpec)."""
         spec = exp.spec if hasattr(exp, "spec") else exp
         rew = spec.reward
-        return cls(process=str(getattr(rew.process, "value", rew.process)), weight=float(rew.weight),
-                   credit=str(getattr(rew.credit, "value", rew.credit)),
-                   rules={k: dict(v) for k, v in rew.rules.items()}, seed_compat=bool(spec.algorithm.seed_compat))
+        return cls(
+            process=str(getattr(rew.process, "value", rew.process)),
+            weight=float(rew.weight),
+            credit=str(getattr(rew.credit, "value", rew.credit)),
+            rules={k: dict(v) for k, v in rew.rules.items()},
+            seed_compat=bool(spec.algorithm.seed_compat),
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RewardSettings:
         """Read `to_dict`'s mapping back (the agent loop gets it through veRL's agent-loop YAML)."""
-        return cls(process=str(d["process"]), weight=float(d["weight"]), credit=str(d["credit"]),
-                   rules={k: dict(v) for k, v in (d.get("rules") or {}).items()}, seed_compat=bool(d["seed_compat"]))
+        return cls(
+            process=str(d["process"]),
+            weight=float(d["weight"]),
+            credit=str(d["credit"]),
+            rules={k: dict(v) for k, v in (d.get("rules") or {}).items()},
+            seed_compat=bool(d["seed_compat"]),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values for YAML, in field order."""
-        return {"process": self.process, "weight": self.weight, "credit": self.credit,
-                "rules": {k: dict(v) for k, v in self.rules.items()}, "seed_compat": self.seed_compat}
+        return {
+            "process": self.process,
+            "weight": self.weight,
+            "credit": self.credit,
+            "rules": {k: dict(v) for k, v in self.rules.items()},
+            "seed_compat": self.seed_compat,
+        }
 
     @property
     def process_on(self) -> bool:

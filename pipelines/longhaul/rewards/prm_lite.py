@@ -65,8 +65,14 @@ from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
 # Tool classes, entity patterns and placeholder vocabulary (method.md a.1)
 
 SEED_READ_TOOLS = frozenset(
-    {"list_all_airports", "search_direct_flight", "search_onestop_flight", "get_user_details",
-     "get_reservation_details", "calculate"}
+    {
+        "list_all_airports",
+        "search_direct_flight",
+        "search_onestop_flight",
+        "get_user_details",
+        "get_reservation_details",
+        "calculate",
+    }
 )
 READ_TOOLS = SEED_READ_TOOLS | {"get_flight_status"}
 ESCALATION_TOOLS = frozenset({"transfer_to_human_agents"})
@@ -97,16 +103,40 @@ SCHEMA_PATTERNS: Mapping[str, re.Pattern[str]] = MappingProxyType(
 )
 
 PLACEHOLDER_KEYWORDS = frozenset(
-    {"previous", "unknown", "placeholder", "none", "null", "n/a", "any", "some", "first", "last", "default",
-     "example", "sample", "test", "dummy", "temp", "temporary"}
+    {
+        "previous",
+        "unknown",
+        "placeholder",
+        "none",
+        "null",
+        "n/a",
+        "any",
+        "some",
+        "first",
+        "last",
+        "default",
+        "example",
+        "sample",
+        "test",
+        "dummy",
+        "temp",
+        "temporary",
+    }
 )
 _WORD = re.compile(r"[a-z0-9]+(?:/[a-z0-9]+)?")
 _MAX_PLACEHOLDER_WORDS = 4
 
 #: Rules evaluated per history entry, in report order.
 STEP_RULES = (
-    "placeholder", "redundancy", "error_repetition", "recovery", "escalation", "data_chain", "first_read",
-    "think_bonus", "cheap_reasoning",
+    "placeholder",
+    "redundancy",
+    "error_repetition",
+    "recovery",
+    "escalation",
+    "data_chain",
+    "first_read",
+    "think_bonus",
+    "cheap_reasoning",
 )
 #: Rules evaluated once per trajectory.
 TRAJECTORY_RULES = ("no_reasoning", "read_diversity", "length_penalty", "unknown_tool")
@@ -150,7 +180,7 @@ def build_rule_params(overrides: Mapping[str, Mapping[str, float | bool]] | None
                 values[rule][name] = float(value)
             else:
                 raise ValueError(
-                    f"PRM-Lite rule '{rule}': unknown parameter '{name}'; valid: {', '.join([*values[rule], 'enabled'])}"
+                    f"PRM-Lite rule '{rule}': unknown parameter '{name}'; valid: {', '.join([*values[rule], 'enabled'])}"  # noqa: E501 - a string literal kept whole
                 )
     return RuleParams(values, enabled)
 
@@ -260,8 +290,12 @@ def build_action_history(
             obs = c.get("result") or ""
             history.append(
                 ActionEntry(
-                    tool=c["name"], params=dict(args), is_error=err,
-                    entities={} if err else extract_entities(obs), content=call_content, turn=int(t["index"]),
+                    tool=c["name"],
+                    params=dict(args),
+                    is_error=err,
+                    entities={} if err else extract_entities(obs),
+                    content=call_content,
+                    turn=int(t["index"]),
                     call=ci,
                 )
             )
@@ -269,7 +303,9 @@ def build_action_history(
             text = content[:keep]
             last = history[-1] if history else None
             if last is None or last.tool != IMPLICIT_THINK or last.content != text:
-                history.append(ActionEntry(tool=IMPLICIT_THINK, params={}, content=text, turn=int(t["index"]), param_str=""))
+                history.append(
+                    ActionEntry(tool=IMPLICIT_THINK, params={}, content=text, turn=int(t["index"]), param_str="")
+                )
     return history, HistoryStats(unknown, unparsed)
 
 
@@ -389,7 +425,12 @@ def score_prm_lite(
     w_cheap, cheap_min = P.get("cheap_reasoning", "weight"), P.get("cheap_reasoning", "min_chars")
     on_ph, on_red, on_rep, on_rec = on["placeholder"], on["redundancy"], on["error_repetition"], on["recovery"]
     on_esc, on_dc, on_fr, on_th, on_cheap = (
-        on["escalation"], on["data_chain"], on["first_read"], on["think_bonus"], on["cheap_reasoning"])
+        on["escalation"],
+        on["data_chain"],
+        on["first_read"],
+        on["think_bonus"],
+        on["cheap_reasoning"],
+    )
 
     # Each entry's own signature (`ActionEntry.key`). The original's redundancy check compared the stored
     # strings of earlier entries with the JSON of the current call's arguments; the two differ only where a
@@ -439,7 +480,12 @@ def score_prm_lite(
         hits: list[RuleHit] = []
         if is_think[i]:
             any_think = True
-            if on_th and (seed_compat or tool != IMPLICIT_THINK) and i != n - 1 and not (i >= 1 and blocks_next_think[i - 1]):
+            if (
+                on_th
+                and (seed_compat or tool != IMPLICIT_THINK)
+                and i != n - 1
+                and not (i >= 1 and blocks_next_think[i - 1])
+            ):
                 if not (ph_any[i + 1] or redundant(i + 1, cur_sigs[i + 1])):
                     hits.append(H_TH)
         else:
@@ -508,13 +554,20 @@ def score_prm_lite(
     if turn_scores:
         turn_scores[-1] += process - sum(turn_scores)
     return PrmLiteResult(
-        steps=tuple(steps), trajectory_hits=tuple(traj_hits), mean_step_score=mean, raw=raw, process=process,
-        turn_scores=tuple(turn_scores), num_unknown_tool_calls=stats.num_unknown_tool_calls,
+        steps=tuple(steps),
+        trajectory_hits=tuple(traj_hits),
+        mean_step_score=mean,
+        raw=raw,
+        process=process,
+        turn_scores=tuple(turn_scores),
+        num_unknown_tool_calls=stats.num_unknown_tool_calls,
         num_unparsed_tool_calls=stats.num_unparsed_tool_calls,
     )
 
 
-def score_trajectory(trajectory: Any, params: RuleParams = DEFAULT_PARAMS, *, seed_compat: bool = False) -> PrmLiteResult:
+def score_trajectory(
+    trajectory: Any, params: RuleParams = DEFAULT_PARAMS, *, seed_compat: bool = False
+) -> PrmLiteResult:
     """`build_action_history` + `score_prm_lite` for a Trajectory (or its dict form)."""
     history, stats = build_action_history(trajectory, params, seed_compat=seed_compat)
     turns = trajectory["turns"] if isinstance(trajectory, Mapping) else trajectory.turns

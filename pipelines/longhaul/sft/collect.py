@@ -46,7 +46,9 @@ def build_collection_plan(exp: Experiment) -> list[Attempt]:
         if tid in test:  # build_split already refuses overlaps; keep the guarantee local too
             raise ValueError(f"task {tid} is in both train and test of split {split.name}")
         for i, temp in enumerate(sft.teacher.temperatures):
-            plan.append(Attempt(task_id=tid, attempt=i, temperature=temp, seed=base_seed * 1_000_003 + int(tid) * 1009 + i))
+            plan.append(
+                Attempt(task_id=tid, attempt=i, temperature=temp, seed=base_seed * 1_000_003 + int(tid) * 1009 + i)
+            )
     return plan
 
 
@@ -60,10 +62,19 @@ def build_provenance(exp: Experiment, teacher_url: str, simulator_url: str) -> d
     teacher, sim = s.sft.teacher, s.user_simulator
     return {
         "run_name": run_name(exp),
-        "teacher": {"model": teacher.model.name, "revision": teacher.model.revision, "url": teacher_url,
-                    "max_tokens": teacher.max_tokens, "temperatures": list(teacher.temperatures)},
-        "simulator": {"model": sim.model.name, "revision": sim.model.revision, "url": simulator_url,
-                      "sampling": sim.sampling.model_dump(mode="json")},
+        "teacher": {
+            "model": teacher.model.name,
+            "revision": teacher.model.revision,
+            "url": teacher_url,
+            "max_tokens": teacher.max_tokens,
+            "temperatures": list(teacher.temperatures),
+        },
+        "simulator": {
+            "model": sim.model.name,
+            "revision": sim.model.revision,
+            "url": simulator_url,
+            "sampling": sim.sampling.model_dump(mode="json"),
+        },
         "environment": s.environment.model_dump(mode="json"),
         "data": source_info(),
     }
@@ -122,11 +133,15 @@ async def collect_trajectories(
 
     async def one(a: Attempt, fh: Any) -> None:
         async with sem:
-            policy = OpenAIPolicy(policy_client, SamplingParams(temperature=a.temperature, top_p=1.0,
-                                                                max_tokens=teacher.max_tokens), seed=a.seed)
+            policy = OpenAIPolicy(
+                policy_client,
+                SamplingParams(temperature=a.temperature, top_p=1.0, max_tokens=teacher.max_tokens),
+                seed=a.seed,
+            )
             user = OpenAIUserSimulator(user_client, SamplingParams.from_spec(sim.sampling), seed=a.seed)
-            traj = await run_episode(AirlineEnv, get_task(a.task_id), policy, user, limits, trial=a.attempt,
-                                     seed=a.seed)
+            traj = await run_episode(
+                AirlineEnv, get_task(a.task_id), policy, user, limits, trial=a.attempt, seed=a.seed
+            )
         async with lock:
             cov = report.coverage.setdefault(a.task_id, {"attempts": 0, "successes": 0})
             cov["attempts"] += 1

@@ -17,8 +17,17 @@ from longhaul import bounded
 from longhaul.sft.masking import BuildStats, Dropped, build_supervised_example
 
 #: Columns of the parquet file (input_ids and loss_mask are what veRL reads; the rest is provenance).
-COLUMNS = ("input_ids", "loss_mask", "task_id", "attempt", "num_tokens", "num_label_tokens", "messages",
-           "tools", "provenance")
+COLUMNS = (
+    "input_ids",
+    "loss_mask",
+    "task_id",
+    "attempt",
+    "num_tokens",
+    "num_label_tokens",
+    "messages",
+    "tools",
+    "provenance",
+)
 
 
 class TestTaskInDataError(ValueError):
@@ -44,26 +53,36 @@ def build_sft_rows(
     for n, rec in enumerate(records, 1):
         tid = str(rec.get("task_id"))
         if tid in test:
-            raise TestTaskInDataError(f"record {n}: task {tid} is a test task of the spec's split; test tasks must "
-                                      "never be in SFT data (re-collect with the spec's split)")
-        result = build_supervised_example(tokenizer, rec["messages"], rec.get("tools"), max_length=max_length,
-                                          min_label_tokens=min_label_tokens, chat_template=chat_template,
-                                          template_kwargs=template_kwargs)
+            raise TestTaskInDataError(
+                f"record {n}: task {tid} is a test task of the spec's split; test tasks must "
+                "never be in SFT data (re-collect with the spec's split)"
+            )
+        result = build_supervised_example(
+            tokenizer,
+            rec["messages"],
+            rec.get("tools"),
+            max_length=max_length,
+            min_label_tokens=min_label_tokens,
+            chat_template=chat_template,
+            template_kwargs=template_kwargs,
+        )
         stats.add(result)
         if isinstance(result, Dropped):
             dropped.append((rec, result))
             continue
-        rows.append({
-            "input_ids": result.input_ids,
-            "loss_mask": result.loss_mask,
-            "task_id": tid,
-            "attempt": int(rec.get("attempt", 0)),
-            "num_tokens": len(result.input_ids),
-            "num_label_tokens": result.num_label_tokens,
-            "messages": json.dumps(rec["messages"], ensure_ascii=False),
-            "tools": json.dumps(rec.get("tools"), ensure_ascii=False),
-            "provenance": json.dumps(rec.get("provenance", {}), ensure_ascii=False),
-        })
+        rows.append(
+            {
+                "input_ids": result.input_ids,
+                "loss_mask": result.loss_mask,
+                "task_id": tid,
+                "attempt": int(rec.get("attempt", 0)),
+                "num_tokens": len(result.input_ids),
+                "num_label_tokens": result.num_label_tokens,
+                "messages": json.dumps(rec["messages"], ensure_ascii=False),
+                "tools": json.dumps(rec.get("tools"), ensure_ascii=False),
+                "provenance": json.dumps(rec.get("provenance", {}), ensure_ascii=False),
+            }
+        )
     return rows, dropped, stats
 
 
@@ -85,14 +104,22 @@ def write_dataset(rows: list[dict[str, Any]], path: Path, stats: BuildStats, *, 
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.table({c: [r[c] for r in rows] for c in COLUMNS}) if rows else pa.table(
-        {c: pa.array([], type=pa.list_(pa.int64()) if c in ("input_ids", "loss_mask") else pa.string())
-         for c in COLUMNS})
+    table = (
+        pa.table({c: [r[c] for r in rows] for c in COLUMNS})
+        if rows
+        else pa.table(
+            {
+                c: pa.array([], type=pa.list_(pa.int64()) if c in ("input_ids", "loss_mask") else pa.string())
+                for c in COLUMNS
+            }
+        )
+    )
     tmp = path.with_name(path.name + ".partial")
     pq.write_table(table, tmp)
     tmp.replace(path)
-    stats_path(path).write_text(json.dumps({**stats.to_dict(), "tokenizer": tokenizer}, indent=2) + "\n",
-                                encoding="utf-8")
+    stats_path(path).write_text(
+        json.dumps({**stats.to_dict(), "tokenizer": tokenizer}, indent=2) + "\n", encoding="utf-8"
+    )
 
 
 def stats_path(dataset: Path) -> Path:

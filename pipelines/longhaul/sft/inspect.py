@@ -26,7 +26,7 @@ def build_dataset_summary(rows: list[dict[str, Any]], stats: dict[str, Any]) -> 
         "samples": len(rows),
         "tasks": len(per_task),
         "samples per task": dict(sorted(per_task.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)),
-        "tokens (total / mean / max)": f"{sum(tokens)} / {sum(tokens) / max(1, len(tokens)):.0f} / {max(tokens, default=0)}",
+        "tokens (total / mean / max)": f"{sum(tokens)} / {sum(tokens) / max(1, len(tokens)):.0f} / {max(tokens, default=0)}",  # noqa: E501 - a string literal kept whole
         "trained tokens (total / mean)": f"{sum(labels)} / {sum(labels) / max(1, len(labels)):.0f}",
         "trained fraction": round(sum(labels) / sum(tokens), 4) if tokens and sum(tokens) else 0.0,
         "dropped at build": stats.get("dropped", {}),

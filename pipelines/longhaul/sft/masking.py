@@ -87,14 +87,24 @@ class BuildStats:
         }
 
 
-def render_ids(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: list[dict] | None, *,
-               add_generation_prompt: bool, chat_template: str | None = None,
-               template_kwargs: dict[str, Any] | None = None) -> list[int]:
+def render_ids(
+    tokenizer: Any,
+    messages: Sequence[dict[str, Any]],
+    tools: list[dict] | None,
+    *,
+    add_generation_prompt: bool,
+    chat_template: str | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
     """Token ids of the chat-template rendering (no extra BOS/EOS: the template is the whole truth). `chat_template`
     replaces the tokenizer's; `template_kwargs` are the template's variables (`longhaul.chat.thinking`)."""
     text = tokenizer.apply_chat_template(
-        list(messages), tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False,
-        chat_template=chat_template, **(template_kwargs or {}),
+        list(messages),
+        tools=tools or None,
+        add_generation_prompt=add_generation_prompt,
+        tokenize=False,
+        chat_template=chat_template,
+        **(template_kwargs or {}),
     )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -133,9 +143,12 @@ def build_supervised_example(
                     message_index=ai,
                 )
         if len(upto) <= len(before):
-            return Dropped(DropReason.PREFIX_MISMATCH, f"message {ai} renders to no tokens after its generation "
-                           "prompt", message_index=ai)
-        labels[len(before): len(upto)] = full[len(before): len(upto)]
+            return Dropped(
+                DropReason.PREFIX_MISMATCH,
+                f"message {ai} renders to no tokens after its generation prompt",
+                message_index=ai,
+            )
+        labels[len(before) : len(upto)] = full[len(before) : len(upto)]
         spans.append((len(before), len(upto)))
     example = SupervisedExample(input_ids=full, labels=labels, spans=spans)
     if example.num_label_tokens < min_label_tokens:
@@ -158,8 +171,13 @@ def build_supervised_dataset(
     stats = BuildStats()
     for messages, tools in conversations:
         result = build_supervised_example(
-            tokenizer, messages, tools, max_length=max_length, min_label_tokens=min_label_tokens,
-            chat_template=chat_template, template_kwargs=template_kwargs,
+            tokenizer,
+            messages,
+            tools,
+            max_length=max_length,
+            min_label_tokens=min_label_tokens,
+            chat_template=chat_template,
+            template_kwargs=template_kwargs,
         )
         stats.add(result)
         (dropped if isinstance(result, Dropped) else kept).append(result)

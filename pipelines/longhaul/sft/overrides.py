@@ -56,11 +56,15 @@ def _sft(exp: Experiment) -> Any:
 def _check_backend(exp: Experiment) -> None:
     res = exp.spec.resources
     if res.gpus_per_node == 0:
-        raise ValueError("the SFT stage runs veRL's FSDP SFT trainer, which needs GPUs; resources.gpus_per_node is 0 "
-                         "(remove 'sft' from spec.stages for a CPU run)")
+        raise ValueError(
+            "the SFT stage runs veRL's FSDP SFT trainer, which needs GPUs; resources.gpus_per_node is 0 "
+            "(remove 'sft' from spec.stages for a CPU run)"
+        )
     if res.nodes != 1:
-        raise ValueError(f"the SFT stage runs on one node (torchrun --standalone); resources.nodes is {res.nodes}: "
-                         "run SFT as its own single-node spec and point spec.policy.model.path at its output")
+        raise ValueError(
+            f"the SFT stage runs on one node (torchrun --standalone); resources.nodes is {res.nodes}: "
+            "run SFT as its own single-node spec and point spec.policy.model.path at its output"
+        )
 
 
 def render_sft_overrides(exp: Experiment, paths: Paths) -> list[str]:
@@ -73,8 +77,10 @@ def render_sft_overrides(exp: Experiment, paths: Paths) -> list[str]:
     # veRL needs train_batch_size divisible by micro batch × data-parallel size.
     per_step = sft.micro_batch_size_per_gpu * gpus
     if sft.batch_size % per_step:
-        raise ValueError(f"sft.batch_size ({sft.batch_size}) must be divisible by sft.micro_batch_size_per_gpu × "
-                         f"resources.gpus_per_node ({sft.micro_batch_size_per_gpu} × {gpus} = {per_step})")
+        raise ValueError(
+            f"sft.batch_size ({sft.batch_size}) must be divisible by sft.micro_batch_size_per_gpu × "
+            f"resources.gpus_per_node ({sft.micro_batch_size_per_gpu} × {gpus} = {per_step})"
+        )
     return [
         f"data.train_files={_q(sp.dataset)}",
         "data.val_files=null",
@@ -127,11 +133,51 @@ def render_sft_steps(exp: Experiment, paths: Paths) -> list[SFTStep]:
     trajectories = sft.dataset or sp.trajectories
     if sft.dataset is None:
         steps.append(SFTStep("collect", ("longhaul", "sft", "collect", *common, "--out", sp.trajectories)))
-    steps.append(SFTStep("build-dataset", ("longhaul", "sft", "build-dataset", trajectories, "--spec", sp.spec_file,
-                                           "--tokenizer", base_model(exp), "--out", sp.dataset)))
-    steps.append(SFTStep("train", ("torchrun", "--standalone", "--nnodes=1",
-                                   f"--nproc_per_node={exp.spec.resources.gpus_per_node}", "-m", SFT_MODULE,
-                                   *render_sft_overrides(exp, paths))))
-    steps.append(SFTStep("export", ("longhaul", "sft", "export", "--checkpoints", sp.checkpoints, "--base-model",
-                                    base_model(exp), "--out", sp.model)))
+    steps.append(
+        SFTStep(
+            "build-dataset",
+            (
+                "longhaul",
+                "sft",
+                "build-dataset",
+                trajectories,
+                "--spec",
+                sp.spec_file,
+                "--tokenizer",
+                base_model(exp),
+                "--out",
+                sp.dataset,
+            ),
+        )
+    )
+    steps.append(
+        SFTStep(
+            "train",
+            (
+                "torchrun",
+                "--standalone",
+                "--nnodes=1",
+                f"--nproc_per_node={exp.spec.resources.gpus_per_node}",
+                "-m",
+                SFT_MODULE,
+                *render_sft_overrides(exp, paths),
+            ),
+        )
+    )
+    steps.append(
+        SFTStep(
+            "export",
+            (
+                "longhaul",
+                "sft",
+                "export",
+                "--checkpoints",
+                sp.checkpoints,
+                "--base-model",
+                base_model(exp),
+                "--out",
+                sp.model,
+            ),
+        )
+    )
     return steps

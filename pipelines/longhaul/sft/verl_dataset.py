@@ -21,8 +21,9 @@ LOSS_MASK = "loss_mask"
 class RenderTwiceDiffDataset(Dataset):
     """Rows of (input_ids, loss_mask); pad modes `no_padding` (veRL's default) and `right`."""
 
-    def __init__(self, parquet_files: str | list[str], tokenizer: Any, config: Any, processor: Any = None,
-                 max_samples: int = -1) -> None:
+    def __init__(
+        self, parquet_files: str | list[str], tokenizer: Any, config: Any, processor: Any = None, max_samples: int = -1
+    ) -> None:
         import pandas as pd
 
         files = [parquet_files] if isinstance(parquet_files, str) else list(parquet_files)
@@ -33,13 +34,17 @@ class RenderTwiceDiffDataset(Dataset):
         self.loss_mask = [list(map(int, x)) for x in frame[LOSS_MASK]]
         self.pad_mode = str(config.get("pad_mode", "no_padding"))
         self.max_length = int(config.get("max_length", 1024))
-        self.pad_token_id = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
+        self.pad_token_id = (
+            tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
+        )
         for i, ids in enumerate(self.input_ids):
             if len(ids) != len(self.loss_mask[i]):
                 raise ValueError(f"row {i}: input_ids has {len(ids)} tokens but loss_mask {len(self.loss_mask[i])}")
             if len(ids) > self.max_length:
-                raise ValueError(f"row {i}: {len(ids)} tokens > data.max_length {self.max_length}; rebuild the "
-                                 "dataset with the same max_length (samples are dropped there, never truncated)")
+                raise ValueError(
+                    f"row {i}: {len(ids)} tokens > data.max_length {self.max_length}; rebuild the "
+                    "dataset with the same max_length (samples are dropped there, never truncated)"
+                )
 
     def __len__(self) -> int:
         return len(self.input_ids)

@@ -131,11 +131,15 @@ STATUS_SCHEMA: dict[str, Any] = {
         "completionTime": {"type": "string", "format": "date-time"},
         "lastCheckpointStep": {"type": "integer"},
         "message": {"type": "string"},
-        "memoryPlan": {"type": "string",
-                       "description": "`longhaul plan` in one line: per phase the fullest GPU against its capacity."},
+        "memoryPlan": {
+            "type": "string",
+            "description": "`longhaul plan` in one line: per phase the fullest GPU against its capacity.",
+        },
         "conditions": {"type": "array", "items": _CONDITION},
-        "seeds": {"type": "string",
-                  "description": "Multi-seed Experiments: seed runs succeeded / seed runs ('2/3'); absent otherwise."},
+        "seeds": {
+            "type": "string",
+            "description": "Multi-seed Experiments: seed runs succeeded / seed runs ('2/3'); absent otherwise.",
+        },
         "seedRuns": {
             "type": "array",
             "description": "Multi-seed Experiments: one entry per seed run (one stage chain each), in seed order.",
@@ -161,19 +165,23 @@ STATUS_SCHEMA: dict[str, Any] = {
             "type": "array",
             "maxItems": C.STATUS_HISTORY_LIMIT,
             "description": f"The runs this Experiment had, newest last (at most {C.STATUS_HISTORY_LIMIT}; `longhaul "
-                           "history NAME`): a new entry each time the status names another run (the spec changed).",
+            "history NAME`): a new entry each time the status names another run (the spec changed).",
             "items": {
                 "type": "object",
                 "required": ["runName", "specHash", "phase"],
                 "properties": {
                     "runName": {"type": "string"},
                     "specHash": {"type": "string"},
-                    "phase": {"type": "string",
-                              "enum": ["Pending", "Queued", "Running", "Succeeded", "Failed", "Superseded"],
-                              "description": "Superseded: stopped for a spec edit under the annotation "
-                                             "longhaul.dev/on-spec-change: new-run."},
-                    "gitCommit": {"type": "string",
-                                  "description": "Annotation longhaul.dev/git-commit when the run's entry was made."},
+                    "phase": {
+                        "type": "string",
+                        "enum": ["Pending", "Queued", "Running", "Succeeded", "Failed", "Superseded"],
+                        "description": "Superseded: stopped for a spec edit under the annotation "
+                        "longhaul.dev/on-spec-change: new-run.",
+                    },
+                    "gitCommit": {
+                        "type": "string",
+                        "description": "Annotation longhaul.dev/git-commit when the run's entry was made.",
+                    },
                     "mlflowRunId": {"type": "string"},
                     "startTime": {"type": "string", "format": "date-time"},
                     "completionTime": {"type": "string", "format": "date-time"},
@@ -213,8 +221,12 @@ def build_crd() -> dict[str, Any]:
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [
                         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                        {"name": "Seeds", "type": "string", "jsonPath": ".status.seeds",
-                         "description": "Seed runs succeeded / seed runs (multi-seed Experiments only)"},
+                        {
+                            "name": "Seeds",
+                            "type": "string",
+                            "jsonPath": ".status.seeds",
+                            "description": "Seed runs succeeded / seed runs (multi-seed Experiments only)",
+                        },
                         {"name": "Run", "type": "string", "jsonPath": ".status.runName"},
                         {"name": "Stage", "type": "string", "jsonPath": ".status.stage", "priority": 1},
                         {"name": "MLflow", "type": "string", "jsonPath": ".status.mlflowUrl"},

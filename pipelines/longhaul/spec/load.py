@@ -80,9 +80,7 @@ _COLLECTION_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 def _walk(node: yaml.Node, loc: tuple[Any, ...], located: _Located) -> Any:
     located.lines.setdefault(loc, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.tag not in _COLLECTION_TAGS:
-        raise yaml.constructor.ConstructorError(
-            None, None, f"tag {node.tag!r} is not allowed", node.start_mark
-        )
+        raise yaml.constructor.ConstructorError(None, None, f"tag {node.tag!r} is not allowed", node.start_mark)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
@@ -124,7 +122,9 @@ def _compose(text: str, file: str) -> tuple[Any, _Located]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark else None
-        raise SpecError([Problem(file, line, "", f"invalid YAML: {exc.problem}", hint="check indentation and quoting")]) from None
+        raise SpecError(
+            [Problem(file, line, "", f"invalid YAML: {exc.problem}", hint="check indentation and quoting")]
+        ) from None
     except yaml.YAMLError as exc:
         raise SpecError([Problem(file, None, "", f"invalid YAML: {exc}")]) from None
     if node is None:
@@ -134,12 +134,28 @@ def _compose(text: str, file: str) -> tuple[Any, _Located]:
     except yaml.constructor.ConstructorError as exc:
         mark = exc.problem_mark
         raise SpecError(
-            [Problem(file, mark.line + 1 if mark else None, "", f"unsupported YAML: {exc.problem}",
-                     hint="tags such as !!python/... are not allowed")]
+            [
+                Problem(
+                    file,
+                    mark.line + 1 if mark else None,
+                    "",
+                    f"unsupported YAML: {exc.problem}",
+                    hint="tags such as !!python/... are not allowed",
+                )
+            ]
         ) from None
     except _BadScalar as exc:
-        raise SpecError([Problem(file, exc.line, _dotted(exc.loc), f"value cannot be read as {exc.kind} ({exc.reason})",
-                                 hint="quote it to make it a string, or shorten it")]) from None
+        raise SpecError(
+            [
+                Problem(
+                    file,
+                    exc.line,
+                    _dotted(exc.loc),
+                    f"value cannot be read as {exc.kind} ({exc.reason})",
+                    hint="quote it to make it a string, or shorten it",
+                )
+            ]
+        ) from None
     except yaml.YAMLError as exc:
         raise SpecError([Problem(file, None, "", f"invalid YAML: {exc}")]) from None
     return data, located
@@ -239,7 +255,9 @@ def _lookup(data: Any, loc: tuple[Any, ...]) -> Any:
 
 def _strip_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     # Pydantic adds the failing union member ('list[...]', "literal['all','last']") to locations.
-    return tuple(p for p in loc if not (isinstance(p, str) and ("'" in p or p.startswith(("list", "literal", "int", "str")))))
+    return tuple(
+        p for p in loc if not (isinstance(p, str) and ("'" in p or p.startswith(("list", "literal", "int", "str"))))
+    )
 
 
 def build_experiment(data: Any, file: str = "<spec>", located: _Located | None = None) -> Experiment:

@@ -79,16 +79,21 @@ def _path_problem(value: str, *, write: bool) -> str | None:
     if any(len(part.encode()) > 255 for part in value.split("/")):
         return "has a path component longer than 255 bytes, which no filesystem stores"
     if ".." in value.split("/"):
-        return ("'..' is not allowed: name the directory itself (a path in a spec must not climb out of the "
-                "submit, working or run directory)")
+        return (
+            "'..' is not allowed: name the directory itself (a path in a spec must not climb out of the "
+            "submit, working or run directory)"
+        )
     if value.startswith("/"):
         norm = posixpath.normpath(re.sub("/+", "/", value))
         if write and norm == "/":
             return "is the root directory; name a directory of its own"
         for d in SYSTEM_DIRS if write else PSEUDO_DIRS:
             if norm == d or norm.startswith(d + "/"):
-                why = "nothing of a run is written or mounted there" if write else \
-                    "it holds the process environment, kernel state and devices, not data"
+                why = (
+                    "nothing of a run is written or mounted there"
+                    if write
+                    else "it holds the process environment, kernel state and devices, not data"
+                )
                 return f"is inside {d}, a system directory: {why}"
     return None
 
@@ -121,12 +126,16 @@ def _mount_path(value: str) -> str:
 def _bind(value: str) -> str:
     """SRC[:DST[:OPTS]] of apptainer -B / pyxis --container-mounts."""
     if "," in value:
-        raise ValueError("',' separates mounts in apptainer -B and pyxis --container-mounts: give each mount its "
-                         "own entry")
+        raise ValueError(
+            "',' separates mounts in apptainer -B and pyxis --container-mounts: give each mount its own entry"
+        )
     src, *rest = value.split(":")
     for part, what in ((src, "source"), *([(rest[0], "destination")] if rest else [])):
-        problem = _path_problem(part, write=False) if what == "destination" or part != "/" else \
-            "is the host's root directory; bind the directories the job needs"
+        problem = (
+            _path_problem(part, write=False)
+            if what == "destination" or part != "/"
+            else "is the host's root directory; bind the directories the job needs"
+        )
         if what == "source" and problem and problem.startswith("is inside"):
             problem = None  # host devices and system files are bound on purpose (/dev/infiniband, /etc/slurm)
         if problem:
@@ -142,9 +151,11 @@ def _url(value: str) -> str:
     except ValueError as exc:
         raise ValueError(f"not a URL ({exc})") from None
     if "@" in netloc:
-        raise ValueError("credentials in the URL would be written in plain text into rendered manifests, the "
-                         "resolved spec and logs; keep them in a Secret (spec.tracking.uri_secret, "
-                         "user_simulator.api_key_secret) or in MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD")
+        raise ValueError(
+            "credentials in the URL would be written in plain text into rendered manifests, the "
+            "resolved spec and logs; keep them in a Secret (spec.tracking.uri_secret, "
+            "user_simulator.api_key_secret) or in MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD"
+        )
     if "$(" in value:
         raise ValueError("'$(' would be expanded by Kubernetes in the container's environment; write '$' as %24")
     return value
@@ -162,7 +173,9 @@ ModelName = Annotated[str, Field(pattern=MODEL_NAME, max_length=256)]
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 #: Kubernetes qualified name (label keys, toleration keys): optional DNS prefix + '/' + name.
-QUALIFIED_NAME = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+QUALIFIED_NAME = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 QualifiedName = Annotated[str, Field(pattern=QUALIFIED_NAME, max_length=316)]
 K8sLabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)]
 
@@ -345,9 +358,12 @@ class Metadata(_Model):
     def _git_commit(cls, v: dict[str, str]) -> dict[str, str]:
         commit = v.get(ANNOTATION_GIT_COMMIT)
         if commit is not None and not re.fullmatch(GIT_REVISION, commit):
-            raise FieldError(ANNOTATION_GIT_COMMIT, f"annotation {ANNOTATION_GIT_COMMIT} must be a commit as GitOps "
-                             "tools record it (e.g. 0123abc or main@sha1:0123abc): it becomes the job's "
-                             f"{ENV_GIT_COMMIT} variable and an MLflow tag")
+            raise FieldError(
+                ANNOTATION_GIT_COMMIT,
+                f"annotation {ANNOTATION_GIT_COMMIT} must be a commit as GitOps "
+                "tools record it (e.g. 0123abc or main@sha1:0123abc): it becomes the job's "
+                f"{ENV_GIT_COMMIT} variable and an MLflow tag",
+            )
         return v
 
     @field_validator("annotations")
@@ -355,8 +371,11 @@ class Metadata(_Model):
     def _on_spec_change(cls, v: dict[str, str]) -> dict[str, str]:
         policy = v.get(ANNOTATION_ON_SPEC_CHANGE)
         if policy is not None and policy not in SPEC_CHANGE_POLICIES:
-            raise FieldError(ANNOTATION_ON_SPEC_CHANGE, f"annotation {ANNOTATION_ON_SPEC_CHANGE}: {policy!r} is not a "
-                             f"policy; use {' or '.join(SPEC_CHANGE_POLICIES)} (absent: {SPEC_CHANGE_REFUSE})")
+            raise FieldError(
+                ANNOTATION_ON_SPEC_CHANGE,
+                f"annotation {ANNOTATION_ON_SPEC_CHANGE}: {policy!r} is not a "
+                f"policy; use {' or '.join(SPEC_CHANGE_POLICIES)} (absent: {SPEC_CHANGE_REFUSE})",
+            )
         return v
 
 
@@ -452,8 +471,9 @@ class PolicySpec(_Model):
     def _thinking(self) -> PolicySpec:
         if self.thinking != ThinkingMode.DISABLED and not model_thinks(self.model.name):
             raise FieldError(
-                "thinking", f"'{self.thinking}' needs a Qwen3 hybrid-thinking policy (a model name like "
-                f"Qwen/Qwen3-8B); '{self.model.name}' has no thinking mode: use thinking: disabled"
+                "thinking",
+                f"'{self.thinking}' needs a Qwen3 hybrid-thinking policy (a model name like "
+                f"Qwen/Qwen3-8B); '{self.model.name}' has no thinking mode: use thinking: disabled",
             )
         return self
 
@@ -488,9 +508,7 @@ class SimulatorSpec(_Model):
         description="colocated only. shared: the simulator shares GPUs 0..tp-1 with the trainer; "
         "dedicated: it gets its own GPUs and the trainer the rest.",
     )
-    url: Url | None = Field(
-        default=None, description="Base URL (…/v1) of an external server."
-    )
+    url: Url | None = Field(default=None, description="Base URL (…/v1) of an external server.")
     api_key_secret: SecretRef | None = Field(default=None, description="Secret holding the external server's key.")
     port: int = Field(default=8001, ge=1024, le=65535, description="Port of the colocated server.")
     startup_timeout_s: PositiveInt = Field(default=1800, description="Health-check timeout at start.")
@@ -500,7 +518,9 @@ class SimulatorSpec(_Model):
         if self.placement == Placement.EXTERNAL and not self.url:
             raise FieldError("url", "placement 'external' needs `url` (the server's base URL, e.g. http://sim:8001/v1)")
         if self.placement == Placement.COLOCATED and self.url:
-            raise FieldError("url", "`url` is only used with placement 'external'; remove it or set placement: external")
+            raise FieldError(
+                "url", "`url` is only used with placement 'external'; remove it or set placement: external"
+            )
         return self
 
 
@@ -529,7 +549,9 @@ class SplitSpec(_Model):
                 raise ValueError(f"{', '.join(given)} only apply to preset 'explicit' (preset is '{self.preset}')")
             return self
         if not self.train or not self.test:
-            raise FieldError("train" if not self.train else "test", "preset 'explicit' needs non-empty `train` and `test` lists")
+            raise FieldError(
+                "train" if not self.train else "test", "preset 'explicit' needs non-empty `train` and `test` lists"
+            )
         overlap = sorted(set(self.train) & set(self.test))
         if overlap:
             raise FieldError("test", f"train and test overlap on task ids {overlap}")
@@ -617,9 +639,13 @@ class RewardSpec(_Model):
                 if p not in valid:
                     close = get_close_matches(p, valid, n=1)
                     hint = f" (did you mean '{close[0]}'?)" if close else ""
-                    raise FieldError(f"{rule}.{p}", f"rule '{rule}': unknown parameter '{p}'; valid: {', '.join(valid)}{hint}")
+                    raise FieldError(
+                        f"{rule}.{p}", f"rule '{rule}': unknown parameter '{p}'; valid: {', '.join(valid)}{hint}"
+                    )
                 if (p == "enabled") != isinstance(v, bool):
-                    raise FieldError(f"{rule}.{p}", f"rule '{rule}': '{p}' must be {'a boolean' if p == 'enabled' else 'a number'}")
+                    raise FieldError(
+                        f"{rule}.{p}", f"rule '{rule}': '{p}' must be {'a boolean' if p == 'enabled' else 'a number'}"
+                    )
         return rules
 
 
@@ -683,22 +709,27 @@ class AlgorithmSpec(_Model):
                 raise FieldError("seeds", f"seeds must be distinct (got {self.seeds})")
         if self.ppo_mini_batch_size > self.train_batch_size:
             raise FieldError(
-                "ppo_mini_batch_size", f"ppo_mini_batch_size ({self.ppo_mini_batch_size}) must be ≤ train_batch_size "
-                f"({self.train_batch_size})"
+                "ppo_mini_batch_size",
+                f"ppo_mini_batch_size ({self.ppo_mini_batch_size}) must be ≤ train_batch_size "
+                f"({self.train_batch_size})",
             )
         lata = self.advantage in (Advantage.LATA, Advantage.LATA_TURN_DISCOUNT)
         if self.seed_compat:
             if lata and self.loss_agg_mode != LossAggMode.TOKEN_MEAN:
                 raise FieldError(
-                    "loss_agg_mode", "seed_compat LATA reproduces the original A/√L with token-mean: set loss_agg_mode: token-mean"
+                    "loss_agg_mode",
+                    "seed_compat LATA reproduces the original A/√L with token-mean: set loss_agg_mode: token-mean",
                 )
             if self.advantage != Advantage.GRPO and self.discount_unit != DiscountUnit.TOKEN:
-                raise FieldError("discount_unit", "seed_compat reproduces the original per-token discount: set discount_unit: token")
+                raise FieldError(
+                    "discount_unit", "seed_compat reproduces the original per-token discount: set discount_unit: token"
+                )
         elif lata and self.loss_agg_mode != LossAggMode.SEQ_MEAN_TOKEN_MEAN:
             raise FieldError(
-                "loss_agg_mode", f"advantage '{self.advantage}' returns A·√L and needs loss_agg_mode: seq-mean-token-mean to give "
+                "loss_agg_mode",
+                f"advantage '{self.advantage}' returns A·√L and needs loss_agg_mode: seq-mean-token-mean to give "
                 f"exactly A/√L per token (got '{self.loss_agg_mode}'); use seed_compat: true to reproduce "
-                "the original token-mean variant"
+                "the original token-mean variant",
             )
         return self
 
@@ -723,7 +754,8 @@ class TeacherSpec(_Model):
     def _schedule(self) -> TeacherSpec:
         if len(self.temperatures) != self.samples_per_task:
             raise FieldError(
-                "temperatures", f"temperatures has {len(self.temperatures)} entries but samples_per_task is {self.samples_per_task}"
+                "temperatures",
+                f"temperatures has {len(self.temperatures)} entries but samples_per_task is {self.samples_per_task}",
             )
         return self
 
@@ -756,11 +788,16 @@ class EvaluationSpec(_Model):
     @model_validator(mode="after")
     def _k(self) -> EvaluationSpec:
         if max(self.k, default=1) > self.samples_per_task:
-            raise FieldError("samples_per_task", f"samples_per_task ({self.samples_per_task}) must be ≥ max k ({max(self.k)})")
+            raise FieldError(
+                "samples_per_task", f"samples_per_task ({self.samples_per_task}) must be ≥ max k ({max(self.k)})"
+            )
         if self.select_on in (SubsetName.TEST, SubsetName.UNSEEN):
-            raise FieldError("select_on", f"select_on must not be '{self.select_on}': it holds the test tasks (unseen is the "
-                             "test split in every preset), and selecting on the reported subset biases it; use train, "
-                             "covered_seen or uncovered_seen")
+            raise FieldError(
+                "select_on",
+                f"select_on must not be '{self.select_on}': it holds the test tasks (unseen is the "
+                "test split in every preset), and selecting on the reported subset biases it; use train, "
+                "covered_seen or uncovered_seen",
+            )
         return self
 
 
@@ -780,11 +817,11 @@ class TrackingSpec(_Model):
     tags: dict[SafeToken, Annotated[str, Field(max_length=500, pattern=ONE_LINE_TEXT)]] = Field(
         default_factory=dict, description="Extra MLflow tags."
     )
-    early_stop_on_collapse: bool = Field(
-        default=False, description="Stop training when the collapse watchdog fires."
-    )
+    early_stop_on_collapse: bool = Field(default=False, description="Stop training when the collapse watchdog fires.")
     training_traces_per_step: int = Field(
-        default=2, ge=0, le=64,
+        default=2,
+        ge=0,
+        le=64,
         description="Training episodes per step logged as MLflow traces when the grpo stage ends (the first in "
         "(group, sample) order; every evaluated episode is traced). 0 = none.",
     )
@@ -801,9 +838,14 @@ class ResourcesSpec(_Model):
     gpus_per_node: int = Field(default=2, ge=0, description="GPUs per node (0 = CPU-only smoke run).")
     gpu_type: SafeToken | None = Field(default=None, description="GPU type for scheduling (e.g. a800, h100).")
     cpus_per_node: PositiveInt = Field(default=16, description="CPUs per node.")
-    memory: str = Field(default="256Gi", pattern=QUANTITY, max_length=32, description="Memory per node (Kubernetes quantity).")
+    memory: str = Field(
+        default="256Gi", pattern=QUANTITY, max_length=32, description="Memory per node (Kubernetes quantity)."
+    )
     time_limit: str = Field(
-        default="3-00:00:00", pattern=TIME_LIMIT, max_length=32, description="Wall-clock limit, [D-]HH:MM:SS (both backends)."
+        default="3-00:00:00",
+        pattern=TIME_LIMIT,
+        max_length=32,
+        description="Wall-clock limit, [D-]HH:MM:SS (both backends).",
     )
     shm_size: str = Field(default="32Gi", pattern=QUANTITY, max_length=32, description="/dev/shm size (NCCL, Ray).")
 
@@ -822,7 +864,8 @@ class Toleration(_Model):
 class CheckpointVolume(_Model):
     claim_name: SafeToken = Field(description="PersistentVolumeClaim for checkpoints and run outputs.")
     mount_path: Annotated[str, Field(pattern=SAFE_PATH, max_length=1024), AfterValidator(_mount_path)] = Field(
-        default="/checkpoints", description="Mount path in the pod (absolute).")
+        default="/checkpoints", description="Mount path in the pod (absolute)."
+    )
 
 
 class KubernetesSpec(_Model):
@@ -836,11 +879,15 @@ class KubernetesSpec(_Model):
         description="Trainer image (models baked in).",
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(default="IfNotPresent")
-    service_account: str | None = Field(default=None, pattern=DNS1123_LABEL, max_length=63, description="Pod service account.")
+    service_account: str | None = Field(
+        default=None, pattern=DNS1123_LABEL, max_length=63, description="Pod service account."
+    )
     node_selector: dict[QualifiedName, K8sLabelValue] = Field(default_factory=dict, description="Pod node selector.")
     tolerations: list[Toleration] = Field(default_factory=list, description="Pod tolerations.")
     queue: str | None = Field(
-        default=None, pattern=DNS1123_LABEL, max_length=63,
+        default=None,
+        pattern=DNS1123_LABEL,
+        max_length=63,
         description=(
             "Kueue LocalQueue (in the Experiment's namespace). Set: every stage workload (Job, RayJob, JobSet) is "
             "created suspended with the label kueue.x-k8s.io/queue-name and starts when Kueue admits it (phase "
@@ -848,7 +895,9 @@ class KubernetesSpec(_Model):
         ),
     )
     priority_class: str | None = Field(
-        default=None, pattern=DNS1123_LABEL, max_length=63,
+        default=None,
+        pattern=DNS1123_LABEL,
+        max_length=63,
         description=(
             "Without queue: the pods' PriorityClass. With queue: a Kueue WorkloadPriorityClass (label "
             "kueue.x-k8s.io/priority-class), which orders admission and preemption in the ClusterQueue; the pods "
@@ -907,7 +956,9 @@ class SlurmSpec(_Model):
     def _setup_lines(cls, lines: list[str]) -> list[str]:
         for i, line in enumerate(lines):
             if any(ord(c) < 32 and c != "\t" for c in line) or "\x7f" in line:
-                raise FieldError(str(i), "control characters (newline, CR, NUL…) are not allowed; one command per entry")
+                raise FieldError(
+                    str(i), "control characters (newline, CR, NUL…) are not allowed; one command per entry"
+                )
             if line.lstrip().startswith("#SBATCH"):
                 raise FieldError(str(i), "'#SBATCH' directives belong in the spec's fields, not in setup lines")
         return lines
@@ -954,22 +1005,27 @@ class ExperimentSpec(_Model):
         if not self.stages:
             raise FieldError("stages", "stages: at least one of sft, grpo, eval")
         if len(set(self.stages)) != len(self.stages) or self.stages != sorted(self.stages, key=order.index):
-            raise FieldError("stages", f"stages must be distinct and in the order sft, grpo, eval (got {[str(s) for s in self.stages]})")
+            raise FieldError(
+                "stages",
+                f"stages must be distinct and in the order sft, grpo, eval (got {[str(s) for s in self.stages]})",
+            )
         if Stage.SFT in self.stages and self.sft is None:
             raise FieldError("sft", "stages include 'sft' but the `sft` section is missing")
         trains = [str(s) for s in self.stages if s in (Stage.SFT, Stage.GRPO)]
         if self.policy.thinking == ThinkingMode.STRIP and trains:
             raise FieldError(
-                "policy.thinking", f"'strip' cannot train (stages include {', '.join(trains)}): it re-renders earlier "
+                "policy.thinking",
+                f"'strip' cannot train (stages include {', '.join(trains)}): it re-renders earlier "
                 "turns without their <think> blocks, so the context a turn was generated from is not a prefix of "
                 "the training sequence (token-in/token-out rollouts and Render-Twice-Diff SFT masks need that) and "
                 "evaluation would see other contexts than training; use keep or disabled (strip is for "
-                "evaluation-only specs, stages: [eval])"
+                "evaluation-only specs, stages: [eval])",
             )
         if self.algorithm.seed_compat and self.reward.credit == Credit.TURN:
             raise FieldError(
-                "reward.credit", "seed_compat reproduces the original, which had no per-turn credit (its PRM-Lite score "
-                "was one scalar per trajectory): set credit: trajectory, or seed_compat: false"
+                "reward.credit",
+                "seed_compat reproduces the original, which had no per-turn credit (its PRM-Lite score "
+                "was one scalar per trajectory): set credit: trajectory, or seed_compat: false",
             )
         self._check_gpus()
         return self
@@ -978,13 +1034,22 @@ class ExperimentSpec(_Model):
         """gpus_per_node: 0 runs veRL on its CPU platform (longhaul.verlcpu): one trainer rank on one node, the
         CPU rollout replica (full weights, no tensor parallelism, no LoRA adapter sync)."""
         if self.resources.nodes != 1:
-            raise FieldError("resources.nodes", f"a CPU run (resources.gpus_per_node: 0) uses one node; got nodes: {self.resources.nodes}")
+            raise FieldError(
+                "resources.nodes",
+                f"a CPU run (resources.gpus_per_node: 0) uses one node; got nodes: {self.resources.nodes}",
+            )
         if self.policy.rollout.tensor_parallel_size != 1:
-            raise FieldError("policy.rollout.tensor_parallel_size", "a CPU run (resources.gpus_per_node: 0) needs "
-                             f"policy.rollout.tensor_parallel_size: 1 (got {self.policy.rollout.tensor_parallel_size})")
+            raise FieldError(
+                "policy.rollout.tensor_parallel_size",
+                "a CPU run (resources.gpus_per_node: 0) needs "
+                f"policy.rollout.tensor_parallel_size: 1 (got {self.policy.rollout.tensor_parallel_size})",
+            )
         if self.policy.lora.rank:
-            raise FieldError("policy.lora.rank", "a CPU run (resources.gpus_per_node: 0) trains full weights: the CPU rollout "
-                             f"does not take LoRA adapters; set policy.lora.rank: 0 (got {self.policy.lora.rank})")
+            raise FieldError(
+                "policy.lora.rank",
+                "a CPU run (resources.gpus_per_node: 0) trains full weights: the CPU rollout "
+                f"does not take LoRA adapters; set policy.lora.rank: 0 (got {self.policy.lora.rank})",
+            )
 
     def _check_gpus(self) -> None:
         res, sim, roll = self.resources, self.user_simulator, self.policy.rollout
@@ -997,37 +1062,42 @@ class ExperimentSpec(_Model):
         if sim.placement == Placement.COLOCATED:
             if sim.tensor_parallel_size > gpus:
                 raise FieldError(
-                    "user_simulator.tensor_parallel_size", f"user_simulator.tensor_parallel_size ({sim.tensor_parallel_size}) exceeds "
-                    f"resources.gpus_per_node ({gpus})"
+                    "user_simulator.tensor_parallel_size",
+                    f"user_simulator.tensor_parallel_size ({sim.tensor_parallel_size}) exceeds "
+                    f"resources.gpus_per_node ({gpus})",
                 )
             if sim.gpu_share == GpuShare.DEDICATED:
                 trainer_gpus = gpus - sim.tensor_parallel_size
                 if trainer_gpus < 1:
                     raise FieldError(
-                        "user_simulator.gpu_share", f"a dedicated simulator with tensor_parallel_size {sim.tensor_parallel_size} leaves "
-                        f"{trainer_gpus} of {gpus} GPUs for the trainer; use gpu_share: shared or more GPUs"
+                        "user_simulator.gpu_share",
+                        f"a dedicated simulator with tensor_parallel_size {sim.tensor_parallel_size} leaves "
+                        f"{trainer_gpus} of {gpus} GPUs for the trainer; use gpu_share: shared or more GPUs",
                     )
             else:
                 total = sim.gpu_memory_utilization + roll.gpu_memory_utilization
                 # The actor's FSDP shards, activations and the reference model need the rest of the GPU.
                 if total > 0.9:
                     raise FieldError(
-                        "user_simulator.gpu_memory_utilization", f"GPUs 0..{sim.tensor_parallel_size - 1} are shared: simulator "
+                        "user_simulator.gpu_memory_utilization",
+                        f"GPUs 0..{sim.tensor_parallel_size - 1} are shared: simulator "
                         f"{sim.gpu_memory_utilization} + policy rollout {roll.gpu_memory_utilization} = "
                         f"{total:.2f} of each GPU's memory, above 0.90 (the trainer needs the rest); lower "
-                        "one of them or use gpu_share: dedicated"
+                        "one of them or use gpu_share: dedicated",
                     )
         if roll.tensor_parallel_size > trainer_gpus:
             raise FieldError(
-                "policy.rollout.tensor_parallel_size", f"policy.rollout.tensor_parallel_size ({roll.tensor_parallel_size}) exceeds the "
-                f"{trainer_gpus} GPU(s) available to the trainer"
+                "policy.rollout.tensor_parallel_size",
+                f"policy.rollout.tensor_parallel_size ({roll.tensor_parallel_size}) exceeds the "
+                f"{trainer_gpus} GPU(s) available to the trainer",
             )
         world = trainer_gpus * res.nodes
         rollouts = self.algorithm.train_batch_size * self.algorithm.group_size
         if rollouts % world:
             raise FieldError(
-                "algorithm.train_batch_size", f"train_batch_size × group_size = {rollouts} rollouts must be divisible by the trainer's "
-                f"{world} GPU(s)"
+                "algorithm.train_batch_size",
+                f"train_batch_size × group_size = {rollouts} rollouts must be divisible by the trainer's "
+                f"{world} GPU(s)",
             )
         self._check_micro_batches(world)
 
@@ -1041,8 +1111,8 @@ class ExperimentSpec(_Model):
             raise FieldError(
                 "algorithm.ppo_micro_batch_size_per_gpu",
                 f"each of the trainer's {world} rank(s) gets ppo_mini_batch_size × group_size / {world} = "
-                f"{alg.ppo_mini_batch_size * alg.group_size / world:g} sequences per mini-batch, which veRL cannot split "
-                f"into micro-batches of {alg.ppo_micro_batch_size_per_gpu}; use a ppo_micro_batch_size_per_gpu that divides it",
+                f"{alg.ppo_mini_batch_size * alg.group_size / world:g} sequences per mini-batch, which veRL cannot split "  # noqa: E501 - a string literal kept whole
+                f"into micro-batches of {alg.ppo_micro_batch_size_per_gpu}; use a ppo_micro_batch_size_per_gpu that divides it",  # noqa: E501 - a string literal kept whole
             )
 
 
@@ -1060,17 +1130,26 @@ class Experiment(_Model):
         group = self.metadata.annotations.get(ANNOTATION_SEED_GROUP)
         if group is not None:
             if seeds is not None:
-                raise FieldError("spec.algorithm.seeds", f"a seed run (annotation {ANNOTATION_SEED_GROUP}) has one seed: "
-                                 "remove spec.algorithm.seeds (the annotation is set by longhaul when it expands seeds)")
+                raise FieldError(
+                    "spec.algorithm.seeds",
+                    f"a seed run (annotation {ANNOTATION_SEED_GROUP}) has one seed: "
+                    "remove spec.algorithm.seeds (the annotation is set by longhaul when it expands seeds)",
+                )
             if not re.fullmatch(re.escape(self.metadata.name) + r"-[0-9a-f]{8}", group):
-                raise FieldError("metadata.annotations", f"annotation {ANNOTATION_SEED_GROUP}: {group!r} is not "
-                                 f"'{self.metadata.name}-<8 hex>'; it is set by longhaul when it expands seeds: remove it")
+                raise FieldError(
+                    "metadata.annotations",
+                    f"annotation {ANNOTATION_SEED_GROUP}: {group!r} is not "
+                    f"'{self.metadata.name}-<8 hex>'; it is set by longhaul when it expands seeds: remove it",
+                )
         if seeds:
             longest = len(self.metadata.name) + 9 + len(f"-s{max(seeds)}")
             if longest > MAX_NAME_LEN + 9:
-                raise FieldError("metadata.name", f"with seeds up to {max(seeds)} the run names '<name>-<8 hex>-s<seed>' "
-                                 f"reach {longest} characters; shorten metadata.name to at most "
-                                 f"{MAX_NAME_LEN - len(f'-s{max(seeds)}')} characters")
+                raise FieldError(
+                    "metadata.name",
+                    f"with seeds up to {max(seeds)} the run names '<name>-<8 hex>-s<seed>' "
+                    f"reach {longest} characters; shorten metadata.name to at most "
+                    f"{MAX_NAME_LEN - len(f'-s{max(seeds)}')} characters",
+                )
         return self
 
     @model_validator(mode="after")
@@ -1084,8 +1163,11 @@ class Experiment(_Model):
             bounded.check_data(doc, "", bounded.SPEC)
         except bounded.InputError as exc:
             verb = "has" if exc.message.startswith("more than") else "is"
-            raise FieldError(exc.path or "spec", f"with its defaults filled in (the form every job and the operator "
-                             f"re-read), the spec {verb} {exc.message.removeprefix('nested ')}; {exc.hint}") from None
+            raise FieldError(
+                exc.path or "spec",
+                f"with its defaults filled in (the form every job and the operator "
+                f"re-read), the spec {verb} {exc.message.removeprefix('nested ')}; {exc.hint}",
+            ) from None
         limit = bounded.SPEC.max_bytes
         # The JSON form bounds the YAML one well enough to skip dumping YAML for every spec of normal size.
         if len(json.dumps(doc, ensure_ascii=False).encode()) > limit // 2:
@@ -1094,9 +1176,12 @@ class Experiment(_Model):
             size = len(resolved_yaml(self).encode())
             if size > limit:
                 path, longest = _longest_string(doc)
-                raise FieldError(path, f"the resolved spec (defaults filled in), which every job and the operator "
-                                 f"re-read, would be {size:,} bytes, above the {limit // 1024} KiB limit of a spec; "
-                                 f"{path} alone is {longest:,} characters: shorten it")
+                raise FieldError(
+                    path,
+                    f"the resolved spec (defaults filled in), which every job and the operator "
+                    f"re-read, would be {size:,} bytes, above the {limit // 1024} KiB limit of a spec; "
+                    f"{path} alone is {longest:,} characters: shorten it",
+                )
         return self
 
 

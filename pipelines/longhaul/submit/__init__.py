@@ -57,14 +57,18 @@ def get_backend(name: str, *, need: tuple[str, ...] = REQUIRED) -> ModuleType:
         mod = importlib.import_module(f"longhaul.submit.{name}")
     except ModuleNotFoundError as exc:
         if exc.name != f"longhaul.submit.{name}":
-            raise BackendUnavailable(f"backend '{name}' is not available: it needs the module '{exc.name}' "
-                                     f"(install the extra that provides it)") from exc
-        raise BackendUnavailable(f"backend '{name}' is not available in this installation "
-                                 f"(longhaul.submit.{name} is missing)") from exc
+            raise BackendUnavailable(
+                f"backend '{name}' is not available: it needs the module '{exc.name}' "
+                f"(install the extra that provides it)"
+            ) from exc
+        raise BackendUnavailable(
+            f"backend '{name}' is not available in this installation (longhaul.submit.{name} is missing)"
+        ) from exc
     missing = [fn for fn in need if not callable(getattr(mod, fn, None))]
     if missing:
-        raise BackendUnavailable(f"backend '{name}' does not support {', '.join(missing)} "
-                                 f"(longhaul.submit.{name} defines no such function)")
+        raise BackendUnavailable(
+            f"backend '{name}' does not support {', '.join(missing)} (longhaul.submit.{name} defines no such function)"
+        )
     return mod
 
 
@@ -72,8 +76,10 @@ def backend_of_run(run_dir: str | Path) -> str:
     """The backend recorded in `<run_dir>/submit.json` by the submit step."""
     path = Path(run_dir) / RECORD
     if not path.is_file():
-        raise BackendUnavailable(f"{run_dir}: not a submitted run directory ({RECORD} missing); "
-                                 "pass the run directory printed by `longhaul submit`")
+        raise BackendUnavailable(
+            f"{run_dir}: not a submitted run directory ({RECORD} missing); "
+            "pass the run directory printed by `longhaul submit`"
+        )
     backend = json.loads(path.read_text(encoding="utf-8")).get("backend")
     if backend not in BACKENDS:
         raise BackendUnavailable(f"{path}: backend {backend!r} is not one of {', '.join(BACKENDS)}")

@@ -59,24 +59,45 @@ def manifest(exp: Experiment) -> str:
     return resolved_yaml(exp)
 
 
-def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path | None = None,
-               runner: Runner = subprocess.run) -> SubmitResult:
+def submit_run(
+    exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path | None = None, runner: Runner = subprocess.run
+) -> SubmitResult:
     """`kubectl apply` the Experiment; the same spec applied again is the same run (no-op)."""
     run = run_name(exp)
     run_dir = Path(submit_dir or ".") / DEFAULT_RUNS_DIR / run
     text = manifest(exp)
     if dry_run:
-        return SubmitResult("kubernetes", run, str(run_dir), None, text, True,
-                            f"dry run: would `kubectl apply` Experiment {exp.metadata.name} (run {run})")
+        return SubmitResult(
+            "kubernetes",
+            run,
+            str(run_dir),
+            None,
+            text,
+            True,
+            f"dry run: would `kubectl apply` Experiment {exp.metadata.name} (run {run})",
+        )
     ns_args = ["--namespace", exp.metadata.namespace] if exp.metadata.namespace else []
     applied = json.loads(_kubectl(["apply", *ns_args, "-f", "-", "-o", "json"], input=text, runner=runner))
     ns = applied["metadata"].get("namespace", "default")
-    record = {"backend": "kubernetes", "run_name": run, "namespace": ns, "experiment": exp.metadata.name,
-              "uid": applied["metadata"].get("uid"), "submitted": time.time()}
+    record = {
+        "backend": "kubernetes",
+        "run_name": run,
+        "namespace": ns,
+        "experiment": exp.metadata.name,
+        "uid": applied["metadata"].get("uid"),
+        "submitted": time.time(),
+    }
     atomic_write_text(run_dir / RECORD, json.dumps(record, indent=2) + "\n", mode=PLAIN)
-    return SubmitResult("kubernetes", run, str(run_dir), f"{ns}/{exp.metadata.name}", text, False,
-                        f"applied Experiment {ns}/{exp.metadata.name} (run {run}); follow it with "
-                        f"`kubectl get experiment {exp.metadata.name} -n {ns} -w` or `longhaul status {run_dir}`")
+    return SubmitResult(
+        "kubernetes",
+        run,
+        str(run_dir),
+        f"{ns}/{exp.metadata.name}",
+        text,
+        False,
+        f"applied Experiment {ns}/{exp.metadata.name} (run {run}); follow it with "
+        f"`kubectl get experiment {exp.metadata.name} -n {ns} -w` or `longhaul status {run_dir}`",
+    )
 
 
 def _record(run_dir: Path) -> dict[str, Any]:
@@ -90,29 +111,53 @@ def fetch_status(run_dir: str | Path, *, runner: Runner = subprocess.run) -> dic
     """The Experiment's status as the operator wrote it (phase, stage, job, MLflow, checkpoint step)."""
     run_dir = Path(run_dir)
     rec = _record(run_dir)
-    exp = json.loads(_kubectl(["get", f"{C.PLURAL}.{C.API_GROUP}", rec["experiment"], "-n", rec["namespace"],
-                               "-o", "json"], runner=runner))
+    exp = json.loads(
+        _kubectl(
+            ["get", f"{C.PLURAL}.{C.API_GROUP}", rec["experiment"], "-n", rec["namespace"], "-o", "json"], runner=runner
+        )
+    )
     st = exp.get("status") or {}
     # The operator writes `Phase` values itself (`longhaul.k8s.status`): the backend's state is the phase.
     phase = st.get("phase", Phase.PENDING)
-    job = {"phase": phase, "state": phase, "job_id": st.get("jobName", ""), "reason": st.get("message", ""),
-           "terminal": phase in TERMINAL}
-    out: dict[str, object] = {"run_name": rec["run_name"], "run_dir": str(run_dir), "backend": "kubernetes",
-                              "job": job, "stage": st.get("stage"), "checkpoint_step": st.get("lastCheckpointStep"),
-                              "mlflow_run_id": st.get("mlflowRunId"), "mlflow_url": st.get("mlflowUrl")}
+    job = {
+        "phase": phase,
+        "state": phase,
+        "job_id": st.get("jobName", ""),
+        "reason": st.get("message", ""),
+        "terminal": phase in TERMINAL,
+    }
+    out: dict[str, object] = {
+        "run_name": rec["run_name"],
+        "run_dir": str(run_dir),
+        "backend": "kubernetes",
+        "job": job,
+        "stage": st.get("stage"),
+        "checkpoint_step": st.get("lastCheckpointStep"),
+        "mlflow_run_id": st.get("mlflowRunId"),
+        "mlflow_url": st.get("mlflowUrl"),
+    }
     if st.get("seedRuns"):  # a multi-seed Experiment: `job` follows the seed run in focus, these list them all
         out["seeds"] = st.get("seeds")
-        out["seed_runs"] = [{"seed": e.get("seed"), "run_name": e.get("runName"), "phase": e.get("phase"),
-                             "stage": e.get("stage"), "job_id": e.get("jobName"),
-                             "checkpoint_step": e.get("lastCheckpointStep"), "mlflow_run_id": e.get("mlflowRunId")}
-                            for e in st["seedRuns"]]
+        out["seed_runs"] = [
+            {
+                "seed": e.get("seed"),
+                "run_name": e.get("runName"),
+                "phase": e.get("phase"),
+                "stage": e.get("stage"),
+                "job_id": e.get("jobName"),
+                "checkpoint_step": e.get("lastCheckpointStep"),
+                "mlflow_run_id": e.get("mlflowRunId"),
+            }
+            for e in st["seedRuns"]
+        ]
     if st.get("runName") and st["runName"] != rec["run_name"]:
         out["note"] = f"the Experiment now tracks run {st['runName']} (the spec was changed after this submission)"
     return out
 
 
-def fetch_experiment(name: str, *, namespace: str | None = None, kubeconfig: str | Path | None = None,
-                     runner: Runner = subprocess.run) -> dict[str, Any]:
+def fetch_experiment(
+    name: str, *, namespace: str | None = None, kubeconfig: str | Path | None = None, runner: Runner = subprocess.run
+) -> dict[str, Any]:
     """The Experiment object `name` as stored (`kubectl get experiments.longhaul.dev NAME -o json`); the namespace
     and cluster are kubectl's (current context, `$KUBECONFIG`) unless given."""
     args = ["get", f"{C.PLURAL}.{C.API_GROUP}", name, "-o", "json"]

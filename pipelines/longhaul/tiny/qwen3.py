@@ -47,8 +47,14 @@ def _corpus() -> list[str]:
 
 
 def build_key(corpus: list[str], template: str) -> str:
-    payload = {"recipe": RECIPE_VERSION, "arch": asdict(POLICY_ARCH), "vocab": VOCAB_SIZE, "seed": SEED,
-               "template": template, "corpus": corpus}
+    payload = {
+        "recipe": RECIPE_VERSION,
+        "arch": asdict(POLICY_ARCH),
+        "vocab": VOCAB_SIZE,
+        "seed": SEED,
+        "template": template,
+        "corpus": corpus,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
@@ -71,11 +77,18 @@ def ensure_tiny_qwen3(out_dir: Path, *, log: Callable[[str], None] = print) -> P
                 return target
         except (FileNotFoundError, json.JSONDecodeError, KeyError):
             pass
-        tokenizer = build_hf_tokenizer(corpus, VOCAB_SIZE, markup=(*MARKUP_TOKENS, *THINK_TOKENS),
-                                       chat_template=template)
+        tokenizer = build_hf_tokenizer(
+            corpus, VOCAB_SIZE, markup=(*MARKUP_TOKENS, *THINK_TOKENS), chat_template=template
+        )
         eos, pad = tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(ENDOFTEXT)
-        model = build_model(POLICY_ARCH, vocab_size=(len(tokenizer) + 63) // 64 * 64, eos_token_id=eos,
-                            pad_token_id=pad, seed=SEED, family="qwen3")
+        model = build_model(
+            POLICY_ARCH,
+            vocab_size=(len(tokenizer) + 63) // 64 * 64,
+            eos_token_id=eos,
+            pad_token_id=pad,
+            seed=SEED,
+            family="qwen3",
+        )
         model.generation_config.eos_token_id = eos
         model.generation_config.pad_token_id = pad
         tmp = out_dir / f".build-{DIRNAME}-{key}-{os.getpid()}"

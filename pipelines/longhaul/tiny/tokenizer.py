@@ -15,9 +15,7 @@ from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 
 #: Qwen2's pre-tokenizer split pattern (the one transformers' Qwen2Tokenizer installs).
-QWEN_SPLIT_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
+QWEN_SPLIT_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""  # noqa: E501 - a string literal kept whole
 
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -37,18 +35,22 @@ def load_chat_template() -> str:
     return resources.files("longhaul.tiny").joinpath("chat_template.jinja").read_text(encoding="utf-8")
 
 
-def build_bpe_tokenizer(corpus: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE,
-                        markup: tuple[str, ...] = MARKUP_TOKENS) -> Tokenizer:
+def build_bpe_tokenizer(
+    corpus: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, markup: tuple[str, ...] = MARKUP_TOKENS
+) -> Tokenizer:
     """Train a byte-level BPE on `corpus` behind Qwen's pre-tokenizer; special and markup tokens get fixed ids
     0..6 in the order ENDOFTEXT, IM_START, IM_END, <tool_call>, </tool_call>, <tool_response>, </tool_response>
     (then any further `markup`, e.g. THINK_TOKENS)."""
-    tok = Tokenizer(BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False,
-                        byte_fallback=False))
+    tok = Tokenizer(
+        BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False, byte_fallback=False)
+    )
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = BpeTrainer(
         vocab_size=vocab_size,
@@ -63,8 +65,13 @@ def build_bpe_tokenizer(corpus: Iterable[str], vocab_size: int = DEFAULT_VOCAB_S
     return tok
 
 
-def build_hf_tokenizer(corpus: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, *,
-                       markup: tuple[str, ...] = MARKUP_TOKENS, chat_template: str | None = None):
+def build_hf_tokenizer(
+    corpus: Iterable[str],
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    *,
+    markup: tuple[str, ...] = MARKUP_TOKENS,
+    chat_template: str | None = None,
+):
     """The trained BPE wrapped as a transformers `Qwen2Tokenizer` with a chat template attached (default:
     longhaul's Qwen2.5-style one)."""
     from transformers import PreTrainedTokenizerFast

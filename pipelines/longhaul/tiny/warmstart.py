@@ -64,7 +64,7 @@ def label_loss(model: Any, ex: SupervisedExample, prefix_cache: Any = None, pref
     import torch
 
     ids = ex.input_ids[prefix_len:]
-    targets = torch.tensor(ex.labels[prefix_len + 1:] + [IGNORE_INDEX])
+    targets = torch.tensor(ex.labels[prefix_len + 1 :] + [IGNORE_INDEX])
     keep = (targets != IGNORE_INDEX).nonzero(as_tuple=True)[0]
     kwargs: dict[str, Any] = {}
     if prefix_cache is not None and prefix_len:
@@ -75,7 +75,8 @@ def label_loss(model: Any, ex: SupervisedExample, prefix_cache: Any = None, pref
     return torch.nn.functional.cross_entropy(logits.float(), targets[keep])
 
 
-def warm_start(    model: Any,
+def warm_start(
+    model: Any,
     examples: Sequence[SupervisedExample],
     *,
     steps: int,

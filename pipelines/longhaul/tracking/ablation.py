@@ -135,7 +135,10 @@ def build_rows(records: Sequence[RunRecord]) -> tuple[list[Column], list[dict[st
         chosen = select_point(r)
         for p in sorted(r.points, key=lambda p: p.step):
             row: dict[str, object] = {
-                "experiment": r.experiment, "run": r.run_name, "method": r.method, "step": p.step,
+                "experiment": r.experiment,
+                "run": r.run_name,
+                "method": r.method,
+                "step": p.step,
                 "selected": "yes" if chosen is not None and p.step == chosen.step else "",
             }
             for c in cols:
@@ -163,8 +166,14 @@ def render_markdown(cols: Sequence[Column], rows: Sequence[Mapping[str, object]]
     return "\n".join(lines) + "\n"
 
 
-def build_comparison_note(run_names: Sequence[str], table: str, statistics: str = "", *,
-                          limit: int = T.TAG_VALUE_MAX, files: Sequence[str] = ()) -> str:
+def build_comparison_note(
+    run_names: Sequence[str],
+    table: str,
+    statistics: str = "",
+    *,
+    limit: int = T.TAG_VALUE_MAX,
+    files: Sequence[str] = (),
+) -> str:
     """The comparison run's description (markdown, at most `limit` characters): which runs, the ablation table
     and, when it fits, the statistics; a table too long keeps its header and the first rows that fit and says
     how many were left out. `files` names the artefacts that hold everything."""

@@ -32,7 +32,9 @@ class WatchdogReport:
     stop: bool
 
 
-def fetch_histories(client: MlflowClient, run_id: str, thresholds: WatchdogThresholds | None = None) -> dict[str, History]:
+def fetch_histories(
+    client: MlflowClient, run_id: str, thresholds: WatchdogThresholds | None = None
+) -> dict[str, History]:
     """Histories of the metrics the watchdog reads, as `{key: [(step, value), ...]}`."""
     available = list(client.get_run(run_id).data.metrics)
     return {
@@ -41,7 +43,9 @@ def fetch_histories(client: MlflowClient, run_id: str, thresholds: WatchdogThres
     }
 
 
-def log_alerts(client: MlflowClient, run_id: str, alerts: list[Alert] | tuple[Alert, ...], *, stop: bool = False) -> None:
+def log_alerts(
+    client: MlflowClient, run_id: str, alerts: list[Alert] | tuple[Alert, ...], *, stop: bool = False
+) -> None:
     """Record alerts: `longhaul.alert.<code>` tags, `watchdog/<code>` metrics, `longhaul.alerts`, the JSON list."""
     now = now_ms()
     tags = {f"{T.ALERT_PREFIX}{a.code}": a.message for a in alerts}
@@ -118,8 +122,9 @@ class CollapseWatch:
         if self._last is not None and now - self._last < self.every_s:
             return None
         self._last = now
-        report = check_training_run(self.client, self.run_id, early_stop_on_collapse=self.early_stop,
-                                    thresholds=self.thresholds, record=False)
+        report = check_training_run(
+            self.client, self.run_id, early_stop_on_collapse=self.early_stop, thresholds=self.thresholds, record=False
+        )
         codes = frozenset(a.code for a in report.alerts)
         if codes != self._codes or report.stop:
             log_alerts(self.client, self.run_id, report.alerts, stop=report.stop)

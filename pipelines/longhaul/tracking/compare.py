@@ -97,10 +97,15 @@ def fetch_records(client: MlflowClient, experiments: Sequence[tuple[str, str]]) 
                 metrics = {k: v for k, v in ev.data.metrics.items() if k.startswith("eval/")}
                 by_parent.setdefault(parent, []).append(EvalPoint(int(step), metrics, ev.info.run_id))
         for tr in trains:
-            records.append(RunRecord(
-                experiment=name, run_id=tr.info.run_id, run_name=tr.info.run_name,
-                tags=dict(tr.data.tags), points=tuple(sorted(by_parent.get(tr.info.run_id, []), key=lambda p: p.step)),
-            ))
+            records.append(
+                RunRecord(
+                    experiment=name,
+                    run_id=tr.info.run_id,
+                    run_name=tr.info.run_name,
+                    tags=dict(tr.data.tags),
+                    points=tuple(sorted(by_parent.get(tr.info.run_id, []), key=lambda p: p.step)),
+                )
+            )
     return records
 
 
@@ -111,8 +116,10 @@ def fetch_trials(client: MlflowClient, eval_run_id: str, scratch: Path) -> tuple
     if not found:
         return None
     if len(found) != 1:
-        raise TrackingError(f"evaluation run {eval_run_id}: expected one results JSONL under "
-                            f"{T.EVAL_ARTIFACT_DIR}/, found {found or 'none'}")
+        raise TrackingError(
+            f"evaluation run {eval_run_id}: expected one results JSONL under "
+            f"{T.EVAL_ARTIFACT_DIR}/, found {found or 'none'}"
+        )
     local = client.download_artifacts(eval_run_id, found[0], str(scratch / eval_run_id))
     return tuple(TrialRecord.from_dict(d) for d in bounded.read_json_records(local, bounded.RESULTS))
 
@@ -130,8 +137,10 @@ def fetch_arms(client: MlflowClient, records: Sequence[RunRecord], scratch: Path
             point, how = chosen
             trials = fetch_trials(client, point.run_id, scratch)
             if trials is None:
-                left_out.append(f"{r.run_name} step {point.step}: left out — its evaluation run {point.run_id} "
-                                f"logged no per-trial results ({T.EVAL_ARTIFACT_DIR}/*.jsonl)")
+                left_out.append(
+                    f"{r.run_name} step {point.step}: left out — its evaluation run {point.run_id} "
+                    f"logged no per-trial results ({T.EVAL_ARTIFACT_DIR}/*.jsonl)"
+                )
                 continue
             seeds.append(SeedEval(seed_of(r, index), r.run_name, point.step, how, trials))
         if seeds:
@@ -169,10 +178,17 @@ def write_comparison(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     arms, left_out = fetch_arms(client, records, out / ".results")
-    statistics = build_statistics(arms, discover_ks(records)["pass_hat_k"] or [1], fetch_null_floor(),
-                                  problems=left_out)
-    files = (out / TABLE_MD, out / TABLE_CSV, out / COMPARISON_PNG, out / PROGRESSION_PNG,
-             out / STATS_MD, out / STATS_JSON)
+    statistics = build_statistics(
+        arms, discover_ks(records)["pass_hat_k"] or [1], fetch_null_floor(), problems=left_out
+    )
+    files = (
+        out / TABLE_MD,
+        out / TABLE_CSV,
+        out / COMPARISON_PNG,
+        out / PROGRESSION_PNG,
+        out / STATS_MD,
+        out / STATS_JSON,
+    )
     files[0].write_text(markdown, encoding="utf-8")
     files[1].write_text(render_csv(cols, rows), encoding="utf-8")
     build_comparison_figure(records).savefig(files[2])
@@ -195,14 +211,23 @@ def write_comparison(
         if existing:
             run_id = existing[0].info.run_id
         else:
-            run_id = client.create_run(eid, run_name=name, tags={
-                T.KIND: T.KIND_COMPARE,
-                T.COMPARED_RUNS: ",".join(ids)[:5000],
-            }).info.run_id
+            run_id = client.create_run(
+                eid,
+                run_name=name,
+                tags={
+                    T.KIND: T.KIND_COMPARE,
+                    T.COMPARED_RUNS: ",".join(ids)[:5000],
+                },
+            ).info.run_id
         # The description MLflow's UI shows on the run page: the table readable without downloading artefacts.
         # Set on every comparison, so re-evaluated checkpoints replace an older table in the same run.
-        client.set_tag(run_id, T.NOTE, build_comparison_note(
-            sorted({r.run_name for r in records}), table, stats_md, files=[f.name for f in files]))
+        client.set_tag(
+            run_id,
+            T.NOTE,
+            build_comparison_note(
+                sorted({r.run_name for r in records}), table, stats_md, files=[f.name for f in files]
+            ),
+        )
         for f in files:
             client.log_artifact(run_id, str(f))
         finish_run(client, run_id)

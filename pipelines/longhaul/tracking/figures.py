@@ -44,8 +44,13 @@ def build_comparison_figure(records: Sequence[RunRecord]) -> Figure:
             pts = [(k, p.metrics[f"eval/{measure}/{k}"]) for k in ks[measure] if f"eval/{measure}/{k}" in p.metrics]
             if pts:
                 color = bars.patches[0].get_facecolor() if bars.patches else None
-                ax2.plot([k for k, _ in pts], [v for _, v in pts], style, color=color,
-                         label=f"{r.label} {'pass^k' if measure == 'pass_hat_k' else 'pass@k'}")
+                ax2.plot(
+                    [k for k, _ in pts],
+                    [v for _, v in pts],
+                    style,
+                    color=color,
+                    label=f"{r.label} {'pass^k' if measure == 'pass_hat_k' else 'pass@k'}",
+                )
     ax.set_xticks(range(len(subsets)), [s.replace("_", "\n") for s in subsets])
     ax.set_ylabel("pass^1 (bars: CI when logged)")
     ax.set_ylim(0, 1.12)

@@ -152,9 +152,7 @@ def fetch_dataset_hash(data_dir: Path | None = None) -> str:
     return compute_dataset_hash((p.relative_to(d).as_posix(), p.read_bytes()) for p in files)
 
 
-def collect_provenance(
-    exp: Experiment, backend: str, *, environ: Mapping[str, str] | None = None
-) -> dict[str, str]:
+def collect_provenance(exp: Experiment, backend: str, *, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Provenance tags for `exp` gathered from this process (environment, packages, data files)."""
     env = os.environ if environ is None else environ
     return build_provenance(

@@ -117,8 +117,10 @@ class RelayCounts:
     ops_pending: int = 0
 
     def summary(self) -> str:
-        return (f"{self.produced} trainer metrics ({self.flushed} sent, {self.pending} buffered, {self.dropped} "
-                f"dropped), {self.ops_queued} longhaul records ({self.ops_done} sent, {self.ops_pending} buffered)")
+        return (
+            f"{self.produced} trainer metrics ({self.flushed} sent, {self.pending} buffered, {self.dropped} "
+            f"dropped), {self.ops_queued} longhaul records ({self.ops_done} sent, {self.ops_pending} buffered)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -282,8 +284,10 @@ class MetricsRelay:
             for name in (OUTBOX_DIR, STATE_FILE):
                 if (self.dir / name).exists():
                     (self.dir / name).rename(self.dir / f"{name}.{old}")
-            self._say(f"{self.dir} relayed MLflow run {old}, not {remote_run_id}: its outbox and state are kept as "
-                      f"*.{old}, its metrics in {BUFFER_DB} (mirror runs tagged {REMOTE_RUN_TAG}={old})")
+            self._say(
+                f"{self.dir} relayed MLflow run {old}, not {remote_run_id}: its outbox and state are kept as "
+                f"*.{old}, its metrics in {BUFFER_DB} (mirror runs tagged {REMOTE_RUN_TAG}={old})"
+            )
             state = {}
         self.dir.mkdir(parents=True, exist_ok=True)
         self.outbox = Outbox(self.dir / OUTBOX_DIR)
@@ -308,15 +312,25 @@ class MetricsRelay:
         else:
             exp_id = exp.experiment_id
         launch = len(self.state.get("mirror_run_ids", [])) + 1
-        run_id = "" if not new else client.create_run(exp_id, run_name=f"launch-{launch}",
-                                                      tags={REMOTE_RUN_TAG: self.remote_run_id}).info.run_id
-        found = client.search_runs([exp_id], f"tags.`{REMOTE_RUN_TAG}` = '{self.remote_run_id}'",
-                                   order_by=["attributes.start_time ASC"], max_results=10_000)
+        run_id = (
+            ""
+            if not new
+            else client.create_run(
+                exp_id, run_name=f"launch-{launch}", tags={REMOTE_RUN_TAG: self.remote_run_id}
+            ).info.run_id
+        )
+        found = client.search_runs(
+            [exp_id],
+            f"tags.`{REMOTE_RUN_TAG}` = '{self.remote_run_id}'",
+            order_by=["attributes.start_time ASC"],
+            max_results=10_000,
+        )
         known = list(self.state.get("mirror_run_ids", []))
         self.mirror_run_ids = known + [r.info.run_id for r in found if r.info.run_id not in known]
         # Credentials never reach the run directory: `flush` takes the full URI from $MLFLOW_TRACKING_URI.
-        self.state.update(remote_run_id=self.remote_run_id, mirror_run_ids=self.mirror_run_ids,
-                          remote_uri=redact_uri(self.remote_uri))
+        self.state.update(
+            remote_run_id=self.remote_run_id, mirror_run_ids=self.mirror_run_ids, remote_uri=redact_uri(self.remote_uri)
+        )
         self._save()
         return run_id or (self.mirror_run_ids[-1] if self.mirror_run_ids else "")
 
@@ -360,14 +374,21 @@ class MetricsRelay:
         with contextlib.closing(self._connect()) as db:
             produced, flushed = db.execute(
                 f"SELECT count(*), coalesce(sum(rowid <= ?), 0) FROM metrics WHERE run_uuid IN ({self._marks})",
-                (wm, *self.mirror_run_ids)).fetchone()
+                (wm, *self.mirror_run_ids),
+            ).fetchone()
         ops_pending = len(self.outbox.pending())
         queued = max(int(self.state.get("ops_queued", 0)), int(self.state.get("ops_done", 0)) + ops_pending)
         return RelayCounts(
-            produced=produced, flushed=flushed, pending=produced - flushed, dropped=0,
-            params_flushed=len(self.state.get("params_sent", {})), params_rejected=len(self.state.get("params_rejected", {})),
+            produced=produced,
+            flushed=flushed,
+            pending=produced - flushed,
+            dropped=0,
+            params_flushed=len(self.state.get("params_sent", {})),
+            params_rejected=len(self.state.get("params_rejected", {})),
             artifacts_flushed=len(self.state.get("artifacts_sent", {})),
-            ops_queued=queued, ops_done=int(self.state.get("ops_done", 0)), ops_pending=ops_pending,
+            ops_queued=queued,
+            ops_done=int(self.state.get("ops_done", 0)),
+            ops_pending=ops_pending,
         )
 
     @property
@@ -402,8 +423,10 @@ class MetricsRelay:
             if error is None:
                 self._say(f"MLflow server {redact_uri(self.remote_uri)} reachable again; forwarding what was buffered")
             else:
-                self._say(f"MLflow server {redact_uri(self.remote_uri)} unavailable ({error}); training goes on, metrics are "
-                          f"buffered in {self.dir}")
+                self._say(
+                    f"MLflow server {redact_uri(self.remote_uri)} unavailable ({error}); training goes on, metrics are "
+                    f"buffered in {self.dir}"
+                )
         self.last_error = error
 
     def flush_once(self) -> bool:
@@ -433,7 +456,8 @@ class MetricsRelay:
                 rows = db.execute(
                     "SELECT rowid, key, value, timestamp, step, is_nan FROM metrics "
                     f"WHERE run_uuid IN ({self._marks}) AND rowid > ? ORDER BY rowid LIMIT ?",
-                    (*self.mirror_run_ids, wm, BATCH_METRICS)).fetchall()
+                    (*self.mirror_run_ids, wm, BATCH_METRICS),
+                ).fetchall()
             if not rows:
                 return
             metrics = [Metric(k, math.nan if nan else float(v), int(ts), int(step)) for _, k, v, ts, step, nan in rows]
@@ -450,8 +474,9 @@ class MetricsRelay:
         from mlflow.exceptions import MlflowException
 
         with contextlib.closing(self._connect()) as db:
-            params = db.execute(f"SELECT key, value FROM params WHERE run_uuid IN ({self._marks})",
-                                tuple(self.mirror_run_ids)).fetchall()
+            params = db.execute(
+                f"SELECT key, value FROM params WHERE run_uuid IN ({self._marks})", tuple(self.mirror_run_ids)
+            ).fetchall()
         sent, rejected = self.state.setdefault("params_sent", {}), self.state.setdefault("params_rejected", {})
         todo = sorted({k: v for k, v in params if sent.get(k) != v and rejected.get(k) != v}.items())
         for i in range(0, len(todo), BATCH_PARAMS):
@@ -472,8 +497,10 @@ class MetricsRelay:
                             raise
                         outcome[k] = False
                 bad = [k for k, ok in outcome.items() if not ok]
-                self._say(f"MLflow kept its earlier values of {len(bad)} params of run {self.remote_run_id} "
-                          f"(this launch logged others): {', '.join(bad[:10])}{' …' if len(bad) > 10 else ''}")
+                self._say(
+                    f"MLflow kept its earlier values of {len(bad)} params of run {self.remote_run_id} "
+                    f"(this launch logged others): {', '.join(bad[:10])}{' …' if len(bad) > 10 else ''}"
+                )
             with self._lock:
                 for k, v in chunk:
                     (sent if outcome[k] else rejected)[k] = v
@@ -522,8 +549,10 @@ class MetricsRelay:
         except Exception as exc:  # noqa: BLE001 - the exit code must still reach the scheduler
             self._stop.set()
             self._wake.set()
-            self._say(f"MLflow relay: could not finish cleanly ({type(exc).__name__}: {exc}); what was buffered "
-                      f"stays in {self.dir}")
+            self._say(
+                f"MLflow relay: could not finish cleanly ({type(exc).__name__}: {exc}); what was buffered "
+                f"stays in {self.dir}"
+            )
             return RelayCounts()
 
     def _close(self, flush_s: float) -> RelayCounts:
@@ -548,8 +577,10 @@ class MetricsRelay:
             self._save()
         msg = f"MLflow relay to {redact_uri(self.remote_uri)}: {counts.summary()}"
         if counts.pending or counts.ops_pending:
-            msg += (f"; the rest is kept in {self.dir} and sent by the next launch of this run or by "
-                    f"`python -m longhaul.tracking.relay flush {self.dir.parent.parent}`")
+            msg += (
+                f"; the rest is kept in {self.dir} and sent by the next launch of this run or by "
+                f"`python -m longhaul.tracking.relay flush {self.dir.parent.parent}`"
+            )
         self._say(msg)
         return counts
 
@@ -564,11 +595,12 @@ def start_relay(
     **options: Any,
 ) -> MetricsRelay:
     """Build and start the relay of a training run (a pass-through for local stores)."""
-    return MetricsRelay(remote_uri, remote_run_id, run_dir, experiment_name=experiment_name, say=say,
-                        **options).start()
+    return MetricsRelay(remote_uri, remote_run_id, run_dir, experiment_name=experiment_name, say=say, **options).start()
 
 
-def flush_run_dir(run_dir: str | Path, *, flush_s: float = 300.0, say: Callable[[str], None] | None = None) -> RelayCounts:
+def flush_run_dir(
+    run_dir: str | Path, *, flush_s: float = 300.0, say: Callable[[str], None] | None = None
+) -> RelayCounts:
     """Send what a run directory's relay still buffers (after the job ended, once the server is back)."""
     state = _read_json(relay_dir(run_dir) / STATE_FILE, None)
     if not state or not state.get("remote_run_id"):
@@ -577,9 +609,11 @@ def flush_run_dir(run_dir: str | Path, *, flush_s: float = 300.0, say: Callable[
     if redact_uri(uri) != uri:  # stored redacted: the full URI comes from the environment, as it did for the job
         env_uri = os.environ.get("MLFLOW_TRACKING_URI", "")
         if redact_uri(env_uri) != uri:
-            raise ValueError(f"{relay_dir(run_dir) / STATE_FILE}: the run was relayed to {uri} (credentials are not "
-                             "kept in the run directory); export MLFLOW_TRACKING_URI with that server's full URI and "
-                             "run the flush again")
+            raise ValueError(
+                f"{relay_dir(run_dir) / STATE_FILE}: the run was relayed to {uri} (credentials are not "
+                "kept in the run directory); export MLFLOW_TRACKING_URI with that server's full URI and "
+                "run the flush again"
+            )
         uri = env_uri
     relay = MetricsRelay(uri, state["remote_run_id"], run_dir, say=say, force=not needs_relay(uri), trainer=False)
     return relay.start().close(flush_s)

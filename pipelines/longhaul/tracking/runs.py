@@ -82,8 +82,11 @@ def ensure_experiment(client: MlflowClient, name: str) -> str:
             client.set_experiment_tag(exp.experiment_id, T.EXPERIMENT_KIND, T.EXPERIMENT_KIND_TRAINING)
         return exp.experiment_id
     try:
-        return client.create_experiment(name, artifact_location=local_artifact_location(client.tracking_uri),
-                                        tags={T.KIND: "family", T.EXPERIMENT_KIND: T.EXPERIMENT_KIND_TRAINING})
+        return client.create_experiment(
+            name,
+            artifact_location=local_artifact_location(client.tracking_uri),
+            tags={T.KIND: "family", T.EXPERIMENT_KIND: T.EXPERIMENT_KIND_TRAINING},
+        )
     except MlflowException:
         exp = client.get_experiment_by_name(name)
         if exp is None:
@@ -110,9 +113,7 @@ def log_batch(
         client.log_batch(run_id, tags=ts[i : i + _MAX_TAGS])
 
 
-def log_metrics(
-    tracking_uri: str | MlflowClient, run_id: str, metrics: Mapping[str, float], step: int
-) -> None:
+def log_metrics(tracking_uri: str | MlflowClient, run_id: str, metrics: Mapping[str, float], step: int) -> None:
     """Log several metrics at one step."""
     now = now_ms()
     log_batch(client_for(tracking_uri), run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
@@ -196,14 +197,17 @@ def start_or_resume_run(
         return offline
     experiment_id = ensure_experiment(client, family)
 
-    run_id = _existing_from_run_dir(client, run_dir, digest) or find_training_run(
-        client, experiment_id, name, digest
-    )
+    run_id = _existing_from_run_dir(client, run_dir, digest) or find_training_run(client, experiment_id, name, digest)
     if run_id is None:
         group = seed_group(exp)
-        nesting = {} if group is None else {T.PARENT_RUN_ID: ensure_seed_group_run(client, experiment_id, group, provenance)}
-        run = client.create_run(experiment_id, run_name=name, tags={**provenance, **nesting, T.ATTEMPTS: "1",
-                                                                      T.JOB_IDS: provenance[T.JOB_ID]})
+        nesting = (
+            {} if group is None else {T.PARENT_RUN_ID: ensure_seed_group_run(client, experiment_id, group, provenance)}
+        )
+        run = client.create_run(
+            experiment_id,
+            run_name=name,
+            tags={**provenance, **nesting, T.ATTEMPTS: "1", T.JOB_IDS: provenance[T.JOB_ID]},
+        )
         run_id = run.info.run_id
         log_batch(client, run_id, params=build_params(exp))
         client.log_text(run_id, resolved_yaml(exp), f"{T.SPEC_ARTIFACT_DIR}/experiment.yaml")
@@ -239,18 +243,37 @@ def _resume_offline(uri: str, run_dir: Path, digest: str, provenance: Mapping[st
     if down is None:
         return None
     attempts = int(info.get("attempts") or 1) + 1
-    tracked = TrackedRun(info["run_id"], str(info.get("experiment_id", "")), str(info.get("experiment_name", "")),
-                         str(info.get("run_name", "")), digest, True, attempts)
+    tracked = TrackedRun(
+        info["run_id"],
+        str(info.get("experiment_id", "")),
+        str(info.get("experiment_name", "")),
+        str(info.get("run_name", "")),
+        digest,
+        True,
+        attempts,
+    )
     queue_offline(run_dir, "resume_run", provenance=dict(provenance), token=f"{provenance[T.JOB_ID]}:{now_ms()}")
     _write_run_info(run_dir, tracked)
-    print(f"MLflow server {uri} unreachable ({down}): resuming run {tracked.run_id} from {run_dir / RUN_INFO_FILE}; "
-          "its MLflow records are buffered in the run directory until the server answers", file=sys.stderr)
+    print(
+        f"MLflow server {uri} unreachable ({down}): resuming run {tracked.run_id} from {run_dir / RUN_INFO_FILE}; "
+        "its MLflow records are buffered in the run directory until the server answers",
+        file=sys.stderr,
+    )
     return tracked
 
 
 #: Tags a seed group's parent run copies from its first seed run: what the runs table and `compare` group by.
-_GROUP_TAGS = (T.SPEC_NAME, T.FAMILY, T.ADVANTAGE, T.PROCESS_REWARD, T.CREDIT, T.POLICY_MODEL, T.STAGES, T.SELECT_ON,
-               T.GIT_COMMIT)
+_GROUP_TAGS = (
+    T.SPEC_NAME,
+    T.FAMILY,
+    T.ADVANTAGE,
+    T.PROCESS_REWARD,
+    T.CREDIT,
+    T.POLICY_MODEL,
+    T.STAGES,
+    T.SELECT_ON,
+    T.GIT_COMMIT,
+)
 
 
 def ensure_seed_group_run(client: MlflowClient, experiment_id: str, group: str, provenance: Mapping[str, str]) -> str:
@@ -272,11 +295,17 @@ def ensure_seed_group_run(client: MlflowClient, experiment_id: str, group: str, 
     if existing is not None:
         return existing
     tags = {k: provenance[k] for k in _GROUP_TAGS if k in provenance}
-    mine = client.create_run(experiment_id, run_name=group, tags={
-        **tags, T.KIND: T.KIND_SEED_GROUP, T.RUN_NAME: group,
-        T.NOTE: f"Training seeds of `{group}`: one child run per seed (`{group}-s<seed>`), each with "
-                "its evaluation runs.",
-    }).info.run_id
+    mine = client.create_run(
+        experiment_id,
+        run_name=group,
+        tags={
+            **tags,
+            T.KIND: T.KIND_SEED_GROUP,
+            T.RUN_NAME: group,
+            T.NOTE: f"Training seeds of `{group}`: one child run per seed (`{group}-s<seed>`), each with "
+            "its evaluation runs.",
+        },
+    ).info.run_id
     finish_run(client, mine)
     winner = oldest() or mine
     if winner != mine:
@@ -321,8 +350,9 @@ def _apply_resume_run(client: MlflowClient, run_id: str, *, provenance: Mapping[
         jobs.append(provenance[T.JOB_ID])
     if run.info.status != RunStatus.to_string(RunStatus.RUNNING):
         client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
-    log_batch(client, run_id, tags={**provenance, T.ATTEMPTS: str(attempts), T.JOB_IDS: ",".join(jobs),
-                                    T.RESUME_TOKEN: token})
+    log_batch(
+        client, run_id, tags={**provenance, T.ATTEMPTS: str(attempts), T.JOB_IDS: ",".join(jobs), T.RESUME_TOKEN: token}
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -339,14 +369,20 @@ def log_checkpoint(
 ) -> None:
     """Record a saved checkpoint by URI (tag + `checkpoints/step_<N>.json`); small ones can be uploaded too.
     Queued while the run is relayed."""
-    args = {"step": step, "uri": uri, "time_ms": now_ms(), "upload_dir": None if upload_dir is None else str(upload_dir)}
+    args = {
+        "step": step,
+        "uri": uri,
+        "time_ms": now_ms(),
+        "upload_dir": None if upload_dir is None else str(upload_dir),
+    }
     if enqueue_if_relayed(tracking_uri, run_id, "log_checkpoint", **args):
         return
     _apply_log_checkpoint(client_for(tracking_uri), run_id, **args)
 
 
-def _apply_log_checkpoint(client: MlflowClient, run_id: str, *, step: int, uri: str, time_ms: int,
-                          upload_dir: str | None) -> None:
+def _apply_log_checkpoint(
+    client: MlflowClient, run_id: str, *, step: int, uri: str, time_ms: int, upload_dir: str | None
+) -> None:
     record = {"step": step, "uri": uri, "time_ms": time_ms}
     log_batch(
         client,
@@ -392,7 +428,7 @@ def find_eval_run(client: MlflowClient, parent_run_id: str, experiment_id: str, 
     runs = client.search_runs(
         [experiment_id],
         filter_string=(
-            f"tags.`{T.PARENT_RUN_ID}` = {quote_filter(parent_run_id)} and tags.`{T.CHECKPOINT_STEP}` = {quote_filter(str(step))}"
+            f"tags.`{T.PARENT_RUN_ID}` = {quote_filter(parent_run_id)} and tags.`{T.CHECKPOINT_STEP}` = {quote_filter(str(step))}"  # noqa: E501 - a string literal kept whole
         ),
         max_results=1,
     )
@@ -415,26 +451,43 @@ def log_evaluation(
     parent's grouping tags. The parent gets the same `eval/…` metrics at step N (progression charts) and a tag
     pointing at the child. `tracking_uri` defaults to MLFLOW_TRACKING_URI.
     """
-    args = {"checkpoint_step": checkpoint_step, "summary": dict(summary), "time_ms": now_ms(),
-            "jsonl_path": None if jsonl_path is None else str(Path(jsonl_path).absolute())}
+    args = {
+        "checkpoint_step": checkpoint_step,
+        "summary": dict(summary),
+        "time_ms": now_ms(),
+        "jsonl_path": None if jsonl_path is None else str(Path(jsonl_path).absolute()),
+    }
     if enqueue_if_relayed(tracking_uri, parent_run_id, "log_evaluation", **args):
         return None
     client = client_for(tracking_uri) if tracking_uri is not None else MlflowClient()
     return _apply_log_evaluation(client, parent_run_id, **args)
 
 
-def _apply_log_evaluation(client: MlflowClient, parent_run_id: str, *, checkpoint_step: int, summary: Mapping[str, Any],
-                          jsonl_path: str | None, time_ms: int) -> str:
+def _apply_log_evaluation(
+    client: MlflowClient,
+    parent_run_id: str,
+    *,
+    checkpoint_step: int,
+    summary: Mapping[str, Any],
+    jsonl_path: str | None,
+    time_ms: int,
+) -> str:
     try:
         parent = client.get_run(parent_run_id)
     except MlflowException as exc:
-        raise TrackingError(f"evaluation of step {checkpoint_step}: training run {parent_run_id} not found "
-                            f"in {client.tracking_uri} ({exc})") from exc
+        raise TrackingError(
+            f"evaluation of step {checkpoint_step}: training run {parent_run_id} not found "
+            f"in {client.tracking_uri} ({exc})"
+        ) from exc
     ptags = parent.data.tags
     experiment_id = parent.info.experiment_id
     train_name = ptags.get(T.RUN_NAME) or parent.info.run_name
-    inherited = {k: v for k, v in ptags.items() if k.startswith(T.PREFIX) and not k.startswith(
-        (T.CHECKPOINT_URI_PREFIX, T.ALERT_PREFIX, T.VERSION_PREFIX, "longhaul.eval_run."))}
+    inherited = {
+        k: v
+        for k, v in ptags.items()
+        if k.startswith(T.PREFIX)
+        and not k.startswith((T.CHECKPOINT_URI_PREFIX, T.ALERT_PREFIX, T.VERSION_PREFIX, "longhaul.eval_run."))
+    }
     inherited.pop(T.ALERTS, None)
     inherited.pop(T.RESUME_TOKEN, None)
     child_tags = {
@@ -479,15 +532,26 @@ def log_selection(
     `longhaul.select_on`, `longhaul.selected_step` and `longhaul.selected_pass_hat_1`, and the metric
     `selection/pass_hat_1` at the selected step. Without a selection, `longhaul.selection_note` says why and an
     earlier `longhaul.selected_step` is removed. Queued while the run is relayed."""
-    args = {"select_on": select_on, "selection": None if selection is None else asdict(selection), "reason": reason,
-            "time_ms": now_ms()}
+    args = {
+        "select_on": select_on,
+        "selection": None if selection is None else asdict(selection),
+        "reason": reason,
+        "time_ms": now_ms(),
+    }
     if enqueue_if_relayed(tracking_uri, run_id, "log_selection", **args):
         return
     _apply_log_selection(client_for(tracking_uri), run_id, **args)
 
 
-def _apply_log_selection(client: MlflowClient, run_id: str, *, select_on: str, selection: Mapping[str, Any] | None,
-                         reason: str | None, time_ms: int) -> None:
+def _apply_log_selection(
+    client: MlflowClient,
+    run_id: str,
+    *,
+    select_on: str,
+    selection: Mapping[str, Any] | None,
+    reason: str | None,
+    time_ms: int,
+) -> None:
     sel = None if selection is None else Selection(**selection)
     tags = build_selection_tags(select_on, sel, reason)
     metrics = []
@@ -527,7 +591,7 @@ def fetch_eval_runs(tracking_uri: str | MlflowClient, parent_run_id: str) -> dic
     parent = client.get_run(parent_run_id)
     runs = client.search_runs(
         [parent.info.experiment_id],
-        filter_string=f"tags.`{T.PARENT_RUN_ID}` = {quote_filter(parent_run_id)} and tags.`{T.KIND}` = {quote_filter(T.KIND_EVAL)}",
+        filter_string=f"tags.`{T.PARENT_RUN_ID}` = {quote_filter(parent_run_id)} and tags.`{T.KIND}` = {quote_filter(T.KIND_EVAL)}",  # noqa: E501 - a string literal kept whole
         max_results=1000,
     )
     return {int(r.data.tags[T.CHECKPOINT_STEP]): r.info.run_id for r in runs}

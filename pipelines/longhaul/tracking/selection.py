@@ -36,8 +36,10 @@ class Selection:
 def check_select_on(select_on: str, subsets: Mapping[str, Sequence[str]], test_ids: Sequence[str]) -> str | None:
     """Why `select_on` cannot select checkpoints in this split (None = it can)."""
     if select_on in TEST_SUBSETS:
-        return (f"select_on '{select_on}' is the test split (longhaul's splits define 'unseen' as the test tasks); "
-                "selecting on it biases the reported numbers — use train, covered_seen or uncovered_seen")
+        return (
+            f"select_on '{select_on}' is the test split (longhaul's splits define 'unseen' as the test tasks); "
+            "selecting on it biases the reported numbers — use train, covered_seen or uncovered_seen"
+        )
     if select_on not in subsets:
         return f"select_on '{select_on}' is not a subset of this split (subsets: {', '.join(subsets) or 'none'})"
     leaked = sorted(set(map(str, subsets[select_on])) & set(map(str, test_ids)))
@@ -73,8 +75,9 @@ def compute_subset_pass_hat_1(summary: Mapping[str, Any], subset: str) -> float 
 
 def build_selection(summaries: Mapping[int, Mapping[str, Any]], select_on: str) -> Selection | None:
     """`select_checkpoint` over evaluation summaries by checkpoint step."""
-    return select_checkpoint({step: compute_subset_pass_hat_1(s, select_on) for step, s in summaries.items()},
-                             select_on)
+    return select_checkpoint(
+        {step: compute_subset_pass_hat_1(s, select_on) for step, s in summaries.items()}, select_on
+    )
 
 
 def build_selection_tags(select_on: str, selection: Selection | None, reason: str | None = None) -> dict[str, str]:
@@ -93,6 +96,8 @@ def build_selection_message(selection: Selection | None, select_on: str, reason:
     """The eval stage's console line about the selection."""
     if selection is None:
         return f"no checkpoint selected on {select_on}: {reason or NO_CANDIDATE}"
-    return (f"selected step {selection.step} on {select_on}: pass^1 {selection.pass_hat_1:.3f} "
-            f"(best of {selection.candidates} checkpoint{'s' if selection.candidates != 1 else ''}; "
-            "ties → earliest step; never on test)")
+    return (
+        f"selected step {selection.step} on {select_on}: pass^1 {selection.pass_hat_1:.3f} "
+        f"(best of {selection.candidates} checkpoint{'s' if selection.candidates != 1 else ''}; "
+        "ties → earliest step; never on test)"
+    )

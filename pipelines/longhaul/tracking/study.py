@@ -132,15 +132,35 @@ class Statistics:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (`statistics.json`)."""
         return {
-            "arms": [{"label": a.label, "key": a.key, "method": a.method,
-                      "seeds": [{"seed": s.seed, "run": s.run_name, "step": s.step, "checkpoint": s.chosen}
-                                for s in a.seeds]} for a in self.arms],
-            "rates": [{"arm": r.arm, "subset": r.subset, "seeds": r.seeds, "tasks": r.tasks, "samples": r.samples,
-                       "pass_hat_k": {str(k): vars(v) for k, v in r.pass_hat.items()},
-                       "pass_at_k": {str(k): vars(v) for k, v in r.pass_at.items()},
-                       "flip_rate": r.flip_rate, "null_agent_floor": r.null_floor} for r in self.rows],
-            "comparisons": [{"a": c.a, "b": c.b, "subset": c.subset, **c.result.to_dict(), "mde": c.mde,
-                             "verdict": c.verdict} for c in self.comparisons],
+            "arms": [
+                {
+                    "label": a.label,
+                    "key": a.key,
+                    "method": a.method,
+                    "seeds": [
+                        {"seed": s.seed, "run": s.run_name, "step": s.step, "checkpoint": s.chosen} for s in a.seeds
+                    ],
+                }
+                for a in self.arms
+            ],
+            "rates": [
+                {
+                    "arm": r.arm,
+                    "subset": r.subset,
+                    "seeds": r.seeds,
+                    "tasks": r.tasks,
+                    "samples": r.samples,
+                    "pass_hat_k": {str(k): vars(v) for k, v in r.pass_hat.items()},
+                    "pass_at_k": {str(k): vars(v) for k, v in r.pass_at.items()},
+                    "flip_rate": r.flip_rate,
+                    "null_agent_floor": r.null_floor,
+                }
+                for r in self.rows
+            ],
+            "comparisons": [
+                {"a": c.a, "b": c.b, "subset": c.subset, **c.result.to_dict(), "mde": c.mde, "verdict": c.verdict}
+                for c in self.comparisons
+            ],
             "problems": list(self.problems),
             "design": None if self.design is None else json.loads(self.design.to_json()),
         }
@@ -150,8 +170,12 @@ def arm_outcomes(arm: Arm, subset: str = OVERALL) -> stats.Outcomes:
     """The arm's (seed, task, sample) outcomes, on one subset (ValueError when the seeds' designs differ). A task
     with an unscored trial in any seed is left out of every seed (`longhaul.eval.metrics.incomplete_tasks`)."""
     drop = incomplete_tasks(r for s in arm.seeds for r in s.records)
-    rows = [(s.seed, r.task_id, r.trial, r.success) for s in arm.seeds for r in s.records
-            if (subset == OVERALL or subset in r.subsets) and r.task_id not in drop]
+    rows = [
+        (s.seed, r.task_id, r.trial, r.success)
+        for s in arm.seeds
+        for r in s.records
+        if (subset == OVERALL or subset in r.subsets) and r.task_id not in drop
+    ]
     return stats.Outcomes.from_records(rows)
 
 
@@ -178,8 +202,9 @@ def _noise(o: stats.Outcomes, baseline: float) -> float:
     return min(f, 2 * baseline * (1 - baseline))
 
 
-def build_statistics(arms: Sequence[Arm], ks: Sequence[int], floor: Mapping[str, float] | None = None, *,
-                     problems: Sequence[str] = ()) -> Statistics:
+def build_statistics(
+    arms: Sequence[Arm], ks: Sequence[int], floor: Mapping[str, float] | None = None, *, problems: Sequence[str] = ()
+) -> Statistics:
     """Rates with hierarchical-bootstrap CIs per arm and subset, and a paired comparison of every pair of arms
     per shared subset (B − A in arm order). An arm whose seeds were evaluated on different designs is reported
     in `problems` and left out; so is a k above an arm's samples per task."""
@@ -198,13 +223,19 @@ def build_statistics(arms: Sequence[Arm], ks: Sequence[int], floor: Mapping[str,
             valid = [k for k in ks if k <= o.samples] or [1]
             tasks = o.tasks
             vals = [floor[t] for t in tasks if floor and t in floor]
-            rows.append(RateRow(
-                arm=arm.label, subset=subset, seeds=len(o.seeds), tasks=len(tasks), samples=o.samples,
-                pass_hat={k: _rate(o, k, "pass_hat", rng) for k in valid},
-                pass_at={k: _rate(o, k, "pass_at", rng) for k in valid if k > 1},
-                flip_rate=stats.flip_rate(o),
-                null_floor=sum(vals) / len(vals) if vals and len(vals) == len(tasks) else None,
-            ))
+            rows.append(
+                RateRow(
+                    arm=arm.label,
+                    subset=subset,
+                    seeds=len(o.seeds),
+                    tasks=len(tasks),
+                    samples=o.samples,
+                    pass_hat={k: _rate(o, k, "pass_hat", rng) for k in valid},
+                    pass_at={k: _rate(o, k, "pass_at", rng) for k in valid if k > 1},
+                    flip_rate=stats.flip_rate(o),
+                    null_floor=sum(vals) / len(vals) if vals and len(vals) == len(tasks) else None,
+                )
+            )
     comparisons: list[Comparison] = []
     for (a, oa), (b, ob) in combinations(usable, 2):
         for subset in [s for s in oa if s in ob]:
@@ -216,18 +247,19 @@ def build_statistics(arms: Sequence[Arm], ks: Sequence[int], floor: Mapping[str,
             design_seeds = min(len(oa[subset].seeds), len(ob[subset].seeds))
             samples = min(oa[subset].samples, ob[subset].samples)
             baseline = _clip(result.rate_a)
-            m = stats.mde(result.tasks, samples, design_seeds, baseline=baseline,
-                          flip_rate=_noise(oa[subset], baseline))
-            comparisons.append(Comparison(a.label, b.label, subset, result, m,
-                                          stats.verdict(result, m, a=a.label, b=b.label)))
+            m = stats.mde(
+                result.tasks, samples, design_seeds, baseline=baseline, flip_rate=_noise(oa[subset], baseline)
+            )
+            comparisons.append(
+                Comparison(a.label, b.label, subset, result, m, stats.verdict(result, m, a=a.label, b=b.label))
+            )
     design = None
     if usable:
         try:
             design = stats.StudyDesign.from_outcomes(usable[0][1][OVERALL])
         except ValueError as exc:
             problems.append(f"no study design for `longhaul power`: {exc}")
-    return Statistics(tuple(a for a, _ in usable), tuple(rows), tuple(comparisons), tuple(problems), design,
-                      tuple(ks))
+    return Statistics(tuple(a for a, _ in usable), tuple(rows), tuple(comparisons), tuple(problems), design, tuple(ks))
 
 
 def _clip(p: float) -> float:
@@ -251,8 +283,12 @@ def render_statistics_markdown(st: Statistics) -> str:
     for arm in st.arms:
         seeds = ", ".join(f"s{s.seed} step {s.step} ({s.chosen})" for s in arm.seeds)
         lines.append(f"- {arm.label} ({arm.method}): {len(arm.seeds)} seed(s): {seeds}")
-    lines += ["", "95% CIs: hierarchical bootstrap (tasks, then seeds). Flip rate: share of outcomes that differ "
-              "between two seeds of the arm. Null floor: the do-nothing agent on the same tasks.", ""]
+    lines += [
+        "",
+        "95% CIs: hierarchical bootstrap (tasks, then seeds). Flip rate: share of outcomes that differ "
+        "between two seeds of the arm. Null floor: the do-nothing agent on the same tasks.",
+        "",
+    ]
     head = ["arm", "subset", "seeds", "tasks", "n/task"] + [f"pass^{k} [95% CI]" for k in ks_hat]
     head += [f"pass@{k} [95% CI]" for k in ks_at] + ["flip rate", "null floor"]
     lines.append("| " + " | ".join(head) + " |")
@@ -263,7 +299,11 @@ def render_statistics_markdown(st: Statistics) -> str:
         cells += [_pct(r.flip_rate), _pct(r.null_floor)]
         lines.append("| " + " | ".join(cells) + " |")
     if st.comparisons:
-        lines += ["", "### Paired comparisons (pass^1, B − A on the tasks both ran; permutation p; MDE at 80% power)", ""]
+        lines += [
+            "",
+            "### Paired comparisons (pass^1, B − A on the tasks both ran; permutation p; MDE at 80% power)",
+            "",
+        ]
         lines += [f"- {c.b} vs {c.a}, {c.subset}: {c.verdict}" for c in st.comparisons]
     if st.problems:
         lines += ["", "### Not compared", ""] + [f"- {p}" for p in st.problems]

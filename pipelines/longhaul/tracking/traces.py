@@ -80,10 +80,18 @@ def session_id(run_name: str, kind: str, step: int, task_id: str) -> str:
     return f"{run_name}/{kind}_step_{step}/task_{task_id}"
 
 
-def build_episode_trace(traj: Mapping[str, Any], *, run_name: str, step: int, run_id: str,
-                        subset: str | None = None, rule_hits: Mapping[int, list[str]] | None = None,
-                        process: float | None = None, kind: str = KIND_EVAL,
-                        reward: float | None = None) -> EpisodeTrace:
+def build_episode_trace(
+    traj: Mapping[str, Any],
+    *,
+    run_name: str,
+    step: int,
+    run_id: str,
+    subset: str | None = None,
+    rule_hits: Mapping[int, list[str]] | None = None,
+    process: float | None = None,
+    kind: str = KIND_EVAL,
+    reward: float | None = None,
+) -> EpisodeTrace:
     """The trace of one episode (module docstring) from its trajectory record (`Trajectory.to_dict()`).
 
     `rule_hits` maps a turn index to the PRM-Lite rules that fired on it; `process` is the episode's process
@@ -109,24 +117,50 @@ def build_episode_trace(traj: Mapping[str, Any], *, run_name: str, step: int, ru
         elif role == "assistant" and turn_index < len(turns):
             t = turns[turn_index]
             calls = tuple(
-                SpanSpec(str(c.get("name")), "TOOL",
-                         inputs=c.get("arguments") if c.get("arguments") is not None else _clip(c.get("raw_arguments")),
-                         outputs=_clip(c.get("result")),
-                         attributes={"is_error": bool(c.get("is_error")), "known_tool": bool(c.get("known_tool", True)),
-                                     "parse_error": c.get("parse_error") or ""})
-                for c in t.get("tool_calls") or [])
-            attrs: dict[str, Any] = {"turn": turn_index, "completion_tokens": int(t.get("completion_tokens") or 0),
-                                     "finish_reason": t.get("finish_reason") or "", "to_user": bool(t.get("to_user"))}
+                SpanSpec(
+                    str(c.get("name")),
+                    "TOOL",
+                    inputs=c.get("arguments") if c.get("arguments") is not None else _clip(c.get("raw_arguments")),
+                    outputs=_clip(c.get("result")),
+                    attributes={
+                        "is_error": bool(c.get("is_error")),
+                        "known_tool": bool(c.get("known_tool", True)),
+                        "parse_error": c.get("parse_error") or "",
+                    },
+                )
+                for c in t.get("tool_calls") or []
+            )
+            attrs: dict[str, Any] = {
+                "turn": turn_index,
+                "completion_tokens": int(t.get("completion_tokens") or 0),
+                "finish_reason": t.get("finish_reason") or "",
+                "to_user": bool(t.get("to_user")),
+            }
             if rule_hits is not None:
                 attrs["prm_lite_rules"] = list(rule_hits.get(turn_index, []))
-            children.append(SpanSpec(f"assistant turn {turn_index}", "LLM", outputs=_clip(t.get("content")),
-                                     attributes=attrs, children=calls))
+            children.append(
+                SpanSpec(
+                    f"assistant turn {turn_index}",
+                    "LLM",
+                    outputs=_clip(t.get("content")),
+                    attributes=attrs,
+                    children=calls,
+                )
+            )
             turn_index += 1
     attributes: dict[str, Any] = {
-        "task_id": task_id, "trial": traj.get("trial"), "seed": traj.get("seed"), "subset": subset or "",
-        "checkpoint_step": step, "termination": traj.get("termination"), "scored": scored, "outcome": outcome,
-        "db_match": grade.get("db_match"), "communicated": grade.get("communicated"),
-        "num_turns": len(turns), "num_tool_calls": traj.get("num_tool_calls", 0),
+        "task_id": task_id,
+        "trial": traj.get("trial"),
+        "seed": traj.get("seed"),
+        "subset": subset or "",
+        "checkpoint_step": step,
+        "termination": traj.get("termination"),
+        "scored": scored,
+        "outcome": outcome,
+        "db_match": grade.get("db_match"),
+        "communicated": grade.get("communicated"),
+        "num_turns": len(turns),
+        "num_tool_calls": traj.get("num_tool_calls", 0),
         "num_tool_errors": traj.get("num_tool_errors", 0),
     }
     if process is not None:
@@ -135,14 +169,25 @@ def build_episode_trace(traj: Mapping[str, Any], *, run_name: str, step: int, ru
         attributes["reward"] = reward
     if not scored:
         attributes["endpoint_error"] = meta.get("endpoint_error") or ""
-    root = SpanSpec(f"task {task_id} · trial {traj.get('trial')}", "AGENT",
-                    inputs={"task_id": task_id, "first_user_message": _clip(first_user)},
-                    outputs={"termination": traj.get("termination"), "outcome": outcome,
-                             **({"process_score": process} if process is not None else {}),
-                             **({"reward": reward} if reward is not None else {})},
-                    attributes=attributes, children=tuple(children))
-    tags = {TAG_TASK: task_id, TAG_STEP: str(step), TAG_KIND: kind,
-            TAG_OUTCOME: "unscored" if outcome is None else str(int(outcome))}
+    root = SpanSpec(
+        f"task {task_id} · trial {traj.get('trial')}",
+        "AGENT",
+        inputs={"task_id": task_id, "first_user_message": _clip(first_user)},
+        outputs={
+            "termination": traj.get("termination"),
+            "outcome": outcome,
+            **({"process_score": process} if process is not None else {}),
+            **({"reward": reward} if reward is not None else {}),
+        },
+        attributes=attributes,
+        children=tuple(children),
+    )
+    tags = {
+        TAG_TASK: task_id,
+        TAG_STEP: str(step),
+        TAG_KIND: kind,
+        TAG_OUTCOME: "unscored" if outcome is None else str(int(outcome)),
+    }
     return EpisodeTrace(root, tags, {SESSION: session_id(run_name, kind, step, task_id), SOURCE_RUN: run_id})
 
 
@@ -157,17 +202,22 @@ def sample_training_records(rollouts_dir: str | Path, per_step: int) -> list[tup
     root = Path(rollouts_dir)
     if per_step <= 0 or not root.is_dir():
         return out
-    steps = sorted(int(d.name[len("step_"):]) for d in root.glob("step_*") if d.name[len("step_"):].isdigit())
+    steps = sorted(int(d.name[len("step_") :]) for d in root.glob("step_*") if d.name[len("step_") :].isdigit())
     for step in steps:
-        lines = [rec for f in sorted((root / f"step_{step}").glob("*.jsonl"))
-                 for _, rec in bounded.read_jsonl(f, bounded.TRAJECTORIES, expected="one rollout trace per line")
-                 if isinstance(rec, dict) and rec.get("trajectory")]
+        lines = [
+            rec
+            for f in sorted((root / f"step_{step}").glob("*.jsonl"))
+            for _, rec in bounded.read_jsonl(f, bounded.TRAJECTORIES, expected="one rollout trace per line")
+            if isinstance(rec, dict) and rec.get("trajectory")
+        ]
         lines.sort(key=lambda r: (str(r.get("uid")), int(r.get("session") or 0)))
         out += [(step, rec) for rec in lines[:per_step]]
     return out
 
 
-def prm_rule_hits(traj: Mapping[str, Any], rules: Any = None, seed_compat: bool = False) -> tuple[dict[int, list[str]], float]:
+def prm_rule_hits(
+    traj: Mapping[str, Any], rules: Any = None, seed_compat: bool = False
+) -> tuple[dict[int, list[str]], float]:
     """PRM-Lite's rule hits per turn and the process score of a trajectory record (`longhaul.rewards.prm_lite`)."""
     from longhaul.rewards.prm_lite import build_rule_params, score_trajectory
 
@@ -272,8 +322,10 @@ class TraceLogger:
         try:
             import mlflow
 
-            found = {t.info.trace_id for t in mlflow.search_traces(locations=[self.experiment_id], run_id=self.run_id,
-                                                                   return_type="list")}
+            found = {
+                t.info.trace_id
+                for t in mlflow.search_traces(locations=[self.experiment_id], run_id=self.run_id, return_type="list")
+            }
         except Exception as exc:  # noqa: BLE001 - an unreachable store: nothing is known to be there
             found = set()
             self.counts.errors.append(f"verifying traces: {type(exc).__name__}: {str(exc)[:200]}")
@@ -294,9 +346,15 @@ class TraceLogger:
             kwargs: dict[str, Any] = {}
             if parent is None:  # trace-level settings go on the root span only
                 kwargs.update(experiment_id=self.experiment_id, tags=dict(trace.tags), metadata=dict(trace.metadata))
-            span = mlflow.start_span_no_context(spec.name, span_type=spec.span_type, parent_span=parent,
-                                                inputs=spec.inputs, attributes=dict(spec.attributes),
-                                                start_time_ns=tick(), **kwargs)
+            span = mlflow.start_span_no_context(
+                spec.name,
+                span_type=spec.span_type,
+                parent_span=parent,
+                inputs=spec.inputs,
+                attributes=dict(spec.attributes),
+                start_time_ns=tick(),
+                **kwargs,
+            )
             for child in spec.children:
                 write(child, span)
             span.end(outputs=spec.outputs, end_time_ns=tick())

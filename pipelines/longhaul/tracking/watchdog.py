@@ -91,14 +91,21 @@ def check_length_collapse(histories: Mapping[str, History], th: WatchdogThreshol
     if best <= 0 or latest >= th.length_collapse_ratio * best:
         return []
     ratio = latest / best
-    return [Alert(
-        "response_length_collapse", points[-1][0], ratio, th.length_collapse_ratio,
-        f"{key}: mean of the last {w} steps is {latest:.0f}, {ratio:.0%} of the earlier peak {best:.0f} "
-        f"(alert below {th.length_collapse_ratio:.0%})",
-    )]
+    return [
+        Alert(
+            "response_length_collapse",
+            points[-1][0],
+            ratio,
+            th.length_collapse_ratio,
+            f"{key}: mean of the last {w} steps is {latest:.0f}, {ratio:.0%} of the earlier peak {best:.0f} "
+            f"(alert below {th.length_collapse_ratio:.0%})",
+        )
+    ]
 
 
-def _saturated_steps(histories: Mapping[str, History], th: WatchdogThresholds) -> tuple[str, list[tuple[int, bool]]] | None:
+def _saturated_steps(
+    histories: Mapping[str, History], th: WatchdogThresholds
+) -> tuple[str, list[tuple[int, bool]]] | None:
     parts = [dict(_sorted(histories[k])) for k in th.saturated_fraction_keys if histories.get(k)]
     if parts:
         steps = sorted(set().union(*parts))
@@ -129,11 +136,16 @@ def check_saturated_groups(histories: Mapping[str, History], th: WatchdogThresho
         run += 1
     if run < th.saturated_steps:
         return []
-    return [Alert(
-        "saturated_groups", steps[-1][0], float(run), float(th.saturated_steps),
-        f"{key}: every GRPO group had identical rewards for the last {run} steps (advantages all zero; "
-        f"alert after {th.saturated_steps}) — no learning signal",
-    )]
+    return [
+        Alert(
+            "saturated_groups",
+            steps[-1][0],
+            float(run),
+            float(th.saturated_steps),
+            f"{key}: every GRPO group had identical rewards for the last {run} steps (advantages all zero; "
+            f"alert after {th.saturated_steps}) — no learning signal",
+        )
+    ]
 
 
 def check_val_eval_gap(histories: Mapping[str, History], th: WatchdogThresholds) -> list[Alert]:
@@ -151,19 +163,22 @@ def check_val_eval_gap(histories: Mapping[str, History], th: WatchdogThresholds)
             continue
         gap = before[-1] - ev
         if gap > th.val_eval_gap:
-            alerts.append(Alert(
-                "val_eval_gap", step, gap, th.val_eval_gap,
-                f"step {step}: validation reward {before[-1]:.3f} ({val_key}) exceeds evaluation pass^1 "
-                f"{ev:.3f} by {gap:.3f} (alert above {th.val_eval_gap}) — check for a reward leak or a "
-                "process term counted as success",
-                collapse=False,
-            ))
+            alerts.append(
+                Alert(
+                    "val_eval_gap",
+                    step,
+                    gap,
+                    th.val_eval_gap,
+                    f"step {step}: validation reward {before[-1]:.3f} ({val_key}) exceeds evaluation pass^1 "
+                    f"{ev:.3f} by {gap:.3f} (alert above {th.val_eval_gap}) — check for a reward leak or a "
+                    "process term counted as success",
+                    collapse=False,
+                )
+            )
     return alerts[-1:]  # the latest checkpoint's verdict
 
 
-def compute_alerts(
-    histories: Mapping[str, History], thresholds: WatchdogThresholds | None = None
-) -> list[Alert]:
+def compute_alerts(histories: Mapping[str, History], thresholds: WatchdogThresholds | None = None) -> list[Alert]:
     """All watchdog alerts for one training run's metric histories (pure)."""
     th = thresholds or WatchdogThresholds()
     return [

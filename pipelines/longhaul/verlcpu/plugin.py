@@ -31,9 +31,11 @@ def register_engines() -> None:
     if PLATFORM_NAME in registered:
         return
     EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device=PLATFORM_NAME)(
-        FSDPEngineWithLMHead)
+        FSDPEngineWithLMHead
+    )
     EngineRegistry.register(model_type="value_model", backend=["fsdp", "fsdp2"], device=PLATFORM_NAME)(
-        FSDPEngineWithValueHead)
+        FSDPEngineWithValueHead
+    )
 
 
 def activate() -> None:
@@ -59,5 +61,6 @@ if cpu_platform_selected():
         activate()
     except Exception:  # noqa: BLE001 - veRL would swallow it; say it loudly, then let veRL fail on the platform
         ACTIVATION_ERROR = traceback.format_exc()
-        print(f"longhaul: the veRL CPU platform could not be activated:\n{ACTIVATION_ERROR}", file=sys.stderr,
-              flush=True)
+        print(
+            f"longhaul: the veRL CPU platform could not be activated:\n{ACTIVATION_ERROR}", file=sys.stderr, flush=True
+        )

@@ -35,14 +35,14 @@ from longhaul.verlcpu import ROLLOUT_NAME
 logger = logging.getLogger(__name__)
 
 
-
 def server_actor_name(replica_rank: int, name_suffix: str = "") -> str:
     """The Ray actor name of replica `replica_rank`'s server (the adapter in the trainer looks it up by name)."""
     return f"{ROLLOUT_NAME}_server_{replica_rank}{name_suffix}"
 
 
-def sample_token(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
-                 generator: torch.Generator | None) -> tuple[int, float]:
+def sample_token(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator | None
+) -> tuple[int, float]:
     """Sample one token from 1-D `logits`; returns (token, log-prob under the temperature-scaled distribution).
 
     temperature ≤ 0 is greedy (log-prob of the raw distribution). top_k ≤ 0 and top_p ≥ 1 disable those filters;
@@ -81,7 +81,9 @@ class CPUGenerationServer:
         self.replica_rank = replica_rank
         path = getattr(model_config, "local_path", None) or model_config.path
         self.model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch.float32, trust_remote_code=bool(getattr(model_config, "trust_remote_code", False)),
+            path,
+            dtype=torch.float32,
+            trust_remote_code=bool(getattr(model_config, "trust_remote_code", False)),
         ).eval()
         eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
         eos = eos if eos is not None else self.model.config.eos_token_id
@@ -134,8 +136,11 @@ class CPUGenerationServer:
             state = {k: v for k, v in state.items() if not k.endswith("lm_head.weight")}
         with self._lock:
             result = self.model.load_state_dict(state, strict=False)
-            missing = [k for k in result.missing_keys if not k.endswith("lm_head.weight")
-                       or not getattr(self.model.config, "tie_word_embeddings", False)]
+            missing = [
+                k
+                for k in result.missing_keys
+                if not k.endswith("lm_head.weight") or not getattr(self.model.config, "tie_word_embeddings", False)
+            ]
             if missing or result.unexpected_keys:
                 raise RuntimeError(
                     f"weight sync: {len(missing)} parameters missing (e.g. {missing[:3]}), "
@@ -147,8 +152,9 @@ class CPUGenerationServer:
 
     # -- data plane -----------------------------------------------------------------------------------------
 
-    def _generate(self, prompt_ids: list[int], max_tokens: int, params: dict[str, Any],
-                  stop_ids: set[int]) -> tuple[list[int], list[float], str, int | None]:
+    def _generate(
+        self, prompt_ids: list[int], max_tokens: int, params: dict[str, Any], stop_ids: set[int]
+    ) -> tuple[list[int], list[float], str, int | None]:
         with self._lock, torch.inference_mode():
             steps = self.global_steps
             past = None
@@ -162,8 +168,13 @@ class CPUGenerationServer:
                     break
                 out = self.model(input_ids=current, past_key_values=past, use_cache=True)
                 past = out.past_key_values
-                tok, lp = sample_token(out.logits[0, -1], params.get("temperature", 1.0),
-                                       int(params.get("top_k", -1) or -1), params.get("top_p", 1.0), self.generator)
+                tok, lp = sample_token(
+                    out.logits[0, -1],
+                    params.get("temperature", 1.0),
+                    int(params.get("top_k", -1) or -1),
+                    params.get("top_p", 1.0),
+                    self.generator,
+                )
                 tokens.append(tok)
                 logprobs.append(lp)
                 if tok in stop_ids:
@@ -172,8 +183,15 @@ class CPUGenerationServer:
                 current = torch.tensor([[tok]], dtype=torch.long)
             return tokens, logprobs, reason, steps
 
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: Any = None, video_data: Any = None, **_: Any) -> TokenOutput:
+    async def generate(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: Any = None,
+        video_data: Any = None,
+        **_: Any,
+    ) -> TokenOutput:
         """Token-in/token-out generation (veRL's server contract)."""
         params = dict(sampling_params or {})
         room = min(self.config.prompt_length + self.config.response_length, self.max_positions) - len(prompt_ids)
@@ -184,7 +202,8 @@ class CPUGenerationServer:
             tokens, logprobs, reason, steps = [], [], "length", self.global_steps
         else:
             tokens, logprobs, reason, steps = await asyncio.to_thread(
-                self._generate, list(prompt_ids), max_tokens, params, stop_ids)
+                self._generate, list(prompt_ids), max_tokens, params, stop_ids
+            )
         return TokenOutput(
             token_ids=tokens,
             log_probs=logprobs if params.get("logprobs", True) else None,
@@ -219,8 +238,11 @@ class CPUServerAdapter(BaseRollout):
     def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1, **_: Any) -> None:
         super().__init__(config, model_config, device_mesh)
         rank = int(os.environ.get("RANK", "0"))
-        per_replica = (self.config.tensor_model_parallel_size * self.config.data_parallel_size
-                       * self.config.pipeline_model_parallel_size)
+        per_replica = (
+            self.config.tensor_model_parallel_size
+            * self.config.data_parallel_size
+            * self.config.pipeline_model_parallel_size
+        )
         self.replica_rank = rank // per_replica if replica_rank == -1 else replica_rank
         self.is_leader = rank % per_replica == 0
         self.sleep_level = 1
@@ -242,7 +264,8 @@ class CPUServerAdapter(BaseRollout):
             raise NotImplementedError(f"the CPU rollout takes full named tensors, not {wire_format!r}")
         if kwargs.get("peft_config") is not None:
             raise NotImplementedError(
-                "LoRA adapters are not synced to the CPU rollout: use policy.lora.rank: 0 on the CPU platform")
+                "LoRA adapters are not synced to the CPU rollout: use policy.lora.rank: 0 on the CPU platform"
+            )
         state: dict[str, torch.Tensor] = {}
         for name, tensor in weights:  # every rank drains the generator: producing a tensor may be a collective
             if hasattr(tensor, "full_tensor"):

@@ -41,16 +41,31 @@ def demo(tmp_path_factory):
     env = {**os.environ, "LONGHAUL_VLLM_PYTHON": str(vllm_python)}
     env.pop("MLFLOW_TRACKING_URI", None)
     longhaul = shutil.which("longhaul", path=str(Path(sys.executable).parent)) or "longhaul"
-    proc = subprocess.run([longhaul, "run", str(SPEC), "--run-dir", str(run_dir)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [longhaul, "run", str(SPEC), "--run-dir", str(run_dir)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     (run_dir.parent / "demo.out").write_text(proc.stdout + proc.stderr)
     return run_dir, proc.stdout + proc.stderr, proc.returncode, doc
 
 
 #: veRL's own per-step metrics the demo must log for every step (the v1 trainer's names).
-VERL_STEP_METRICS = ("critic/score/mean", "critic/advantages/max", "critic/advantages/min", "actor/pg_loss",
-                     "actor/grad_norm", "actor/ppo_kl", "response_length/mean", "timing_s/gen", "timing_s/step",
-                     "training/rollout_actor_probs_pearson_corr")
+VERL_STEP_METRICS = (
+    "critic/score/mean",
+    "critic/advantages/max",
+    "critic/advantages/min",
+    "actor/pg_loss",
+    "actor/grad_norm",
+    "actor/ppo_kl",
+    "response_length/mean",
+    "timing_s/gen",
+    "timing_s/step",
+    "training/rollout_actor_probs_pearson_corr",
+)
 
 
 def test_demo_finishes_and_prints_the_summary(demo):
@@ -82,7 +97,8 @@ def test_demo_finishes_and_prints_the_summary(demo):
     for s in range(1, steps + 1):
         assert (logs / "verl_generations" / f"{s}.jsonl").stat().st_size > 0
         assert sum(1 for f in (run_dir / "rollouts" / f"step_{s}").glob("*.jsonl") for _ in f.open()) >= (
-            doc["spec"]["algorithm"]["train_batch_size"] * doc["spec"]["algorithm"]["group_size"])
+            doc["spec"]["algorithm"]["train_batch_size"] * doc["spec"]["algorithm"]["group_size"]
+        )
 
 
 def test_the_update_changed_the_weights(demo):
@@ -95,8 +111,9 @@ def test_the_update_changed_the_weights(demo):
     run_dir, out, rc, doc = demo
     assert rc == 0
     base = AutoModelForCausalLM.from_pretrained(ROOT / doc["spec"]["policy"]["model"]["path"], dtype=torch.float32)
-    last = AutoModelForCausalLM.from_pretrained(merged_model_dir(run_dir, doc["spec"]["algorithm"]["total_steps"]),
-                                                dtype=torch.float32)
+    last = AutoModelForCausalLM.from_pretrained(
+        merged_model_dir(run_dir, doc["spec"]["algorithm"]["total_steps"]), dtype=torch.float32
+    )
     trained = dict(last.named_parameters())
     moved = [n for n, p in base.named_parameters() if not torch.allclose(p, trained[n], atol=1e-3)]
     assert moved, "no parameter changed between the initial policy and the last checkpoint"
@@ -115,7 +132,9 @@ def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):
     assert run.info.status == "FINISHED"
     spec = doc["spec"]
     steps = list(range(1, spec["algorithm"]["total_steps"] + 1))
-    hist = {key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)} for key in VERL_STEP_METRICS}
+    hist = {
+        key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)} for key in VERL_STEP_METRICS
+    }
     for key, values in hist.items():
         assert sorted(values) == steps, key
     for s in steps:
@@ -134,15 +153,22 @@ def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):
     tags = run.data.tags
     for s in steps:
         assert tags[f"longhaul.checkpoint_uri.{s}"].startswith("file://")
-    for t in ("longhaul.run_name", "longhaul.spec_hash", "longhaul.git_commit", "longhaul.backend",
-              "longhaul.dataset_sha256", "longhaul.advantage"):
+    for t in (
+        "longhaul.run_name",
+        "longhaul.spec_hash",
+        "longhaul.git_commit",
+        "longhaul.backend",
+        "longhaul.dataset_sha256",
+        "longhaul.advantage",
+    ):
         assert tags.get(t), t
     assert tags["longhaul.backend"] == "local"
     # veRL's tracker logged its resolved config into the same run.
     assert run.data.params["trainer/device"] == "cpu"
     # Evaluation: one child run per checkpoint (0 = initial policy) with pass^k for every k of the spec.
-    children = client.search_runs([run.info.experiment_id],
-                                  filter_string=f"tags.`mlflow.parentRunId` = '{run.info.run_id}'")
+    children = client.search_runs(
+        [run.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{run.info.run_id}'"
+    )
     by_step = {int(c.data.tags["longhaul.checkpoint_step"]): c for c in children}
     assert sorted(by_step) == [0, *steps]
     for c in by_step.values():
@@ -161,8 +187,9 @@ def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):
         traces = mlflow.search_traces(locations=[run.info.experiment_id], run_id=c.info.run_id, return_type="list")
         assert len(traces) == len(episodes) == c.data.metrics["eval/traces_logged"], step
         assert c.data.metrics["eval/traces_dropped"] == 0
-        assert sorted((t.info.tags["longhaul.task_id"], t.data.spans[0].attributes["trial"]) for t in traces) == \
-            sorted((e["task_id"], e["trial"]) for e in episodes)
+        assert sorted((t.info.tags["longhaul.task_id"], t.data.spans[0].attributes["trial"]) for t in traces) == sorted(
+            (e["task_id"], e["trial"]) for e in episodes
+        )
         calls = sum(e["num_tool_calls"] for e in episodes)
         assert sum(1 for t in traces for sp in t.data.spans if sp.span_type == "TOOL") == calls
     # ... and a sample of the trained episodes (tracking.training_traces_per_step of every step) on the training run.
@@ -178,9 +205,14 @@ def test_demo_rerun_resumes_the_same_run_without_redoing_work(demo):
     run_dir, out, rc, doc = demo
     assert rc == 0
     vllm_python = os.environ.get("LONGHAUL_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
-    proc = subprocess.run([sys.executable, "-m", "longhaul.cli", "run", str(SPEC), "--run-dir", str(run_dir)],
-                          cwd=ROOT, env={**os.environ, "LONGHAUL_VLLM_PYTHON": vllm_python},
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "longhaul.cli", "run", str(SPEC), "--run-dir", str(run_dir)],
+        cwd=ROOT,
+        env={**os.environ, "LONGHAUL_VLLM_PYTHON": vllm_python},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "resumed, attempt 2" in proc.stdout
     assert "stage grpo: already done" in proc.stdout and "stage eval: already done" in proc.stdout
@@ -212,7 +244,7 @@ def test_the_printed_mlflow_ui_opens_on_the_runs_and_shows_an_episode_trace(demo
     run_dir, out, rc, doc = demo
     assert rc == 0
     line = next(x for x in out.splitlines() if "mlflow ui --backend-store-uri" in x)
-    command, rest = line[line.index("mlflow ui"):].split("   then open ")
+    command, rest = line[line.index("mlflow ui") :].split("   then open ")
     page = rest.split()[0]
     run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
     client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
@@ -239,13 +271,22 @@ def test_the_printed_mlflow_ui_opens_on_the_runs_and_shows_an_episode_trace(demo
         assert dom.returncode == 0 and run_name(load_spec(SPEC)) in text, text[-2000:]  # the runs table
         assert "Model registry" in text and not any(f">{item}<" in text for item in GENAI_NAV)
 
-        trace_page = (f"{ui.uri}/#/experiments/{run.info.experiment_id}/traces"
-                      f"?selectedEvaluationId={trace.info.trace_id}")
+        trace_page = (
+            f"{ui.uri}/#/experiments/{run.info.experiment_id}/traces?selectedEvaluationId={trace.info.trace_id}"
+        )
         dom = run_chromium(["--dump-dom", trace_page], tmp_path / "profile-trace")
         text = html.unescape(dom.stdout)
         root = trace.data.spans[0]
-        for shown in (root.name, "assistant turn 0", "first_user_message", "termination", "outcome",
-                      "process_score", root.attributes["termination"], *tools):
+        for shown in (
+            root.name,
+            "assistant turn 0",
+            "first_user_message",
+            "termination",
+            "outcome",
+            "process_score",
+            root.attributes["termination"],
+            *tools,
+        ):
             assert shown in text, (shown, text[-2000:])
         shot = Path(os.environ.get("LONGHAUL_BROWSER_SHOTS", tmp_path)) / "mlflow-trace.png"
         shot.parent.mkdir(parents=True, exist_ok=True)

@@ -47,8 +47,7 @@ def test_two_training_seeds_run_locally_and_compare_reports_their_statistics(tmp
     env = {**os.environ, "LONGHAUL_VLLM_PYTHON": str(vllm_python)}
     env.pop("MLFLOW_TRACKING_URI", None)
     longhaul = shutil.which("longhaul", path=str(Path(sys.executable).parent)) or "longhaul"
-    proc = subprocess.run([longhaul, "run", str(spec)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=1800)
+    proc = subprocess.run([longhaul, "run", str(spec)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     (tmp_path / "run.out").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     for i, r in enumerate(seed_runs(group)):
@@ -56,7 +55,10 @@ def test_two_training_seeds_run_locally_and_compare_reports_their_statistics(tmp
         run_dir = tmp_path / "runs" / run_name(r)
         assert (run_dir / "eval" / "step_1" / "results.jsonl").is_file(), sorted(p.name for p in run_dir.iterdir())
         # Each seed's trainer got its own seed.
-        assert f"data.seed={r.spec.algorithm.seed}" in (run_dir / "logs" / "hydra" / ".hydra" / "overrides.yaml").read_text()
+        assert (
+            f"data.seed={r.spec.algorithm.seed}"
+            in (run_dir / "logs" / "hydra" / ".hydra" / "overrides.yaml").read_text()
+        )
 
     # One store for the group: the parent run and both seed runs with their evaluations.
     uri = f"sqlite:///{tmp_path / 'runs' / run_name(group) / 'mlflow.db'}"
@@ -68,8 +70,14 @@ def test_two_training_seeds_run_locally_and_compare_reports_their_statistics(tmp
     assert {t.data.tags[T.PARENT_RUN_ID] for t in trains} == {parent.info.run_id}
 
     out = tmp_path / "cmp"
-    cmp = subprocess.run([longhaul, "compare", "--tracking-uri", uri, "--out", str(out), "--no-log"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    cmp = subprocess.run(
+        [longhaul, "compare", "--tracking-uri", uri, "--out", str(out), "--no-log"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert cmp.returncode == 0, cmp.stderr
     assert "## Statistics over seeds × tasks × samples" in cmp.stdout
     st = json.loads((out / "statistics.json").read_text())

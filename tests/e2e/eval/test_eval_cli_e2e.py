@@ -35,8 +35,9 @@ spec:
 
 def longhaul(*args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, COLUMNS="200")
-    proc = subprocess.run([sys.executable, "-m", "longhaul.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "longhaul.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"longhaul {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -50,8 +51,23 @@ def spec_file(tmp_path: Path) -> Path:
 
 
 def run_eval(srv: StubServer, spec: Path, policy: str, out: Path) -> dict:
-    proc = longhaul("eval", "--spec", str(spec), "--policy-url", srv.base_url, "--policy-model", policy,
-                    "--user-url", srv.base_url, "--user-model", "user", "-o", str(out), "--json", "--no-progress")
+    proc = longhaul(
+        "eval",
+        "--spec",
+        str(spec),
+        "--policy-url",
+        srv.base_url,
+        "--policy-model",
+        policy,
+        "--user-url",
+        srv.base_url,
+        "--user-model",
+        "user",
+        "-o",
+        str(out),
+        "--json",
+        "--no-progress",
+    )
     return json.loads(proc.stdout)
 
 
@@ -113,7 +129,9 @@ def test_flaky_policy_gives_the_expected_pass_k_subsets_and_cis(spec_file, tmp_p
 
     # Re-scoring the per-trial file gives the same numbers (and the same seeded CIs).
     results = tmp_path / "flaky" / "results.jsonl"
-    again = json.loads(longhaul("eval", "summarize", str(results), "--k", "1,2,4", "--json", "--bootstrap", "400").stdout)
+    again = json.loads(
+        longhaul("eval", "summarize", str(results), "--k", "1,2,4", "--json", "--bootstrap", "400").stdout
+    )
     for key in ("pass_hat_k", "pass_at_k", "c_over_n", "generalisation_pass_hat_1", "tool_error_rate", "abort_rate"):
         assert again[key] == s[key], key
     assert again["subsets"]["unseen"]["pass_at_k"] == s["subsets"]["unseen"]["pass_at_k"]
@@ -131,8 +149,25 @@ def test_dead_endpoint_aborts_the_evaluation_without_a_summary(spec_file, tmp_pa
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
-    proc = longhaul("eval", "--spec", str(spec_file), "--policy-url", url, "--user-url", url, "--tasks", "0,1",
-                    "--retries", "2", "--timeout", "2", "-o", str(tmp_path / "dead"), "--no-progress", check=False)
+    proc = longhaul(
+        "eval",
+        "--spec",
+        str(spec_file),
+        "--policy-url",
+        url,
+        "--user-url",
+        url,
+        "--tasks",
+        "0,1",
+        "--retries",
+        "2",
+        "--timeout",
+        "2",
+        "-o",
+        str(tmp_path / "dead"),
+        "--no-progress",
+        check=False,
+    )
     assert proc.returncode == 1
     assert "evaluation aborted" in proc.stderr and "failed after 2 attempts" in proc.stderr
     assert not (tmp_path / "dead" / "summary.json").exists()

@@ -68,8 +68,7 @@ class FakeHub:
                     if files is None:
                         return self.send(404, b'{"error": "not found"}', {"X-Error-Code": "RevisionNotFound"})
                     listing = [
-                        {"type": "file", "path": n, "size": len(d), "oid": git_blob_id(d)}
-                        for n, d in files.items()
+                        {"type": "file", "path": n, "size": len(d), "oid": git_blob_id(d)} for n, d in files.items()
                     ]
                     return self.send(200, json.dumps(listing).encode(), {"Content-Type": "application/json"})
                 if "resolve" in parts:

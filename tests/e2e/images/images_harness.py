@@ -87,9 +87,7 @@ def operator_image(base_image: str) -> str:
     return OPERATOR
 
 
-def run(
-    image: str, *args: str, opts: tuple[str, ...] = (), timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
+def run(image: str, *args: str, opts: tuple[str, ...] = (), timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`podman run` with no network at all."""
     return sh("podman", "run", "--rm", "--network", "none", *opts, image, *args, timeout=timeout)
 

@@ -56,13 +56,9 @@ def test_hub_stage_bakes_pinned_models_with_token_as_build_secret(base_image: st
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("ok /specs/baked.yaml") == 2
 
-    secrets = run(
-        HUB_IMAGE, "-c", "test ! -e /run/secrets/hf_token && echo absent", opts=("--entrypoint", "bash")
-    )
+    secrets = run(HUB_IMAGE, "-c", "test ! -e /run/secrets/hf_token && echo absent", opts=("--entrypoint", "bash"))
     assert secrets.stdout.strip() == "absent"
-    history = sh(
-        "podman", "history", "--no-trunc", "--format", "{{.CreatedBy}}", HUB_IMAGE, check=True
-    ).stdout
+    history = sh("podman", "history", "--no-trunc", "--format", "{{.CreatedBy}}", HUB_IMAGE, check=True).stdout
     assert TOKEN not in history
     archive = tmp_path / "hub.tar"
     sh("podman", "save", "--format", "docker-archive", "-o", str(archive), HUB_IMAGE, check=True, timeout=600)

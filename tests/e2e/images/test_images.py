@@ -101,9 +101,7 @@ def test_trainer_dependencies_are_consistent(trainer: str) -> None:
 def test_trainer_loads_baked_model_and_registers_verl_plugins(trainer: str) -> None:
     """cpu-ci only: the baked model loads offline with transformers and generates; veRL sees longhaul's plugins."""
     if STACK == "cpu-min":
-        pytest.skip(
-            "STACK=cpu-min has no torch/veRL (LONGHAUL_IMAGES_STACK=cpu-ci builds the stack that has)"
-        )
+        pytest.skip("STACK=cpu-min has no torch/veRL (LONGHAUL_IMAGES_STACK=cpu-ci builds the stack that has)")
     probe = (
         "import torch, transformers, importlib.metadata as md; "
         f"m = transformers.AutoModelForCausalLM.from_pretrained('{BAKED_REPO}'); "
@@ -145,9 +143,7 @@ def test_trainer_runs_unprivileged_read_only_like_hpc(trainer: str) -> None:
         write_spec(specs / "baked.yaml", BAKED_REPO, BAKED_USER)
         cid = sh("podman", "create", trainer, check=True).stdout.strip()
         try:
-            tar = subprocess.run(
-                ["podman", "export", cid], capture_output=True, timeout=300, check=True
-            ).stdout
+            tar = subprocess.run(["podman", "export", cid], capture_output=True, timeout=300, check=True).stdout
         finally:
             sh("podman", "rm", cid)
         subprocess.run(["tar", "-x", "-C", str(root), "--exclude=dev/*"], input=tar, check=True)
@@ -174,7 +170,9 @@ def test_operator_non_root_without_ml_stack(operator_image: str) -> None:
     cfg = inspect(operator_image)["Config"]
     assert cfg["User"] == "1000:1000"
     assert cfg["Entrypoint"] == ["kopf", "run"] and cfg["Cmd"][-1].endswith("/longhaul_operator.py")
-    probe = "import importlib.util as u; print([m for m in ('torch', 'verl', 'vllm', 'transformers') if u.find_spec(m)])"
+    probe = (
+        "import importlib.util as u; print([m for m in ('torch', 'verl', 'vllm', 'transformers') if u.find_spec(m)])"
+    )
     res = run(operator_image, "-c", probe, opts=("--entrypoint", "python3"))
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"

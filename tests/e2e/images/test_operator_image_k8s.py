@@ -93,25 +93,19 @@ def operator_container(operator_image: str, cluster: Cluster, namespace: str) ->
         shutil.rmtree(shared, ignore_errors=True)
 
 
-def test_operator_image_reconciles_an_experiment(
-    cluster: Cluster, namespace: str, operator_container: str
-) -> None:
+def test_operator_image_reconciles_an_experiment(cluster: Cluster, namespace: str, operator_container: str) -> None:
     started = time.monotonic()
     out = cluster.kubectl("apply", "-n", namespace, "-f", str(SPEC))
     assert "experiment.longhaul.dev/prm-lite-lata created" in out.stdout
 
     def status() -> dict:
-        exp = json.loads(
-            cluster.kubectl("get", "experiment", "prm-lite-lata", "-n", namespace, "-o", "json").stdout
-        )
+        exp = json.loads(cluster.kubectl("get", "experiment", "prm-lite-lata", "-n", namespace, "-o", "json").stdout)
         return exp.get("status") or {}
 
     run = wait_until("status.runName written by the containerised operator", lambda: status().get("runName"))
     job = wait_until(
         "the grpo Job",
-        lambda: (
-            cluster.kubectl("get", "job", f"{run}-grpo", "-n", namespace, "-o", "json", check=False).stdout
-        ),
+        lambda: cluster.kubectl("get", "job", f"{run}-grpo", "-n", namespace, "-o", "json", check=False).stdout,
     )
     owner = json.loads(job)["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["controller"]) == ("Experiment", "prm-lite-lata", True)

@@ -81,9 +81,12 @@ class Cluster:
         )
         return env
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([self.kubectl_bin, *args], input=input, capture_output=True, text=True,
-                              env=self.env, timeout=timeout)
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [self.kubectl_bin, *args], input=input, capture_output=True, text=True, env=self.env, timeout=timeout
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
         return proc
@@ -113,9 +116,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             kubeconfig = workdir / "kubeconfig"
             with log.open("w") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, str(EMULATOR), "--port", str(port), "--kubeconfig", str(kubeconfig),
-                     "--access-log", "--delay", "POST:jobs=3"],
-                    stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                    [
+                        sys.executable,
+                        str(EMULATOR),
+                        "--port",
+                        str(port),
+                        "--kubeconfig",
+                        str(kubeconfig),
+                        "--access-log",
+                        "--delay",
+                        "POST:jobs=3",
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=ROOT,
                 )
             wait_http(f"http://127.0.0.1:{port}/version", 60, proc=proc, log=log)
             cl = Cluster(kubeconfig=kubeconfig, emulated=True, workdir=workdir)
@@ -151,8 +165,14 @@ class Operator:
 
     def kopf_args(self, port: int) -> list[str]:
         """The `kopf run …` arguments (after `python -m kopf`)."""
-        return ["run", "--standalone", f"--namespace={self.namespace}", f"--liveness=http://127.0.0.1:{port}/healthz",
-                "--log-format=json", str(OPERATOR_FILE)]
+        return [
+            "run",
+            "--standalone",
+            f"--namespace={self.namespace}",
+            f"--liveness=http://127.0.0.1:{port}/healthz",
+            "--log-format=json",
+            str(OPERATOR_FILE),
+        ]
 
     def process_env(self) -> dict[str, str]:
         return {**self.cluster.env, "LONGHAUL_OPERATOR_RESYNC_S": "5", **self.env}
@@ -164,7 +184,10 @@ class Operator:
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kopf", *self.kopf_args(port)],
-                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=self.process_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=self.process_env(),
             )
         self.health_url = f"http://127.0.0.1:{port}/healthz"
         wait_http(self.health_url, 60, proc=self.proc, log=self.log)
@@ -210,8 +233,14 @@ class WarmOperator(Operator):
         self.starts += 1
         log = self.workdir / f"operator-{self.starts}.log"
         with log.open("w") as out:
-            proc = subprocess.Popen([sys.executable, "-c", _WARM_KOPF, *self.kopf_args(port)], stdin=subprocess.PIPE,
-                                    stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=self.process_env())
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _WARM_KOPF, *self.kopf_args(port)],
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=self.process_env(),
+            )
         return proc, port, log
 
     def start(self, wait: bool = True) -> None:
@@ -258,10 +287,12 @@ def wait_until(what: str, fn: Callable[[], Any], timeout: float = 60, interval: 
 
 # ---- the Job controller, played by the tests (nothing runs pods on the test API server) ----
 
+
 def job_status(cluster: Cluster, ns: str, job: str, status: dict[str, Any]) -> None:
     """Play the Job controller: write the Job's status subresource."""
-    cluster.kubectl("patch", "job", job, "-n", ns, "--subresource=status", "--type=merge",
-                    "-p", json.dumps({"status": status}))
+    cluster.kubectl(
+        "patch", "job", job, "-n", ns, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status})
+    )
 
 
 def job_running(cluster: Cluster, ns: str, job: str) -> None:
@@ -270,23 +301,55 @@ def job_running(cluster: Cluster, ns: str, job: str) -> None:
 
 def job_succeeded(cluster: Cluster, ns: str, job: str) -> None:
     now = "2026-01-01T01:00:00Z"
-    job_status(cluster, ns, job, {
-        "startTime": "2026-01-01T00:00:00Z", "completionTime": now, "active": 0, "ready": 0, "succeeded": 1,
-        "conditions": [
-            {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": now},
-            {"type": "Complete", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": now},
-        ],
-    })
+    job_status(
+        cluster,
+        ns,
+        job,
+        {
+            "startTime": "2026-01-01T00:00:00Z",
+            "completionTime": now,
+            "active": 0,
+            "ready": 0,
+            "succeeded": 1,
+            "conditions": [
+                {
+                    "type": "SuccessCriteriaMet",
+                    "status": "True",
+                    "reason": "CompletionsReached",
+                    "lastTransitionTime": now,
+                },
+                {"type": "Complete", "status": "True", "reason": "CompletionsReached", "lastTransitionTime": now},
+            ],
+        },
+    )
 
 
 def job_failed(cluster: Cluster, ns: str, job: str) -> None:
     now = "2026-01-01T01:00:00Z"
-    job_status(cluster, ns, job, {
-        "startTime": "2026-01-01T00:00:00Z", "active": 0, "ready": 0, "failed": 1,
-        "conditions": [
-            {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded",
-             "message": "Job was active longer than specified deadline", "lastTransitionTime": now},
-            {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
-             "message": "Job was active longer than specified deadline", "lastTransitionTime": now},
-        ],
-    })
+    job_status(
+        cluster,
+        ns,
+        job,
+        {
+            "startTime": "2026-01-01T00:00:00Z",
+            "active": 0,
+            "ready": 0,
+            "failed": 1,
+            "conditions": [
+                {
+                    "type": "FailureTarget",
+                    "status": "True",
+                    "reason": "DeadlineExceeded",
+                    "message": "Job was active longer than specified deadline",
+                    "lastTransitionTime": now,
+                },
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "DeadlineExceeded",
+                    "message": "Job was active longer than specified deadline",
+                    "lastTransitionTime": now,
+                },
+            ],
+        },
+    )

@@ -17,17 +17,27 @@ CHART = ROOT / "charts/longhaul"
 
 
 def helm(tmp_path: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HELM_CACHE_HOME": str(tmp_path / "c"), "HELM_CONFIG_HOME": str(tmp_path / "g"),
-           "HELM_DATA_HOME": str(tmp_path / "d")}
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(tmp_path / "c"),
+        "HELM_CONFIG_HOME": str(tmp_path / "g"),
+        "HELM_DATA_HOME": str(tmp_path / "d"),
+    }
     proc = subprocess.run([_tool("helm"), *args], capture_output=True, text=True, env=env, timeout=120)
     if check:
         assert proc.returncode == 0, proc.stderr + proc.stdout
     return proc
 
 
-@pytest.mark.parametrize("sets", [[], ["--set", "watch.clusterWide=true", "--set", "multinodeEngines={rayjob,jobset}",
-                                       "--set", "kueue=true"],
-                                  ["--set", "watch.namespaces={team-a,team-b}"]], ids=["namespaced", "cluster", "multi-ns"])
+@pytest.mark.parametrize(
+    "sets",
+    [
+        [],
+        ["--set", "watch.clusterWide=true", "--set", "multinodeEngines={rayjob,jobset}", "--set", "kueue=true"],
+        ["--set", "watch.namespaces={team-a,team-b}"],
+    ],
+    ids=["namespaced", "cluster", "multi-ns"],
+)
 def test_lint_and_template_validate(tmp_path: Path, sets: list[str]) -> None:
     helm(tmp_path, "lint", "--strict", str(CHART), *sets)
     out = helm(tmp_path, "template", "lh", str(CHART), "--include-crds", "--namespace", "longhaul", *sets).stdout
@@ -61,8 +71,11 @@ def test_lint_and_template_validate(tmp_path: Path, sets: list[str]) -> None:
         assert "secrets" not in resources and "pods" not in resources
     # Kueue's Workloads: read (list) only when the chart is told Kueue is there.
     kueue_rules = [rule for role in roles for rule in role["rules"] if "kueue.x-k8s.io" in rule["apiGroups"]]
-    assert kueue_rules == ([{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]}]
-                           if "kueue=true" in sets else [])
+    assert kueue_rules == (
+        [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list"]}]
+        if "kueue=true" in sets
+        else []
+    )
     if "--set" in sets and "watch.clusterWide=true" in sets:
         assert [r["kind"] for r in roles] == ["ClusterRole"] and "--all-namespaces" in c["args"]
     else:
@@ -77,8 +90,16 @@ def test_chart_crd_is_the_generated_one(tmp_path: Path) -> None:
     assert crd == build_crd()
 
 
-@pytest.mark.parametrize("bad", ["securityContext.readOnlyRootFilesystem=false", "image.pullPolicy=Sometimes",
-                                 "logFormat=xml", "watch.namespaces={Bad_NS}", "typo=1"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "securityContext.readOnlyRootFilesystem=false",
+        "image.pullPolicy=Sometimes",
+        "logFormat=xml",
+        "watch.namespaces={Bad_NS}",
+        "typo=1",
+    ],
+)
 def test_values_schema_refuses(tmp_path: Path, bad: str) -> None:
     proc = helm(tmp_path, "lint", "--strict", str(CHART), "--set", bad, check=False)
     assert proc.returncode != 0

@@ -27,26 +27,36 @@ EXP = "prm-lite-lata"
 COMMIT_1, COMMIT_2, COMMIT_3 = "1" * 40, "2" * 40, "3" * 40
 
 
-def gitops_doc(ns: str, *, commit: str, labels: dict[str, str], annotations: dict[str, str],
-               **spec_changes: Any) -> dict[str, Any]:
+def gitops_doc(
+    ns: str, *, commit: str, labels: dict[str, str], annotations: dict[str, str], **spec_changes: Any
+) -> dict[str, Any]:
     """The spec file as the controller applies it: its tracking metadata added, the namespace set."""
     doc = yaml.safe_load(SPEC.read_text())
-    doc["metadata"].update(namespace=ns, labels=labels,
-                           annotations={**annotations, "longhaul.dev/git-commit": commit})
+    doc["metadata"].update(namespace=ns, labels=labels, annotations={**annotations, "longhaul.dev/git-commit": commit})
     doc["spec"]["algorithm"].update(spec_changes)
     return doc
 
 
 def argocd(ns: str, commit: str, **spec_changes: Any) -> dict[str, Any]:
-    return gitops_doc(ns, commit=commit, labels={"app.kubernetes.io/instance": "longhaul-experiments"},
-                      annotations={"argocd.argoproj.io/tracking-id":
-                                   f"longhaul-experiments:longhaul.dev/Experiment:{ns}/{EXP}"}, **spec_changes)
+    return gitops_doc(
+        ns,
+        commit=commit,
+        labels={"app.kubernetes.io/instance": "longhaul-experiments"},
+        annotations={"argocd.argoproj.io/tracking-id": f"longhaul-experiments:longhaul.dev/Experiment:{ns}/{EXP}"},
+        **spec_changes,
+    )
 
 
 def flux(ns: str, commit: str) -> dict[str, Any]:
-    return gitops_doc(ns, commit=commit, annotations={},
-                      labels={"kustomize.toolkit.fluxcd.io/name": "longhaul-experiments",
-                              "kustomize.toolkit.fluxcd.io/namespace": "flux-system"})
+    return gitops_doc(
+        ns,
+        commit=commit,
+        annotations={},
+        labels={
+            "kustomize.toolkit.fluxcd.io/name": "longhaul-experiments",
+            "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+        },
+    )
 
 
 def server_side_apply(cluster: Cluster, doc: dict[str, Any], manager: str) -> None:
@@ -68,8 +78,9 @@ def expected_run(doc: dict[str, Any]) -> tuple[str, str]:
 
 def longhaul(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**cluster.env, "LONGHAUL_KUBECTL": cluster.kubectl_bin}
-    return subprocess.run([sys.executable, "-m", "longhaul.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "longhaul.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_gitops_apply_sequences_history_and_prune(cluster: Cluster, namespace: str, operator: Operator) -> None:
@@ -79,7 +90,9 @@ def test_gitops_apply_sequences_history_and_prune(cluster: Cluster, namespace: s
     run, full_hash = expected_run(first)
     assert run == expected_run(yaml.safe_load(SPEC.read_text()))[0]  # the controller's metadata is not in the hash
     wait_until("the run in the status", lambda: status(cluster, ns).get("runName") == run)
-    wait_until("the grpo Job", lambda: cluster.kubectl("get", "job", f"{run}-grpo", "-n", ns, check=False).returncode == 0)
+    wait_until(
+        "the grpo Job", lambda: cluster.kubectl("get", "job", f"{run}-grpo", "-n", ns, check=False).returncode == 0
+    )
 
     # The same spec re-synced by Flux (its labels, a newer commit stamped): no new run, no new Job, no spec edit.
     server_side_apply(cluster, flux(ns, COMMIT_2), "kustomize-controller")
@@ -94,15 +107,27 @@ def test_gitops_apply_sequences_history_and_prune(cluster: Cluster, namespace: s
     # The launcher reports its MLflow run on the Job; the Job event makes the operator reconcile the re-labelled body.
     cluster.kubectl("annotate", "job", f"{run}-grpo", "-n", ns, "longhaul.dev/mlflow-run-id=mlflowrun1")
     job_running(cluster, ns, f"{run}-grpo")
-    st = wait_until("Running with the MLflow run", lambda: (s := status(cluster, ns)).get("phase") == "Running"
-                    and s.get("mlflowRunId") == "mlflowrun1" and s)
+    st = wait_until(
+        "Running with the MLflow run",
+        lambda: (s := status(cluster, ns)).get("phase") == "Running" and s.get("mlflowRunId") == "mlflowrun1" and s,
+    )
     assert st["runName"] == run and st["specHash"] == full_hash
-    assert st["history"] == [{"runName": run, "specHash": full_hash, "gitCommit": COMMIT_1, "phase": "Running",
-                              "mlflowRunId": "mlflowrun1", "startTime": "2026-01-01T00:00:00Z"}]
+    assert st["history"] == [
+        {
+            "runName": run,
+            "specHash": full_hash,
+            "gitCommit": COMMIT_1,
+            "phase": "Running",
+            "mlflowRunId": "mlflowrun1",
+            "startTime": "2026-01-01T00:00:00Z",
+        }
+    ]
     assert [j["metadata"]["name"] for j in cluster.get_json("jobs", "-n", ns)["items"]] == [f"{run}-grpo"]
 
     job_succeeded(cluster, ns, f"{run}-grpo")
-    wait_until("the eval Job", lambda: cluster.kubectl("get", "job", f"{run}-eval", "-n", ns, check=False).returncode == 0)
+    wait_until(
+        "the eval Job", lambda: cluster.kubectl("get", "job", f"{run}-eval", "-n", ns, check=False).returncode == 0
+    )
     job_succeeded(cluster, ns, f"{run}-eval")
     wait_until("Succeeded", lambda: status(cluster, ns).get("phase") == "Succeeded")
 
@@ -111,11 +136,15 @@ def test_gitops_apply_sequences_history_and_prune(cluster: Cluster, namespace: s
     run2, hash2 = expected_run(changed)
     assert run2 != run
     server_side_apply(cluster, changed, "argocd-controller")
-    wait_until("the new run's Job", lambda: cluster.kubectl("get", "job", f"{run2}-grpo", "-n", ns,
-                                                            check=False).returncode == 0)
+    wait_until(
+        "the new run's Job",
+        lambda: cluster.kubectl("get", "job", f"{run2}-grpo", "-n", ns, check=False).returncode == 0,
+    )
     hist = wait_until("two runs in the history", lambda: len(h := status(cluster, ns).get("history") or []) == 2 and h)
     assert [(h["runName"], h["specHash"], h["gitCommit"], h["phase"]) for h in hist] == [
-        (run, full_hash, COMMIT_1, "Succeeded"), (run2, hash2, COMMIT_3, "Pending")]
+        (run, full_hash, COMMIT_1, "Succeeded"),
+        (run2, hash2, COMMIT_3, "Pending"),
+    ]
     assert hist[0]["mlflowRunId"] == "mlflowrun1" and "mlflowRunId" not in hist[1]
 
     # `longhaul history NAME`: the same, from the cluster (explicit namespace and kubeconfig).

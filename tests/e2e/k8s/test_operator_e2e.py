@@ -48,8 +48,15 @@ def run_jobs(cluster: Cluster, ns: str, run: str) -> list[dict[str, Any]]:
 
 
 def wait_phase(cluster: Cluster, ns: str, phase: str, name: str = EXP, timeout: int = 60) -> None:
-    cluster.kubectl("wait", f"experiment/{name}", "-n", ns, f"--for=jsonpath={{.status.phase}}={phase}",
-                    f"--timeout={timeout}s", timeout=timeout + 10)
+    cluster.kubectl(
+        "wait",
+        f"experiment/{name}",
+        "-n",
+        ns,
+        f"--for=jsonpath={{.status.phase}}={phase}",
+        f"--timeout={timeout}s",
+        timeout=timeout + 10,
+    )
 
 
 def wait_for_run(cluster: Cluster, ns: str, name: str = EXP) -> str:
@@ -60,17 +67,22 @@ def condition(exp: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (exp.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
 
 
-def test_apply_prm_lite_lata_runs_stages_and_cascades_on_delete(cluster: Cluster, namespace: str, operator: Operator) -> None:
+def test_apply_prm_lite_lata_runs_stages_and_cascades_on_delete(
+    cluster: Cluster, namespace: str, operator: Operator
+) -> None:
     ns = namespace
     out = apply(cluster, ns)
     assert "experiment.longhaul.dev/prm-lite-lata created" in out.stdout
 
     run = wait_for_run(cluster, ns)
     assert run.startswith("prm-lite-lata-") and len(run) == len("prm-lite-lata-") + 8
-    cm = wait_until("the spec ConfigMap", lambda: cluster.kubectl(
-        "get", "configmap", f"{run}-spec", "-n", ns, "-o", "json", check=False).stdout)
-    grpo = wait_until("the grpo Job", lambda: cluster.kubectl(
-        "get", "job", f"{run}-grpo", "-n", ns, "-o", "json", check=False).stdout)
+    cm = wait_until(
+        "the spec ConfigMap",
+        lambda: cluster.kubectl("get", "configmap", f"{run}-spec", "-n", ns, "-o", "json", check=False).stdout,
+    )
+    grpo = wait_until(
+        "the grpo Job", lambda: cluster.kubectl("get", "job", f"{run}-grpo", "-n", ns, "-o", "json", check=False).stdout
+    )
     cm, grpo = json.loads(cm), json.loads(grpo)
     exp = experiment(cluster, ns)
     uid = exp["metadata"]["uid"]
@@ -100,10 +112,19 @@ def test_apply_prm_lite_lata_runs_stages_and_cascades_on_delete(cluster: Cluster
 
     job_running(cluster, ns, f"{run}-grpo")
     wait_phase(cluster, ns, "Running")
-    cluster.kubectl("annotate", "job", f"{run}-grpo", "-n", ns, "longhaul.dev/mlflow-run-id=0123abcd",
-                    "longhaul.dev/mlflow-url=http://mlflow.example/#/runs/0123abcd", "longhaul.dev/checkpoint-step=50")
-    status = wait_until("MLflow run id in the status",
-                        lambda: (s := experiment(cluster, ns)["status"]).get("mlflowRunId") and s)
+    cluster.kubectl(
+        "annotate",
+        "job",
+        f"{run}-grpo",
+        "-n",
+        ns,
+        "longhaul.dev/mlflow-run-id=0123abcd",
+        "longhaul.dev/mlflow-url=http://mlflow.example/#/runs/0123abcd",
+        "longhaul.dev/checkpoint-step=50",
+    )
+    status = wait_until(
+        "MLflow run id in the status", lambda: (s := experiment(cluster, ns)["status"]).get("mlflowRunId") and s
+    )
     assert status["mlflowUrl"] == "http://mlflow.example/#/runs/0123abcd"
     assert status["lastCheckpointStep"] == 50
     assert status["stage"] == "grpo" and status["startTime"]
@@ -112,8 +133,9 @@ def test_apply_prm_lite_lata_runs_stages_and_cascades_on_delete(cluster: Cluster
     assert "Running" in printed and run in printed  # printer columns
 
     job_succeeded(cluster, ns, f"{run}-grpo")
-    eval_job = wait_until("the eval Job", lambda: cluster.kubectl(
-        "get", "job", f"{run}-eval", "-n", ns, "-o", "json", check=False).stdout)
+    eval_job = wait_until(
+        "the eval Job", lambda: cluster.kubectl("get", "job", f"{run}-eval", "-n", ns, "-o", "json", check=False).stdout
+    )
     assert json.loads(eval_job)["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "eval"
     job_running(cluster, ns, f"{run}-eval")
     job_succeeded(cluster, ns, f"{run}-eval")
@@ -126,11 +148,14 @@ def test_apply_prm_lite_lata_runs_stages_and_cascades_on_delete(cluster: Cluster
 
     cluster.kubectl("delete", "experiment", EXP, "-n", ns, "--timeout=60s")
     wait_until("the cascade to delete the Jobs", lambda: run_jobs(cluster, ns, run) == [])
-    wait_until("the cascade to delete the ConfigMap", lambda: cluster.kubectl(
-        "get", "configmap", f"{run}-spec", "-n", ns, check=False).returncode != 0)
+    wait_until(
+        "the cascade to delete the ConfigMap",
+        lambda: cluster.kubectl("get", "configmap", f"{run}-spec", "-n", ns, check=False).returncode != 0,
+    )
     # The operator forgets a deleted Experiment (no per-name state grows with every spec a GitOps repo prunes).
-    wait_until("the operator to forget the deleted Experiment",
-               lambda: operator.probes().get("experiments_tracked") == 0)
+    wait_until(
+        "the operator to forget the deleted Experiment", lambda: operator.probes().get("experiments_tracked") == 0
+    )
 
 
 def test_invalid_spec_ends_invalid_without_children(cluster: Cluster, namespace: str, operator: Operator) -> None:
@@ -147,9 +172,14 @@ def test_invalid_spec_ends_invalid_without_children(cluster: Cluster, namespace:
     assert valid["status"] == "False" and valid["reason"] == "InvalidSpec"
     assert cluster.get_json("jobs", "-n", ns)["items"] == []
     assert cluster.get_json("configmaps", "-n", ns, "-l", "longhaul.dev/experiment=bad-k")["items"] == []
-    events = wait_until("an InvalidSpec event", lambda: [
-        e for e in cluster.get_json("events", "-n", ns)["items"]
-        if e.get("reason") == "InvalidSpec" and e["involvedObject"]["name"] == "bad-k"])
+    events = wait_until(
+        "an InvalidSpec event",
+        lambda: [
+            e
+            for e in cluster.get_json("events", "-n", ns)["items"]
+            if e.get("reason") == "InvalidSpec" and e["involvedObject"]["name"] == "bad-k"
+        ],
+    )
     assert "samples_per_task" in events[0]["message"]
 
 
@@ -164,8 +194,9 @@ def test_api_server_rejects_schema_violations(cluster: Cluster, namespace: str) 
     assert cluster.get_json("experiments", "-n", namespace)["items"] == []
 
 
-def test_operator_killed_mid_reconcile_restarts_without_duplicates(cluster: Cluster, namespace: str,
-                                                                   operator: Operator) -> None:
+def test_operator_killed_mid_reconcile_restarts_without_duplicates(
+    cluster: Cluster, namespace: str, operator: Operator
+) -> None:
     ns = namespace
     apply(cluster, ns)
     # Kill as soon as the Job exists. On the test API server the Job POST is answered 3 s after the write, so
@@ -177,7 +208,9 @@ def test_operator_killed_mid_reconcile_restarts_without_duplicates(cluster: Clus
 
     operator.start()
     run = wait_for_run(cluster, ns)
-    wait_until("status to show the grpo stage", lambda: experiment(cluster, ns)["status"].get("jobName") == f"{run}-grpo")
+    wait_until(
+        "status to show the grpo stage", lambda: experiment(cluster, ns)["status"].get("jobName") == f"{run}-grpo"
+    )
     jobs = run_jobs(cluster, ns, run)
     assert [j["metadata"]["name"] for j in jobs] == [f"{run}-grpo"]
     assert len(cluster.get_json("jobs", "-n", ns)["items"]) == 1
@@ -199,8 +232,10 @@ def test_editing_a_running_spec_is_refused(cluster: Cluster, namespace: str, ope
     apply(cluster, ns, spec_doc(algorithm__total_steps=400))
     gen = experiment(cluster, ns)["metadata"]["generation"]
     assert gen == 2
-    refused = wait_until("SpecChangeRefused", lambda: (c := condition(experiment(cluster, ns), "SpecChangeRefused"))
-                         and c["status"] == "True" and c)
+    refused = wait_until(
+        "SpecChangeRefused",
+        lambda: (c := condition(experiment(cluster, ns), "SpecChangeRefused")) and c["status"] == "True" and c,
+    )
     assert run in refused["message"] and "new run" in refused["message"]
     exp = experiment(cluster, ns)
     assert exp["status"]["runName"] == run and exp["status"]["phase"] == "Running"
@@ -211,7 +246,9 @@ def test_editing_a_running_spec_is_refused(cluster: Cluster, namespace: str, ope
 
     # Re-applying the running spec clears the refusal; the run goes on.
     apply(cluster, ns)
-    wait_until("the refusal to clear", lambda: condition(experiment(cluster, ns), "SpecChangeRefused")["status"] == "False")
+    wait_until(
+        "the refusal to clear", lambda: condition(experiment(cluster, ns), "SpecChangeRefused")["status"] == "False"
+    )
 
 
 def test_failed_job_fails_the_experiment(cluster: Cluster, namespace: str, operator: Operator) -> None:

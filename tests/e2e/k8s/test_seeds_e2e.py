@@ -55,12 +55,15 @@ def printed(cluster: Cluster, ns: str) -> dict[str, str]:
 
 
 def wait_printed(cluster: Cluster, ns: str, phase: str, seeds: str) -> dict[str, str]:
-    return wait_until(f"PHASE {phase} and SEEDS {seeds} in `kubectl get experiments`",
-                      lambda: (p := printed(cluster, ns))["PHASE"] == phase and p["SEEDS"] == seeds and p)
+    return wait_until(
+        f"PHASE {phase} and SEEDS {seeds} in `kubectl get experiments`",
+        lambda: (p := printed(cluster, ns))["PHASE"] == phase and p["SEEDS"] == seeds and p,
+    )
 
 
-def test_two_seeds_run_two_stage_chains_with_aggregated_status(cluster: Cluster, namespace: str,
-                                                               operator: Operator) -> None:
+def test_two_seeds_run_two_stage_chains_with_aggregated_status(
+    cluster: Cluster, namespace: str, operator: Operator
+) -> None:
     ns = namespace
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(seeds_doc([7, 8])))
     group = wait_until("status.runName", lambda: status(cluster, ns).get("runName"))
@@ -112,33 +115,48 @@ def test_two_seeds_run_two_stage_chains_with_aggregated_status(cluster: Cluster,
     job_succeeded(cluster, ns, f"{s8}-eval")
     wait_printed(cluster, ns, "Succeeded", "2/2")
     st = status(cluster, ns)
-    assert [(e["seed"], e["phase"], e["stage"]) for e in st["seedRuns"]] == [(7, "Succeeded", "eval"),
-                                                                           (8, "Succeeded", "eval")]
+    assert [(e["seed"], e["phase"], e["stage"]) for e in st["seedRuns"]] == [
+        (7, "Succeeded", "eval"),
+        (8, "Succeeded", "eval"),
+    ]
     complete = next(c for c in st["conditions"] if c["type"] == "Complete")
     assert (complete["status"], complete["reason"]) == ("True", "AllSeedsSucceeded") and st["completionTime"]
     assert len(cluster.get_json("jobs", "-n", ns)["items"]) == 4
 
 
-def test_submit_cli_ships_a_multi_seed_experiment(cluster: Cluster, namespace: str, operator: Operator,
-                                                  tmp_path: Path) -> None:
+def test_submit_cli_ships_a_multi_seed_experiment(
+    cluster: Cluster, namespace: str, operator: Operator, tmp_path: Path
+) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     shutil.copy(cluster.kubeconfig, kubeconfig)
-    subprocess.run([cluster.kubectl_bin, "config", "set-context", "--current", f"--namespace={namespace}"],
-                   env={**os.environ, "KUBECONFIG": str(kubeconfig)}, check=True, capture_output=True)
+    subprocess.run(
+        [cluster.kubectl_bin, "config", "set-context", "--current", f"--namespace={namespace}"],
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        check=True,
+        capture_output=True,
+    )
     spec = tmp_path / "smoke-seeds.yaml"
     spec.write_text(yaml.safe_dump(seeds_doc([3, 4]), sort_keys=False))
     env = {**cluster.env, "KUBECONFIG": str(kubeconfig), "LONGHAUL_KUBECTL": cluster.kubectl_bin}
 
     def longhaul(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "longhaul.cli", *args], capture_output=True, text=True,
-                              cwd=tmp_path, env=env, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "longhaul.cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=120,
+        )
 
     sub = longhaul("submit", str(spec), "--backend", "kubernetes")
     assert sub.returncode == 0, sub.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     group = run_dir.name
-    wait_until("both first stages", lambda: names(cluster, "jobs", namespace, f"{SEED_GROUP}={group}")
-               == [f"{group}-s3-grpo", f"{group}-s4-grpo"])
+    wait_until(
+        "both first stages",
+        lambda: names(cluster, "jobs", namespace, f"{SEED_GROUP}={group}") == [f"{group}-s3-grpo", f"{group}-s4-grpo"],
+    )
 
     def seeds() -> dict[str, Any]:
         st = longhaul("status", str(run_dir), "--json")

@@ -37,9 +37,15 @@ SETTLE_S = 7
 def doc(ns: str, commit: str, policy: str, **algorithm: Any) -> dict[str, Any]:
     """The spec file as Argo CD applies it: tracking annotation, the git commit and the policy stamped on it."""
     d = yaml.safe_load(SPEC.read_text())
-    d["metadata"].update(namespace=ns, labels={"app.kubernetes.io/instance": "longhaul-experiments"}, annotations={
-        "argocd.argoproj.io/tracking-id": f"longhaul-experiments:longhaul.dev/Experiment:{ns}/{EXP}",
-        C.ANNOTATION_GIT_COMMIT: commit, C.ANNOTATION_ON_SPEC_CHANGE: policy})
+    d["metadata"].update(
+        namespace=ns,
+        labels={"app.kubernetes.io/instance": "longhaul-experiments"},
+        annotations={
+            "argocd.argoproj.io/tracking-id": f"longhaul-experiments:longhaul.dev/Experiment:{ns}/{EXP}",
+            C.ANNOTATION_GIT_COMMIT: commit,
+            C.ANNOTATION_ON_SPEC_CHANGE: policy,
+        },
+    )
     d["spec"]["algorithm"].update(algorithm)
     return d
 
@@ -56,13 +62,17 @@ def status(cluster: Cluster, ns: str) -> dict[str, Any]:
 
 def jobs(cluster: Cluster, ns: str) -> list[str]:
     """Stage Jobs that exist and are not being deleted."""
-    return sorted(j["metadata"]["name"] for j in cluster.get_json("jobs", "-n", ns)["items"]
-                  if not j["metadata"].get("deletionTimestamp"))
+    return sorted(
+        j["metadata"]["name"]
+        for j in cluster.get_json("jobs", "-n", ns)["items"]
+        if not j["metadata"].get("deletionTimestamp")
+    )
 
 
 def refusal(st: dict[str, Any]) -> dict[str, Any] | None:
-    return next((c for c in st.get("conditions") or [] if c["type"] == "SpecChangeRefused" and c["status"] == "True"),
-                None)
+    return next(
+        (c for c in st.get("conditions") or [] if c["type"] == "SpecChangeRefused" and c["status"] == "True"), None
+    )
 
 
 def names(d: dict[str, Any]) -> tuple[str, str]:
@@ -80,26 +90,44 @@ def test_new_run_policy_under_gitops_applies(cluster: Cluster, namespace: str, o
     run1, hash1 = names(v1)
     apply(cluster, v1)
     wait_until("the first run's Job", lambda: jobs(cluster, ns) == [f"{run1}-grpo"])
-    cluster.kubectl("annotate", "job", f"{run1}-grpo", "-n", ns, f"{C.ANNOTATION_MLFLOW_RUN_ID}=mlflowrun1",
-                    f"{C.ANNOTATION_CHECKPOINT_STEP}=40")
+    cluster.kubectl(
+        "annotate",
+        "job",
+        f"{run1}-grpo",
+        "-n",
+        ns,
+        f"{C.ANNOTATION_MLFLOW_RUN_ID}=mlflowrun1",
+        f"{C.ANNOTATION_CHECKPOINT_STEP}=40",
+    )
     job_running(cluster, ns, f"{run1}-grpo")
-    wait_until("the first run Running", lambda: (s := status(cluster, ns)).get("phase") == "Running"
-               and s.get("lastCheckpointStep") == 40)
+    wait_until(
+        "the first run Running",
+        lambda: (s := status(cluster, ns)).get("phase") == "Running" and s.get("lastCheckpointStep") == 40,
+    )
 
     # A spec change merged in git and synced: the running run is stopped, the edit starts under its new name.
     v2 = doc(ns, COMMIT_2, C.SPEC_CHANGE_NEW_RUN, total_steps=400)
     run2, hash2 = names(v2)
     gen = apply(cluster, v2)
     wait_until("the old run's Job deleted and the new run's created", lambda: jobs(cluster, ns) == [f"{run2}-grpo"])
-    st = wait_until("the new run in the status", lambda: (s := status(cluster, ns)).get("runName") == run2
-                    and s.get("observedGeneration") == gen and len(s.get("history") or []) == 2 and s)
+    st = wait_until(
+        "the new run in the status",
+        lambda: (
+            (s := status(cluster, ns)).get("runName") == run2
+            and s.get("observedGeneration") == gen
+            and len(s.get("history") or []) == 2
+            and s
+        ),
+    )
     assert history(st) == [(run1, hash1, COMMIT_1, "Superseded"), (run2, hash2, COMMIT_2, "Pending")]
     assert st["history"][0]["mlflowRunId"] == "mlflowrun1" and st["history"][0]["completionTime"]
     assert st["phase"] == "Pending" and refusal(st) is None
     # The old run's ConfigMap (its resolved spec) stays: the operator deletes stage workloads only.
     cluster.kubectl("get", "configmap", f"{run1}-spec", "-n", ns)
-    events = wait_until("a RunSuperseded event", lambda: [
-        e for e in cluster.get_json("events", "-n", ns)["items"] if e.get("reason") == "RunSuperseded"])
+    events = wait_until(
+        "a RunSuperseded event",
+        lambda: [e for e in cluster.get_json("events", "-n", ns)["items"] if e.get("reason") == "RunSuperseded"],
+    )
     assert f"run {run2} starts" in events[0]["message"]
 
     # Reconciled again (a Job event, re-syncs): no duplicate Job, no further history entry.
@@ -114,15 +142,19 @@ def test_new_run_policy_under_gitops_applies(cluster: Cluster, namespace: str, o
     bad = doc(ns, COMMIT_3, C.SPEC_CHANGE_NEW_RUN, total_steps=400)
     bad["spec"]["evaluation"]["k"] = [1, 16]
     gen = apply(cluster, bad)
-    st = wait_until("the invalid edit refused", lambda: (r := refusal(s := status(cluster, ns))) is not None
-                    and r.get("observedGeneration") == gen and s)
+    st = wait_until(
+        "the invalid edit refused",
+        lambda: (r := refusal(s := status(cluster, ns))) is not None and r.get("observedGeneration") == gen and s,
+    )
     assert "also invalid" in refusal(st)["message"] and st["runName"] == run2 and st["phase"] == "Running"
     assert jobs(cluster, ns) == [f"{run2}-grpo"] and len(st["history"]) == 2
 
     # The running spec again, then the policy alone switched to refuse: the same run throughout.
     gen = apply(cluster, v2)
-    wait_until("the refusal cleared", lambda: (s := status(cluster, ns)).get("observedGeneration") == gen
-               and refusal(s) is None)
+    wait_until(
+        "the refusal cleared",
+        lambda: (s := status(cluster, ns)).get("observedGeneration") == gen and refusal(s) is None,
+    )
     apply(cluster, doc(ns, COMMIT_2, C.SPEC_CHANGE_REFUSE, total_steps=400))
     time.sleep(SETTLE_S)
     st = status(cluster, ns)
@@ -132,15 +164,21 @@ def test_new_run_policy_under_gitops_applies(cluster: Cluster, namespace: str, o
     # The first spec reverted in git under refuse: refused. Then only the policy switched to new-run (an
     # annotation edit): the refused edit starts, which resumes the first run under its old name.
     gen = apply(cluster, doc(ns, COMMIT_1, C.SPEC_CHANGE_REFUSE))
-    wait_until("the revert refused", lambda: (r := refusal(status(cluster, ns))) is not None
-               and r.get("observedGeneration") == gen)
+    wait_until(
+        "the revert refused",
+        lambda: (r := refusal(status(cluster, ns))) is not None and r.get("observedGeneration") == gen,
+    )
     assert jobs(cluster, ns) == [f"{run2}-grpo"]
     apply(cluster, doc(ns, COMMIT_1, C.SPEC_CHANGE_NEW_RUN))
     wait_until("the first run resumed", lambda: jobs(cluster, ns) == [f"{run1}-grpo"])
-    st = wait_until("three runs in the history", lambda: len((s := status(cluster, ns)).get("history") or []) == 3
-                    and s)
-    assert history(st) == [(run1, hash1, COMMIT_1, "Superseded"), (run2, hash2, COMMIT_2, "Superseded"),
-                           (run1, hash1, COMMIT_1, "Pending")]
+    st = wait_until(
+        "three runs in the history", lambda: len((s := status(cluster, ns)).get("history") or []) == 3 and s
+    )
+    assert history(st) == [
+        (run1, hash1, COMMIT_1, "Superseded"),
+        (run2, hash2, COMMIT_2, "Superseded"),
+        (run1, hash1, COMMIT_1, "Pending"),
+    ]
     assert st["runName"] == run1 and refusal(st) is None
     # The policy annotation's own update handler ran (a metadata edit does not reach the `spec` handler).
     assert "spec_change_policy" in operator.logs()

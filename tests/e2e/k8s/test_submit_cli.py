@@ -17,16 +17,23 @@ pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
 def longhaul(cluster: Cluster, cwd: Path, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**cluster.env, "KUBECONFIG": str(kubeconfig), "LONGHAUL_KUBECTL": cluster.kubectl_bin}
-    return subprocess.run([sys.executable, "-m", "longhaul.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "longhaul.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120
+    )
 
 
-def test_submit_and_status_through_the_cli(cluster: Cluster, namespace: str, operator: Operator, tmp_path: Path) -> None:
+def test_submit_and_status_through_the_cli(
+    cluster: Cluster, namespace: str, operator: Operator, tmp_path: Path
+) -> None:
     # The user's current kubectl context decides the namespace.
     kubeconfig = tmp_path / "kubeconfig"
     shutil.copy(cluster.kubeconfig, kubeconfig)
-    subprocess.run([cluster.kubectl_bin, "config", "set-context", "--current", f"--namespace={namespace}"],
-                   env={**os.environ, "KUBECONFIG": str(kubeconfig)}, check=True, capture_output=True)
+    subprocess.run(
+        [cluster.kubectl_bin, "config", "set-context", "--current", f"--namespace={namespace}"],
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        check=True,
+        capture_output=True,
+    )
     spec = ROOT / "specs/prm_lite_lata.yaml"
 
     dry = longhaul(cluster, tmp_path, kubeconfig, "submit", str(spec), "--backend", "kubernetes", "--dry-run")
@@ -42,9 +49,21 @@ def test_submit_and_status_through_the_cli(cluster: Cluster, namespace: str, ope
     assert record["backend"] == "kubernetes" and record["namespace"] == namespace
 
     run = run_dir.name
-    wait_until("the grpo Job", lambda: cluster.kubectl("get", "job", f"{run}-grpo", "-n", namespace, check=False).returncode == 0)
-    cluster.kubectl("patch", "job", f"{run}-grpo", "-n", namespace, "--subresource=status", "--type=merge",
-                    "-p", json.dumps({"status": {"active": 1, "ready": 1, "startTime": "2026-01-01T00:00:00Z"}}))
+    wait_until(
+        "the grpo Job",
+        lambda: cluster.kubectl("get", "job", f"{run}-grpo", "-n", namespace, check=False).returncode == 0,
+    )
+    cluster.kubectl(
+        "patch",
+        "job",
+        f"{run}-grpo",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"active": 1, "ready": 1, "startTime": "2026-01-01T00:00:00Z"}}),
+    )
 
     def status() -> dict:
         st = longhaul(cluster, tmp_path, kubeconfig, "status", str(run_dir), "--json")

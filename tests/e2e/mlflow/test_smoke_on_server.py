@@ -46,8 +46,14 @@ def smoke_on_server(mlflow_server, tmp_path_factory):
     spec_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     env = {**os.environ, "LONGHAUL_VLLM_PYTHON": str(vllm_python), "MLFLOW_TRACKING_URI": mlflow_server.uri}
     longhaul = shutil.which("longhaul", path=str(Path(sys.executable).parent)) or "longhaul"
-    proc = subprocess.run([longhaul, "run", str(spec_file), "--run-dir", str(run_dir)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [longhaul, "run", str(spec_file), "--run-dir", str(run_dir)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     assert not (run_dir / "mlflow.db").exists(), "the local sqlite fallback was used instead of the server"
@@ -72,8 +78,13 @@ def test_training_run_metrics_tags_and_artifacts(smoke_on_server) -> None:
     assert len(tags[T.DATASET_SHA256]) == 64
     steps = list(range(1, exp.spec.algorithm.total_steps + 1))
     # veRL's metrics (its MLflow logger attached to the launcher's run) and longhaul's sampler accounting.
-    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/grad_norm",
-                "rollout/dropped_groups"):
+    for key in (
+        "critic/score/mean",
+        "response_length/mean",
+        "actor/pg_loss",
+        "actor/grad_norm",
+        "rollout/dropped_groups",
+    ):
         assert sorted(m.step for m in client.get_metric_history(run.info.run_id, key)) == steps, key
     assert tags[T.LAST_CHECKPOINT_STEP] == str(steps[-1])
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}

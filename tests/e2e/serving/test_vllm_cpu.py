@@ -54,12 +54,35 @@ def server_log(tmp_path_factory) -> Path:
 def server(policy_dir, server_log):
     port = free_port()
     log = server_log
-    env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB), "HF_HUB_OFFLINE": "1",
-           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_SERVER_DEV_MODE": "1"}
-    argv = [str(_vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(policy_dir),
-            "--served-model-name", "tiny-policy", "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", "8192", "--dtype", "float32", "--enable-auto-tool-choice",
-            "--tool-call-parser", "hermes"]
+    env = {
+        **os.environ,
+        "VLLM_HOST_IP": "127.0.0.1",
+        "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB),
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_SERVER_DEV_MODE": "1",
+    }
+    argv = [
+        str(_vllm_python()),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(policy_dir),
+        "--served-model-name",
+        "tiny-policy",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "8192",
+        "--dtype",
+        "float32",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+    ]
     with log.open("w") as fh:
         proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -98,8 +121,15 @@ def _episode_prompt(task_id: str) -> tuple[list[dict], list[dict]]:
 
 
 def _chat(base: str, messages: list[dict], tools: list[dict], **kw) -> dict:
-    body = {"model": "tiny-policy", "messages": messages, "tools": tools, "tool_choice": "auto", "max_tokens": 96,
-            "temperature": 0.0, **kw}
+    body = {
+        "model": "tiny-policy",
+        "messages": messages,
+        "tools": tools,
+        "tool_choice": "auto",
+        "max_tokens": 96,
+        "temperature": 0.0,
+        **kw,
+    }
     r = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=300)
     assert r.status_code == 200, r.text
     return r.json()
@@ -110,16 +140,22 @@ def test_server_tokenizes_like_our_tokenizer(server, policy_dir):
 
     tok = AutoTokenizer.from_pretrained(policy_dir)
     text = "Hello! I'd like to change reservation ABC123 (2 bags)\n\n  thanks — Mia"
-    r = httpx.post(f"{server}/tokenize", json={"model": "tiny-policy", "prompt": text, "add_special_tokens": False},
-                   timeout=60)
+    r = httpx.post(
+        f"{server}/tokenize", json={"model": "tiny-policy", "prompt": text, "add_special_tokens": False}, timeout=60
+    )
     assert r.status_code == 200, r.text
     assert r.json()["tokens"] == tok(text, add_special_tokens=False)["input_ids"]
     messages, tools = _episode_prompt("3")
-    r = httpx.post(f"{server}/tokenize", json={"model": "tiny-policy", "messages": messages, "tools": tools,
-                                               "add_generation_prompt": True}, timeout=60)
+    r = httpx.post(
+        f"{server}/tokenize",
+        json={"model": "tiny-policy", "messages": messages, "tools": tools, "add_generation_prompt": True},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
-    ours = tok(tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False),
-               add_special_tokens=False)["input_ids"]
+    ours = tok(
+        tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False),
+        add_special_tokens=False,
+    )["input_ids"]
     assert r.json()["tokens"] == ours
 
 
@@ -149,12 +185,17 @@ def test_weights_reload_in_place(server, policy_dir, tmp_path):
     shutil.copytree(policy_dir, other)
     weights = load_file(other / "model.safetensors")
     gen = torch.Generator().manual_seed(0)
-    save_file({k: (v + 0.5 * torch.randn(v.shape, generator=gen)).contiguous() for k, v in weights.items()},
-              other / "model.safetensors")
+    save_file(
+        {k: (v + 0.5 * torch.randn(v.shape, generator=gen)).contiguous() for k, v in weights.items()},
+        other / "model.safetensors",
+    )
 
     def reload(src: Path) -> None:
-        r = httpx.post(f"{server}/collective_rpc", json={"method": "reload_weights",
-                                                         "kwargs": {"weights_path": str(src)}}, timeout=600)
+        r = httpx.post(
+            f"{server}/collective_rpc",
+            json={"method": "reload_weights", "kwargs": {"weights_path": str(src)}},
+            timeout=600,
+        )
         assert r.status_code == 200, r.text
         assert httpx.post(f"{server}/reset_prefix_cache", timeout=60).status_code == 200
 

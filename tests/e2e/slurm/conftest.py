@@ -19,5 +19,16 @@ from support.slurm import (
     write_spec,
 )
 
-__all__ = ["DROP", "REPO", "STUB_LAUNCHER", "TERMINAL", "cancel_quietly", "job_info", "longhaul", "slurm_cluster",
-           "stub_venv", "wait_job", "write_spec"]
+__all__ = [
+    "DROP",
+    "REPO",
+    "STUB_LAUNCHER",
+    "TERMINAL",
+    "cancel_quietly",
+    "job_info",
+    "longhaul",
+    "slurm_cluster",
+    "stub_venv",
+    "wait_job",
+    "write_spec",
+]

@@ -53,7 +53,7 @@ def _shard_bytes(step: int, rank: int, chunks: int, kind: str = "model") -> list
     """The chunks of one shard file of `step`: what a whole shard holds, in the order it is written."""
     data = _archive("data.pkl", f"{kind} step={step} rank={rank} ".encode() + b"x" * 16384)
     size = -(-len(data) // chunks)
-    return [data[i * size:(i + 1) * size] for i in range(chunks)]
+    return [data[i * size : (i + 1) * size] for i in range(chunks)]
 
 
 def _verl_mode(run_dir: Path, restart: int, event: Callable[..., None], first: str | None) -> int:
@@ -83,8 +83,9 @@ def _verl_mode(run_dir: Path, restart: int, event: Callable[..., None], first: s
             point: object = latest_step(ckpt_dir) or 0
         except ValueError as exc:  # the tracker caught between veRL's truncate and write
             point = str(exc)
-        event("exit", code=code, step=state["step"], writing=state["writing"], why=why, resume_point=point,
-              t=time.time())
+        event(
+            "exit", code=code, step=state["step"], writing=state["writing"], why=why, resume_point=point, t=time.time()
+        )
         os._exit(code)  # at once, mid-write included: nothing is saved on the way out
 
     def load(step: int) -> str | None:
@@ -111,7 +112,8 @@ def _verl_mode(run_dir: Path, restart: int, event: Callable[..., None], first: s
                     time.sleep(chunk_s)
             for kind in SHARD_KINDS[1:]:  # optimizer and extra state: written after the model shard, quickly
                 (actor / f"{kind}_world_size_{shards}_rank_{rank}.pt").write_bytes(
-                    b"".join(_shard_bytes(step, rank, chunks, kind)))
+                    b"".join(_shard_bytes(step, rank, chunks, kind))
+                )
         (step_dir(ckpt_dir, step) / "data.pt").write_bytes(_archive("data.pkl", f"dataloader step={step}".encode()))
         with (ckpt_dir / TRACKER_FILE).open("w") as fh:  # veRL writes the tracker in place, after the step
             fh.write(str(step))
@@ -122,14 +124,30 @@ def _verl_mode(run_dir: Path, restart: int, event: Callable[..., None], first: s
     signal.signal(signal.SIGTERM, lambda *_: stop(EXIT_KILLED, "SIGTERM"))
     tracker = tracker_step(ckpt_dir) if ckpt_dir.is_dir() else None
     resume = latest_step(ckpt_dir) if ckpt_dir.is_dir() else None
-    step_dirs = sorted(int(d.name[len(STEP_PREFIX):]) for d in ckpt_dir.glob(f"{STEP_PREFIX}*")
-                       if (d / ACTOR_SUBDIR).is_dir()) if ckpt_dir.is_dir() else []
+    step_dirs = (
+        sorted(int(d.name[len(STEP_PREFIX) :]) for d in ckpt_dir.glob(f"{STEP_PREFIX}*") if (d / ACTOR_SUBDIR).is_dir())
+        if ckpt_dir.is_dir()
+        else []
+    )
     load_error = load(resume) if resume is not None else None
     state["step"] = resume or 0
-    event("start", step=state["step"], resume=resume, tracker=tracker, step_dirs=step_dirs,
-          loaded_ok=load_error is None, load_error=load_error, run_name=os.environ.get("LONGHAUL_RUN_NAME"))
-    target = (state["step"] + int(os.environ.get("STUB_STEPS_AFTER_RESTART", "4")) if restart
-              else int(first) if first else None)
+    event(
+        "start",
+        step=state["step"],
+        resume=resume,
+        tracker=tracker,
+        step_dirs=step_dirs,
+        loaded_ok=load_error is None,
+        load_error=load_error,
+        run_name=os.environ.get("LONGHAUL_RUN_NAME"),
+    )
+    target = (
+        state["step"] + int(os.environ.get("STUB_STEPS_AFTER_RESTART", "4"))
+        if restart
+        else int(first)
+        if first
+        else None
+    )
     while target is None or state["step"] < target:
         time.sleep(step_s)
         state["step"] += 1
@@ -153,7 +171,9 @@ def main() -> int:
 
     def event(kind: str, **kw: object) -> None:
         with events.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"event": kind, "restart": restart, "job": os.environ.get("SLURM_JOB_ID"), **kw}) + "\n")
+            fh.write(
+                json.dumps({"event": kind, "restart": restart, "job": os.environ.get("SLURM_JOB_ID"), **kw}) + "\n"
+            )
 
     def save(step: int) -> None:
         tmp = ckpt.with_suffix(".tmp")
@@ -169,15 +189,22 @@ def main() -> int:
         import yaml
 
         seed = ((yaml.safe_load(spec.read_text(encoding="utf-8")).get("spec") or {}).get("algorithm") or {}).get("seed")
-    event("start", step=step, argv=sys.argv[1:], spec_exists=spec.is_file(), seed=seed,
-          offline=os.environ.get("HF_HUB_OFFLINE"), run_name=os.environ.get("LONGHAUL_RUN_NAME"),
-          job_id=os.environ.get("LONGHAUL_JOB_ID"), array_task=os.environ.get("SLURM_ARRAY_TASK_ID"))
+    event(
+        "start",
+        step=step,
+        argv=sys.argv[1:],
+        spec_exists=spec.is_file(),
+        seed=seed,
+        offline=os.environ.get("HF_HUB_OFFLINE"),
+        run_name=os.environ.get("LONGHAUL_RUN_NAME"),
+        job_id=os.environ.get("LONGHAUL_JOB_ID"),
+        array_task=os.environ.get("SLURM_ARRAY_TASK_ID"),
+    )
     flags = {"usr1": False, "term": False}
     signal.signal(signal.SIGUSR1, lambda *_: flags.__setitem__("usr1", True))
     signal.signal(signal.SIGTERM, lambda *_: flags.__setitem__("term", True))
     first = os.environ.get("STUB_FIRST_RUN_STEPS")
-    target = (step + int(os.environ.get("STUB_STEPS_AFTER_RESTART", "4")) if restart
-              else int(first) if first else None)
+    target = step + int(os.environ.get("STUB_STEPS_AFTER_RESTART", "4")) if restart else int(first) if first else None
     while True:
         if flags["usr1"]:
             save(step)

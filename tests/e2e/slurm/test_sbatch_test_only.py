@@ -22,16 +22,15 @@ def _test_only(script: str, tmp_path: Path, *extra: str) -> subprocess.Completed
     path.write_text(script, encoding="utf-8")
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     # Command-line options override #SBATCH lines; `extra` only ever narrows the node count.
-    return subprocess.run(["sbatch", "--test-only", *extra, str(path)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        ["sbatch", "--test-only", *extra, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
 def test_every_spec_passes_sbatch_test_only(slurm_cluster, spec: Path, tmp_path: Path) -> None:
     proc = _test_only(render_slurm(load_spec(spec)), tmp_path)
     assert proc.returncode == 0 and "to start at" in proc.stderr, proc.stderr
-
-
 
 
 VARIANTS = {
@@ -59,11 +58,17 @@ def test_multi_node_script_is_accepted_with_the_node_count_narrowed(slurm_cluste
 
 
 def test_stage_with_dependency_on_a_real_job(slurm_cluster, tmp_path: Path) -> None:
-    first = subprocess.run(["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"], capture_output=True,
-                           text=True, check=True, timeout=60).stdout.strip()
+    first = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
     try:
-        proc = _test_only(render_slurm(load_spec(REPO / "specs/smoke.yaml"), stage="eval",
-                                       dependency=f"afterok:{first}"), tmp_path)
+        proc = _test_only(
+            render_slurm(load_spec(REPO / "specs/smoke.yaml"), stage="eval", dependency=f"afterok:{first}"), tmp_path
+        )
         assert proc.returncode == 0, proc.stderr
     finally:
         subprocess.run(["scancel", first], timeout=30)

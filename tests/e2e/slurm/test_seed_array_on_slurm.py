@@ -35,9 +35,14 @@ def _step(run_dir: Path) -> int:
 
 
 def test_seeds_run_as_one_array_and_one_task_requeues_alone(slurm_cluster, tmp_path, stub_venv):
-    spec = write_spec("smoke", tmp_path / "mech-seeds.yaml", name="mech-seeds",
-                      spec__algorithm__seed=DROP, spec__algorithm__seeds=SEEDS,
-                      spec__backends__slurm__output_dir=str(tmp_path / "runs"))
+    spec = write_spec(
+        "smoke",
+        tmp_path / "mech-seeds.yaml",
+        name="mech-seeds",
+        spec__algorithm__seed=DROP,
+        spec__algorithm__seeds=SEEDS,
+        spec__backends__slurm__output_dir=str(tmp_path / "runs"),
+    )
     exp = load_spec(spec)
     group = run_name(exp)
     run_dirs = [Path(slurm_run_dir(r)) for r in seed_runs(exp)]

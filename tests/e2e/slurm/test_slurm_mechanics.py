@@ -39,10 +39,14 @@ def _submit(spec: Path, cwd: Path, venv: Path) -> tuple[str, Path]:
 
 def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path, stub_venv):
     # -t 1 with a 60 s lead: Slurm sends USR1 at its first time-limit tick (≈ 30 s after start).
-    spec = write_spec("smoke", tmp_path / "mech-limit.yaml", name="mech-limit",
-                      spec__resources__time_limit="00:01:00",
-                      spec__backends__slurm__signal_lead_s=60,
-                      spec__backends__slurm__output_dir=str(tmp_path / "runs"))
+    spec = write_spec(
+        "smoke",
+        tmp_path / "mech-limit.yaml",
+        name="mech-limit",
+        spec__resources__time_limit="00:01:00",
+        spec__backends__slurm__signal_lead_s=60,
+        spec__backends__slurm__output_dir=str(tmp_path / "runs"),
+    )
     job_id, run_dir = _submit(spec, tmp_path, stub_venv)
     phases: list[str] = []
 
@@ -72,25 +76,40 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_p
         assert start["restart"] == prev_exit["restart"] + 1
     assert exits[-1]["code"] == 0 and len(starts) == int(info["Restarts"]) + 1
     # Launcher argv and environment came from the rendered script.
-    assert starts[0]["argv"] == ["launch", "--spec", f"{run_dir}/experiment.yaml", "--backend", "slurm",
-                                 "--run-dir", str(run_dir)]
+    assert starts[0]["argv"] == [
+        "launch",
+        "--spec",
+        f"{run_dir}/experiment.yaml",
+        "--backend",
+        "slurm",
+        "--run-dir",
+        str(run_dir),
+    ]
     assert starts[0]["spec_exists"] and starts[0]["offline"] == "1" and starts[0]["run_name"] == run_dir.name
     # One log file holds every run (--open-mode=append), with the trap's messages.
     assert "asking the launcher to save a checkpoint" in log and f"requeueing job {job_id}" in log
     assert log.count("longhaul: job ") == len(starts)
     # Status went through the phases, ending Succeeded; the CLI reports it.
-    assert phases[-1] == "Succeeded" and "Running" in phases and "Pending" in phases[phases.index("Running"):], phases
+    assert phases[-1] == "Succeeded" and "Running" in phases and "Pending" in phases[phases.index("Running") :], phases
     st = longhaul("status", str(run_dir), cwd=tmp_path)
     assert st.returncode == 0 and "phase=Succeeded" in st.stdout and "state=COMPLETED" in st.stdout, st
 
 
 def test_external_requeue_resumes_from_checkpoint(slurm_cluster, tmp_path, stub_venv):
-    spec = write_spec("smoke", tmp_path / "mech-requeue.yaml", name="mech-requeue",
-                      spec__backends__slurm__output_dir=str(tmp_path / "runs"))
+    spec = write_spec(
+        "smoke",
+        tmp_path / "mech-requeue.yaml",
+        name="mech-requeue",
+        spec__backends__slurm__output_dir=str(tmp_path / "runs"),
+    )
     job_id, run_dir = _submit(spec, tmp_path, stub_venv)
     try:
-        wait_job(job_id, lambda i: (run_dir / "stub.ckpt").is_file() and int((run_dir / "stub.ckpt").read_text() or 0) >= 3,
-                 120, "a checkpoint at step >= 3")
+        wait_job(
+            job_id,
+            lambda i: (run_dir / "stub.ckpt").is_file() and int((run_dir / "stub.ckpt").read_text() or 0) >= 3,
+            120,
+            "a checkpoint at step >= 3",
+        )
         subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30)
         info = wait_job(job_id, lambda i: i.get("JobState") in TERMINAL, 180, "a terminal state")
     finally:
@@ -107,8 +126,12 @@ def test_external_requeue_resumes_from_checkpoint(slurm_cluster, tmp_path, stub_
 
 
 def test_cancel_status_logs_and_double_submit(slurm_cluster, tmp_path, stub_venv):
-    spec = write_spec("smoke", tmp_path / "mech-cancel.yaml", name="mech-cancel",
-                      spec__backends__slurm__output_dir=str(tmp_path / "runs"))
+    spec = write_spec(
+        "smoke",
+        tmp_path / "mech-cancel.yaml",
+        name="mech-cancel",
+        spec__backends__slurm__output_dir=str(tmp_path / "runs"),
+    )
     job_id, run_dir = _submit(spec, tmp_path, stub_venv)
     try:
         wait_job(job_id, lambda i: i.get("JobState") == "RUNNING" and (run_dir / "stub.ckpt").is_file(), 120, "RUNNING")
@@ -151,9 +174,15 @@ def test_srun_step_forwards_the_checkpoint_signal_and_exit_code(slurm_cluster, t
         f"until grep -q task-up {out}; do sleep 0.2; done\n"
         'kill -USR1 "$pid"\n'
         'rc=0; wait "$pid" || rc=$?\n'
-        'echo "srun-exit=$rc"\n')
-    job_id = subprocess.run(["sbatch", "--parsable", "-t", "2", "-o", str(out), str(script)], capture_output=True,
-                            text=True, check=True, timeout=60).stdout.strip()
+        'echo "srun-exit=$rc"\n'
+    )
+    job_id = subprocess.run(
+        ["sbatch", "--parsable", "-t", "2", "-o", str(out), str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
     try:
         info = wait_job(job_id, lambda i: i.get("JobState") in TERMINAL, 90, "a terminal state")
     finally:

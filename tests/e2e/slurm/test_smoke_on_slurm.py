@@ -41,8 +41,13 @@ STEP_LINE = r"\[grpo\] step (\d+)/\d+:"
 def smoke_env(slurm_cluster, tmp_path_factory) -> dict[str, str]:
     """Environment for submitting the real smoke job; fails (not skips) with what is missing."""
     missing = []
-    probe = subprocess.run([sys.executable, "-m", "longhaul.cli", "launch", "--help"], cwd=REPO,
-                           capture_output=True, text=True, timeout=120)
+    probe = subprocess.run(
+        [sys.executable, "-m", "longhaul.cli", "launch", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if probe.returncode != 0:
         missing.append("`longhaul launch` is not a registered command (the launcher's CLI)")
     vllm_python = os.environ.get("LONGHAUL_VLLM_PYTHON") or str(REPO / ".venv-vllm/bin/python")
@@ -59,8 +64,11 @@ def smoke_env(slurm_cluster, tmp_path_factory) -> dict[str, str]:
     finally:
         os.chdir(cwd)
     store = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    return {"MLFLOW_TRACKING_URI": f"sqlite:///{store}", "LONGHAUL_VLLM_PYTHON": vllm_python,
-            "LONGHAUL_VENV": sys.prefix}
+    return {
+        "MLFLOW_TRACKING_URI": f"sqlite:///{store}",
+        "LONGHAUL_VLLM_PYTHON": vllm_python,
+        "LONGHAUL_VENV": sys.prefix,
+    }
 
 
 def _free_ports() -> dict[str, int]:
@@ -96,9 +104,15 @@ def _latest_step(run_dir: Path) -> int:
 
 
 def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
-    spec = write_spec("smoke", tmp_path / "smoke-rq.yaml", name="smoke-rq", **_free_ports(),
-                      spec__backends__slurm__output_dir=str(tmp_path / "runs"),
-                      spec__algorithm__total_steps=3, spec__evaluation__checkpoints="last")
+    spec = write_spec(
+        "smoke",
+        tmp_path / "smoke-rq.yaml",
+        name="smoke-rq",
+        **_free_ports(),
+        spec__backends__slurm__output_dir=str(tmp_path / "runs"),
+        spec__algorithm__total_steps=3,
+        spec__evaluation__checkpoints="last",
+    )
     job_id, run_dir = _submit(spec, smoke_env)
     phases: list[str] = []
 
@@ -113,8 +127,12 @@ def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
     try:
         # Requeue once step 1 is checkpointed and its metrics logged (veRL logs a step's metrics after its
         # checkpoint; a stop inside that window is a separate, known gap).
-        wait_job(job_id, lambda i: _latest_step(run_dir) >= 1 and re.search(STEP_LINE, _log(run_dir, job_id)),
-                 RUN_TIMEOUT_S, "a first checkpoint")
+        wait_job(
+            job_id,
+            lambda i: _latest_step(run_dir) >= 1 and re.search(STEP_LINE, _log(run_dir, job_id)),
+            RUN_TIMEOUT_S,
+            "a first checkpoint",
+        )
         first_run_id = (run_dir / "mlflow_run_id").read_text().strip()
         subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30)
         saved = _latest_step(run_dir)
@@ -153,9 +171,15 @@ def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
 
 
 def test_time_limit_signal_saves_a_checkpoint_before_the_job_ends(smoke_env, tmp_path):
-    spec = write_spec("smoke", tmp_path / "smoke-tl.yaml", name="smoke-tl", **_free_ports(),
-                      spec__backends__slurm__output_dir=str(tmp_path / "runs"),
-                      spec__algorithm__total_steps=4, spec__backends__slurm__signal_lead_s=LEAD_S)
+    spec = write_spec(
+        "smoke",
+        tmp_path / "smoke-tl.yaml",
+        name="smoke-tl",
+        **_free_ports(),
+        spec__backends__slurm__output_dir=str(tmp_path / "runs"),
+        spec__algorithm__total_steps=4,
+        spec__backends__slurm__signal_lead_s=LEAD_S,
+    )
     job_id, run_dir = _submit(spec, smoke_env)
     try:
         wait_job(job_id, lambda i: _latest_step(run_dir) >= 1, RUN_TIMEOUT_S, "a first checkpoint")
@@ -166,8 +190,12 @@ def test_time_limit_signal_saves_a_checkpoint_before_the_job_ends(smoke_env, tmp
         h, m, s = (int(x) for x in runtime.split("-")[-1].split(":"))
         minutes = math.ceil((h * 3600 + m * 60 + s) / 60) + LEAD_S // 60 - 1
         subprocess.run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"], check=True, timeout=30)
-        info = wait_job(job_id, lambda i: int(i.get("Restarts", "0")) >= 1 or i.get("JobState") in TERMINAL,
-                        LEAD_S + 300, "the requeue after the pre-limit signal")
+        info = wait_job(
+            job_id,
+            lambda i: int(i.get("Restarts", "0")) >= 1 or i.get("JobState") in TERMINAL,
+            LEAD_S + 300,
+            "the requeue after the pre-limit signal",
+        )
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=30"], capture_output=True, timeout=30)
     finally:
         cancel_quietly(job_id)
@@ -181,4 +209,6 @@ def test_time_limit_signal_saves_a_checkpoint_before_the_job_ends(smoke_env, tmp
     # interrupted mid-rollout is redone after the requeue; one that finished after the signal was saved).
     completed = [int(n) for n in re.findall(STEP_LINE, log[:requeued])]
     assert completed and _latest_step(run_dir) >= max(completed) and _latest_step(run_dir) >= before >= 1, (
-        completed, _latest_step(run_dir))
+        completed,
+        _latest_step(run_dir),
+    )

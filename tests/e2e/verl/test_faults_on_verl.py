@@ -53,8 +53,15 @@ def _spec_doc(sim_url: str) -> dict:
     s["environment"].update(split={"preset": "explicit", "train": TRAIN, "test": TEST}, max_turns=3)
     # one prompt group per optimizer step (two per step, as in smoke.yaml), one group per micro batch: veRL
     # asserts that a mini batch (ppo_mini_batch_size × group_size samples) splits into whole micro batches
-    s["algorithm"].update(group_size=GROUP_SIZE, train_batch_size=BATCH, ppo_mini_batch_size=1,
-                          ppo_micro_batch_size_per_gpu=GROUP_SIZE, total_steps=1, save_freq=1, test_freq=-1)
+    s["algorithm"].update(
+        group_size=GROUP_SIZE,
+        train_batch_size=BATCH,
+        ppo_mini_batch_size=1,
+        ppo_micro_batch_size_per_gpu=GROUP_SIZE,
+        total_steps=1,
+        save_freq=1,
+        test_freq=-1,
+    )
     return doc
 
 
@@ -79,8 +86,14 @@ def faulty_run(tmp_path_factory):
         env.pop("MLFLOW_TRACKING_URI", None)
         longhaul = shutil.which("longhaul", path=str(Path(sys.executable).parent)) or "longhaul"
         t0 = time.monotonic()
-        proc = subprocess.run([longhaul, "run", str(spec_file), "--stage", "grpo", "--run-dir", str(run_dir)],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+        proc = subprocess.run(
+            [longhaul, "run", str(spec_file), "--stage", "grpo", "--run-dir", str(run_dir)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
         took = time.monotonic() - t0
     out = proc.stdout + proc.stderr
     (base / "run.out").write_text(out)
@@ -90,7 +103,7 @@ def faulty_run(tmp_path_factory):
 
 def _log_tail(r, n: int = 6000) -> str:
     log = r.dir / "logs" / "grpo.log"
-    return (r.out[-3000:] + "\n--- grpo.log ---\n" + (log.read_text()[-n:] if log.exists() else "(none)"))
+    return r.out[-3000:] + "\n--- grpo.log ---\n" + (log.read_text()[-n:] if log.exists() else "(none)")
 
 
 def _traces(root: Path) -> list[dict]:
@@ -166,8 +179,9 @@ def test_traces_hold_the_failures_and_the_stop_trajectory(faulty_run):
     # every trajectory's seed is the one derived from (step, prompt, session) and recorded
     seed_base = r.doc["spec"]["algorithm"]["seed"]
     for rec in graded + failures:
-        assert rec["seed"] == derive_rollout_seed(seed_base, step=1, index=rec["index"], session=rec["session"],
-                                                  validate=False)
+        assert rec["seed"] == derive_rollout_seed(
+            seed_base, step=1, index=rec["index"], session=rec["session"], validate=False
+        )
 
 
 def test_each_session_of_a_group_sends_its_own_seed(faulty_run):

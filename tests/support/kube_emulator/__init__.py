@@ -1,4 +1,7 @@
-"""The Kubernetes test API server (kmock + a compatibility layer). Start it: `python tests/support/run_kube_emulator.py --port N`."""
+"""The Kubernetes test API server (kmock + a compatibility layer).
+
+Start it: `python tests/support/run_kube_emulator.py --port N`.
+"""
 
 from .server import ApiError, KubeEmulator, ResourceType
 

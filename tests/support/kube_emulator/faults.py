@@ -29,12 +29,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 METHODS = {"GET", "WATCH", "POST", "PUT", "PATCH", "DELETE", "*"}
-_RULE = re.compile(r"^(?P<method>[A-Za-z*]+):(?P<plural>[a-z0-9.*-]+(?:/[a-z]+)?)=(?P<fault>[0-9]{3}|timeout|reset)"
-                   r"(?:x(?P<count>[0-9]+))?$")
+_RULE = re.compile(
+    r"^(?P<method>[A-Za-z*]+):(?P<plural>[a-z0-9.*-]+(?:/[a-z]+)?)=(?P<fault>[0-9]{3}|timeout|reset)"
+    r"(?:x(?P<count>[0-9]+))?$"
+)
 #: Reasons kube-apiserver gives with these codes.
-REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-           409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
-           502: "BadGateway", 503: "ServiceUnavailable", 504: "Timeout"}
+REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    502: "BadGateway",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
 #: At most this many `seen` entries per rule (the counters keep counting).
 SEEN_LIMIT = 1000
 
@@ -77,18 +91,24 @@ class FaultRule:
             self.seen.append((time.time(), outcome))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"spec": self.spec, "injected": self.injected, "passed": self.passed,
-                "remaining": None if self.count is None else self.count - self.injected,
-                "seen": [{"t": t, "outcome": o} for t, o in self.seen]}
+        return {
+            "spec": self.spec,
+            "injected": self.injected,
+            "passed": self.passed,
+            "remaining": None if self.count is None else self.count - self.injected,
+            "seen": [{"t": t, "outcome": o} for t, o in self.seen],
+        }
 
 
 def parse_rule(text: str) -> FaultRule:
     """`POST:jobs=500x2` → FaultRule; ValueError with the expected form otherwise."""
     m = _RULE.match(text.strip())
     if not m or m["method"].upper() not in METHODS:
-        raise ValueError(f"bad fault rule {text!r}: expected METHOD:PLURAL=FAULT[xCOUNT], METHOD one of "
-                         f"{', '.join(sorted(METHODS))}, FAULT an HTTP status, 'timeout' or 'reset' "
-                         "(e.g. POST:jobs=500x2, WATCH:experiments=410x1, PATCH:experiments/status=409)")
+        raise ValueError(
+            f"bad fault rule {text!r}: expected METHOD:PLURAL=FAULT[xCOUNT], METHOD one of "
+            f"{', '.join(sorted(METHODS))}, FAULT an HTTP status, 'timeout' or 'reset' "
+            "(e.g. POST:jobs=500x2, WATCH:experiments=410x1, PATCH:experiments/status=409)"
+        )
     count = int(m["count"]) if m["count"] is not None else None
     return FaultRule(method=m["method"].upper(), plural=m["plural"], fault=m["fault"], count=count)
 
@@ -153,6 +173,12 @@ class Faults:
             self.dropped_watches = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rules": [r.to_dict() for r in self.rules], "drop_watches_s": self.drop_watches_s,
-                "retry_after_s": self.retry_after_s, "hold_s": self.hold_s, "exempt_agents": list(self.exempt_agents),
-                "dropped_watches": self.dropped_watches, "answers": dict(sorted(self.answers.items()))}
+        return {
+            "rules": [r.to_dict() for r in self.rules],
+            "drop_watches_s": self.drop_watches_s,
+            "retry_after_s": self.retry_after_s,
+            "hold_s": self.hold_s,
+            "exempt_agents": list(self.exempt_agents),
+            "dropped_watches": self.dropped_watches,
+            "answers": dict(sorted(self.answers.items())),
+        }

@@ -48,11 +48,19 @@ def openapi_v3_doc(types: Iterable[Any], gv_key: str) -> dict[str, Any] | None:
         gvk = {"group": t.group, "version": t.version, "kind": t.kind}
         base = f"/{gv_key}/namespaces/{{namespace}}/{t.plural}" if t.namespaced else f"/{gv_key}/{t.plural}"
         # kubectl looks for the parameter on the PATCH operation itself.
-        op = {"x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "patch", "parameters": _PARAMS,
-              "responses": {"200": {"description": "OK"}}}
+        op = {
+            "x-kubernetes-group-version-kind": gvk,
+            "x-kubernetes-action": "patch",
+            "parameters": _PARAMS,
+            "responses": {"200": {"description": "OK"}},
+        }
         paths[f"{base}/{{name}}"] = {"parameters": _PARAMS, "patch": op, "put": {**op, "x-kubernetes-action": "put"}}
         paths[base] = {"parameters": _PARAMS, "post": {**op, "x-kubernetes-action": "post"}}
         if t.crd_schema is not None:
             schemas[_schema_name(t)] = {**t.crd_schema, "x-kubernetes-group-version-kind": [gvk]}
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.32.0"}, "paths": paths,
-            "components": {"schemas": schemas}}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.32.0"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }

@@ -72,8 +72,14 @@ CONTROL_PATH = "/emulator/faults"
 class ApiError(Exception):
     """Rendered as a `Status` body with the HTTP code, like kube-apiserver."""
 
-    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details or {}
         self.headers = headers or {}
@@ -123,8 +129,13 @@ class ResourceType:
         if self.categories:
             main["categories"] = self.categories
         subs = [
-            {"name": f"{self.plural}/{s}", "singularName": "", "namespaced": self.namespaced, "kind": self.kind,
-             "verbs": ["get", "patch", "update"]}
+            {
+                "name": f"{self.plural}/{s}",
+                "singularName": "",
+                "namespaced": self.namespaced,
+                "kind": self.kind,
+                "verbs": ["get", "patch", "update"],
+            }
             for s in sorted(self.subresources)
         ]
         return [main, *subs]
@@ -205,9 +216,16 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 if "/" in e["name"]:
                     continue
                 self.types[(group, version, e["name"])] = ResourceType(
-                    group=group, version=version, plural=e["name"], kind=e["kind"], namespaced=e["namespaced"],
-                    singular=e.get("singularName", ""), verbs=e.get("verbs", []), short_names=e.get("shortNames", []),
-                    categories=e.get("categories", []), subresources=subs.get(e["name"], set()),
+                    group=group,
+                    version=version,
+                    plural=e["name"],
+                    kind=e["kind"],
+                    namespaced=e["namespaced"],
+                    singular=e.get("singularName", ""),
+                    verbs=e.get("verbs", []),
+                    short_names=e.get("shortNames", []),
+                    categories=e.get("categories", []),
+                    subresources=subs.get(e["name"], set()),
                 )
 
     def _register_crd(self, crd: dict[str, Any]) -> None:
@@ -217,10 +235,15 @@ class KubeEmulator(kmock.KubernetesEmulator):
             if not ver.get("served", True):
                 continue
             self.types[(spec["group"], ver["name"], names["plural"])] = ResourceType(
-                group=spec["group"], version=ver["name"], plural=names["plural"], kind=names["kind"],
-                namespaced=spec.get("scope", "Namespaced") == "Namespaced", singular=names.get("singular", ""),
+                group=spec["group"],
+                version=ver["name"],
+                plural=names["plural"],
+                kind=names["kind"],
+                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                singular=names.get("singular", ""),
                 verbs=["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
-                short_names=names.get("shortNames", []), categories=names.get("categories", []),
+                short_names=names.get("shortNames", []),
+                categories=names.get("categories", []),
                 subresources={"status"} if "status" in (ver.get("subresources") or {}) else set(),
                 crd_schema=(ver.get("schema") or {}).get("openAPIV3Schema"),
                 printer_columns=ver.get("additionalPrinterColumns", []),
@@ -247,9 +270,16 @@ class KubeEmulator(kmock.KubernetesEmulator):
         except ValueError:
             # kmock 0.8's path parser fails on e.g. /api/v1/namespaces; log the request without its k8s fields.
             text = await raw_request.text()
-            request = rendering.Request(id=len(self._requests), raw_request=raw_request, url=raw_request.url,
-                                        method=raw_request.method, params=dict(raw_request.query),
-                                        headers=dict(raw_request.headers), body=await raw_request.read(), text=text)
+            request = rendering.Request(
+                id=len(self._requests),
+                raw_request=raw_request,
+                url=raw_request.url,
+                method=raw_request.method,
+                params=dict(raw_request.query),
+                headers=dict(raw_request.headers),
+                body=await raw_request.read(),
+                text=text,
+            )
         self._requests.append(request)
         try:
             try:
@@ -267,8 +297,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
         except Exception as exc:  # a bug in the emulator: answer 500 with the traceback, keep serving
             import traceback
 
-            return aiohttp.web.json_response(_status(500, "InternalError", f"emulator error: {exc!r}",
-                                                     {"traceback": traceback.format_exc()}), status=500)
+            return aiohttp.web.json_response(
+                _status(500, "InternalError", f"emulator error: {exc!r}", {"traceback": traceback.format_exc()}),
+                status=500,
+            )
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
         if self.changed is None:
@@ -278,7 +310,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
         try:
             if path.rstrip("/") == CONTROL_PATH:
                 return await self._control(request)
-            if raw is not None and request.method.value.upper() == "GET" and request.params.get("watch") in ("true", "1"):
+            if (
+                raw is not None
+                and request.method.value.upper() == "GET"
+                and request.params.get("watch") in ("true", "1")
+            ):
                 req = self._parse(request)
                 rule = self.faults.pick("WATCH", req.rtype.plural, req.subresource, _agent(req))
                 if rule is not None:
@@ -287,11 +323,13 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 return await self._watch(req, raw)
             body = await self._dispatch(request, path)
             created = request.method.value.upper() == "POST" and isinstance(body, dict) and body.get("kind") != "Status"
-            return aiohttp.web.json_response(body, status=201 if created else 200,
-                                             dumps=lambda o: json.dumps(o, separators=(",", ":")))
+            return aiohttp.web.json_response(
+                body, status=201 if created else 200, dumps=lambda o: json.dumps(o, separators=(",", ":"))
+            )
         except ApiError as exc:
-            return aiohttp.web.json_response(_status(exc.code, exc.reason, exc.message, exc.details), status=exc.code,
-                                             headers=exc.headers or None)
+            return aiohttp.web.json_response(
+                _status(exc.code, exc.reason, exc.message, exc.details), status=exc.code, headers=exc.headers or None
+            )
 
     async def _dispatch(self, request: rendering.Request, path: str) -> Any:
         method = request.method.value.upper()
@@ -328,8 +366,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 doc = json.loads(request.text or "{}")
                 self.faults.configure(doc)
                 if "delays" in doc:  # {"POST:jobs": 2.0, …}: replaces the --delay rules
-                    self.delays = {(k.partition(":")[0].upper(), k.partition(":")[2]): float(v)
-                                   for k, v in (doc["delays"] or {}).items()}
+                    self.delays = {
+                        (k.partition(":")[0].upper(), k.partition(":")[2]): float(v)
+                        for k, v in (doc["delays"] or {}).items()
+                    }
             except (ValueError, TypeError, AttributeError) as exc:
                 raise ApiError(400, "BadRequest", str(exc)) from exc
             if doc.get("drop_watches_now"):
@@ -368,29 +408,46 @@ class KubeEmulator(kmock.KubernetesEmulator):
             async with self._lock:
                 created = await self._serve_resource(req, request)
             name = (created.get("metadata") or {}).get("name", "") if isinstance(created, dict) else ""
-            raise ApiError(409, "AlreadyExists", f'{res} "{name}" already exists' + note,
-                           {"name": name, "group": req.rtype.group, "kind": req.rtype.plural})
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{res} "{name}" already exists' + note,
+                {"name": name, "group": req.rtype.group, "kind": req.rtype.plural},
+            )
         if code == 409:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {res} "{name}": the object has been '
-                                            "modified; please apply your changes to the latest version and try again"
-                                            + note, {"name": name, "group": req.rtype.group, "kind": req.rtype.plural})
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {res} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again" + note,
+                {"name": name, "group": req.rtype.group, "kind": req.rtype.plural},
+            )
         if code == 429:
             after = self.faults.retry_after_s
-            raise ApiError(429, "TooManyRequests", "the server has received too many requests and has asked us to try "
-                                                   "again later" + note, {"retryAfterSeconds": after},
-                           headers={"Retry-After": str(after)})
+            raise ApiError(
+                429,
+                "TooManyRequests",
+                "the server has received too many requests and has asked us to try again later" + note,
+                {"retryAfterSeconds": after},
+                headers={"Retry-After": str(after)},
+            )
         raise ApiError(code, REASONS.get(code, "InternalError"), f"injected HTTP {code}" + note)
 
-    async def _watch_fault(self, rule: FaultRule, req: Request,
-                           raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+    async def _watch_fault(
+        self, rule: FaultRule, req: Request, raw: aiohttp.web.BaseRequest
+    ) -> aiohttp.web.StreamResponse:
         """A faulted watch request: 410 as an ERROR event in an opened stream (as kube-apiserver), else `_fault`."""
         if rule.status == 410:
             self.faults.answered("WATCH", req.rtype.plural, req.subresource, 410, _agent(req))
             resp = aiohttp.web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
             await resp.prepare(raw)
             since = req.params.get("resourceVersion") or "0"
-            event = {"type": "ERROR", "object": _status(410, "Expired", f"too old resource version: {since} ({self.rv})"
-                                                                         f" (fault injected: {rule.spec})")}
+            event = {
+                "type": "ERROR",
+                "object": _status(
+                    410, "Expired", f"too old resource version: {since} ({self.rv}) (fault injected: {rule.spec})"
+                ),
+            }
             await resp.write(json.dumps(event, separators=(",", ":")).encode() + b"\n")
             await resp.write_eof()
             return resp
@@ -403,17 +460,37 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     def _serve_static(self, path: str) -> Any:
         if path == "/":
-            return {"paths": sorted({"/api", "/api/v1", "/apis", "/version", "/openapi/v3", "/healthz",
-                                     *(t.gv_path for t in self.types.values())})}
+            return {
+                "paths": sorted(
+                    {
+                        "/api",
+                        "/api/v1",
+                        "/apis",
+                        "/version",
+                        "/openapi/v3",
+                        "/healthz",
+                        *(t.gv_path for t in self.types.values()),
+                    }
+                )
+            }
         if path in ("/healthz", "/livez", "/readyz"):
             return "ok"
         if path == "/version":
             major, minor = self.k8s_version.split(".")
-            return {"major": major, "minor": minor, "gitVersion": f"v{self.k8s_version}.0-longhaul-emulator",
-                    "platform": "linux/amd64", "compiler": "gc", "goVersion": "go1.23"}
+            return {
+                "major": major,
+                "minor": minor,
+                "gitVersion": f"v{self.k8s_version}.0-longhaul-emulator",
+                "platform": "linux/amd64",
+                "compiler": "gc",
+                "goVersion": "go1.23",
+            }
         if path == "/api":
-            return {"kind": "APIVersions", "versions": ["v1"],
-                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
+            return {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
+            }
         if path == "/apis":
             return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [self._group_doc(g) for g in self._groups()]}
         if path == "/api/v1":
@@ -453,8 +530,12 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     def _resource_list(self, group: str, version: str) -> dict[str, Any]:
         resources = [d for t in self.types.values() if t.group == group and t.version == version for d in t.discovery()]
-        return {"kind": "APIResourceList", "apiVersion": "v1",
-                "groupVersion": f"{group}/{version}" if group else version, "resources": resources}
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": resources,
+        }
 
     def _parse(self, request: rendering.Request) -> Request:
         parts = request.url.path.strip("/").split("/")
@@ -466,17 +547,28 @@ class KubeEmulator(kmock.KubernetesEmulator):
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({request.url.path})")
         namespace = None
         # /namespaces/<ns>/<plural>/...: only when the third segment is a namespaced resource of this group/version.
-        if rest[0] == "namespaces" and len(rest) >= 3 and (group, version, rest[2]) in self.types \
-                and self.types[(group, version, rest[2])].namespaced:
+        if (
+            rest[0] == "namespaces"
+            and len(rest) >= 3
+            and (group, version, rest[2]) in self.types
+            and self.types[(group, version, rest[2])].namespaced
+        ):
             namespace, rest = rest[1], rest[2:]
         rtype = self._type_for(group, version, rest[0])
         name = rest[1] if len(rest) > 1 else None
         sub = "/".join(rest[2:]) or None
         if sub is not None and sub not in rtype.subresources:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({sub})")
-        return Request(method=request.method.value.upper(), rtype=rtype, namespace=namespace, name=name, subresource=sub,
-                       params=dict(request.params), headers={k.lower(): v for k, v in request.headers.items()},
-                       text=request.text)
+        return Request(
+            method=request.method.value.upper(),
+            rtype=rtype,
+            namespace=namespace,
+            name=name,
+            subresource=sub,
+            params=dict(request.params),
+            headers={k.lower(): v for k, v in request.headers.items()},
+            text=request.text,
+        )
 
     # ----------------------------------------------------------------------------------------------------
     # Resources
@@ -513,8 +605,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     def _not_found(self, rtype: ResourceType, name: str) -> ApiError:
         res = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
-        return ApiError(404, "NotFound", f'{res} "{name}" not found',
-                        {"name": name, "group": rtype.group, "kind": rtype.plural})
+        return ApiError(
+            404, "NotFound", f'{res} "{name}" not found', {"name": name, "group": rtype.group, "kind": rtype.plural}
+        )
 
     def _existing(self, req: Request) -> dict[str, Any]:
         assert req.name is not None
@@ -543,8 +636,12 @@ class KubeEmulator(kmock.KubernetesEmulator):
         items = [self._versioned(o, req.rtype) for o in self._selected(req)]
         if "as=table" in req.headers.get("accept", "").lower():
             return self._table(req.rtype, items)
-        return {"kind": f"{req.rtype.kind}List", "apiVersion": req.rtype.api_version,
-                "metadata": {"resourceVersion": str(self.rv)}, "items": items}
+        return {
+            "kind": f"{req.rtype.kind}List",
+            "apiVersion": req.rtype.api_version,
+            "metadata": {"resourceVersion": str(self.rv)},
+            "items": items,
+        }
 
     def _get(self, req: Request) -> dict[str, Any]:
         obj = self._versioned(self._existing(req), req.rtype)
@@ -562,7 +659,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         paths: list[str] = []
         for c in rtype.printer_columns:
             if c.get("priority", 0) == 0:
-                cols.append({"name": c["name"], "type": c.get("type", "string"), "format": "", "description": c["name"]})
+                cols.append(
+                    {"name": c["name"], "type": c.get("type", "string"), "format": "", "description": c["name"]}
+                )
                 paths.append(c["jsonPath"])
         if not rtype.printer_columns:
             cols.append({"name": "Age", "type": "date", "format": "", "description": "Age"})
@@ -578,10 +677,19 @@ class KubeEmulator(kmock.KubernetesEmulator):
                     cur = _age(cur)
                 cells.append(cur if cur is not None else "")
             meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
-            rows.append({"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                                    "metadata": meta}})
-        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": str(self.rv)},
-                "columnDefinitions": cols, "rows": rows}
+            rows.append(
+                {
+                    "cells": cells,
+                    "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta},
+                }
+            )
+        return {
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": str(self.rv)},
+            "columnDefinitions": cols,
+            "rows": rows,
+        }
 
     # ----------------------------------------------------------------------------------------------------
     # Writes
@@ -595,16 +703,23 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if not isinstance(obj, dict):
             raise ApiError(400, "BadRequest", "the request body must be an object")
         if obj.get("kind") not in (None, rtype.kind) or obj.get("apiVersion") not in (None, rtype.api_version):
-            raise ApiError(400, "BadRequest", f"the body is {obj.get('apiVersion')}/{obj.get('kind')} but the URL is for "
-                                              f"{rtype.api_version}/{rtype.kind}")
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the body is {obj.get('apiVersion')}/{obj.get('kind')} but the URL is for "
+                f"{rtype.api_version}/{rtype.kind}",
+            )
         obj = copy.deepcopy(obj)
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
         meta = obj.setdefault("metadata", {})
         if rtype.namespaced:
             ns = req.namespace or meta.get("namespace") or "default"
             if meta.get("namespace") not in (None, ns):
-                raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the namespace "
-                                                  "sent on the request")
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                )
             meta["namespace"] = ns
         else:
             meta.pop("namespace", None)
@@ -619,7 +734,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
         assert rtype.crd_schema is not None
         # Writes that change only metadata (annotations, finalizers: most of kopf's) reuse the last result.
         strict = req.params.get("fieldValidation") == "Strict"
-        key = (id(rtype.crd_schema), strict, json.dumps({k: v for k, v in obj.items() if k != "metadata"}, sort_keys=True))
+        key = (
+            id(rtype.crd_schema),
+            strict,
+            json.dumps({k: v for k, v in obj.items() if k != "metadata"}, sort_keys=True),
+        )
         cached = self._admitted.get(key)
         if cached is not None:
             meta = obj["metadata"]
@@ -638,16 +757,28 @@ class KubeEmulator(kmock.KubernetesEmulator):
         dropped = schema.prune(obj, rtype.crd_schema)
         if dropped and strict:
             fields = ", ".join(f'unknown field "{d}"' for d in dropped)
-            raise ApiError(400, "BadRequest", f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
-                                              f"{rtype.kind}: strict decoding error: {fields}")
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
+                f"{rtype.kind}: strict decoding error: {fields}",
+            )
         schema.default(obj, rtype.crd_schema)
         problems = schema.validate(obj, rtype.crd_schema)
         if problems:
             name = obj["metadata"].get("name", "")
             text = ", ".join(f"{f}: {m}" for f, m in problems)
-            raise ApiError(422, "Invalid", f'{rtype.qualified} "{name}" is invalid: {text}',
-                           {"name": name, "group": rtype.group, "kind": rtype.kind,
-                            "causes": [{"reason": "FieldValueInvalid", "field": f, "message": m} for f, m in problems]})
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{rtype.qualified} "{name}" is invalid: {text}',
+                {
+                    "name": name,
+                    "group": rtype.group,
+                    "kind": rtype.kind,
+                    "causes": [{"reason": "FieldValueInvalid", "field": f, "message": m} for f, m in problems],
+                },
+            )
 
     def _validate_builtin(self, obj: dict[str, Any]) -> None:
         import jsonschema
@@ -668,10 +799,18 @@ class KubeEmulator(kmock.KubernetesEmulator):
             where = ".".join(str(p) for p in err.absolute_path) or "<root>"
             kind = obj["kind"] + ("." + obj["apiVersion"].split("/")[0] if "/" in obj["apiVersion"] else "")
             name = obj.get("metadata", {}).get("name", "")
-            raise ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {where}: {err.message}',
-                           {"name": name, "kind": obj["kind"],
-                            "causes": [{"message": e.message, "field": ".".join(str(p) for p in e.absolute_path)}
-                                       for e in errors[:10]]})
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{kind} "{name}" is invalid: {where}: {err.message}',
+                {
+                    "name": name,
+                    "kind": obj["kind"],
+                    "causes": [
+                        {"message": e.message, "field": ".".join(str(p) for p in e.absolute_path)} for e in errors[:10]
+                    ],
+                },
+            )
 
     def _builtin_validator(self, api_version: str, kind: str) -> Any:
         key = (api_version, kind)
@@ -712,15 +851,22 @@ class KubeEmulator(kmock.KubernetesEmulator):
             elif allow_name_from_url and req.name:
                 body.setdefault("metadata", {})["name"] = req.name
             else:
-                raise ApiError(422, "Invalid", f"{rtype.qualified} is invalid: metadata.name: Required value: name or "
-                                               "generateName is required")
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f"{rtype.qualified} is invalid: metadata.name: Required value: name or generateName is required",
+                )
         obj = self._admit(req, body, None)
         meta = obj["metadata"]
         key = self._key(rtype, meta.get("namespace"), meta["name"])
         if key in self.store:
             res = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
-            raise ApiError(409, "AlreadyExists", f'{res} "{meta["name"]}" already exists',
-                           {"name": meta["name"], "group": rtype.group, "kind": rtype.plural})
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{res} "{meta["name"]}" already exists',
+                {"name": meta["name"], "group": rtype.group, "kind": rtype.plural},
+            )
         if "status" in rtype.subresources or rtype.plural in STATUS_SUBRESOURCE_BUILTINS:
             obj.pop("status", None)
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
@@ -747,10 +893,19 @@ class KubeEmulator(kmock.KubernetesEmulator):
         ns_type = self.types[("", "v1", "namespaces")]
         key = self._key(ns_type, None, ns)
         if key not in self.store:
-            obj = {"apiVersion": "v1", "kind": "Namespace",
-                   "metadata": {"name": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(), "generation": 1,
-                                "labels": {"kubernetes.io/metadata.name": ns}},
-                   "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+            obj = {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {
+                    "name": ns,
+                    "uid": str(uuid.uuid4()),
+                    "creationTimestamp": _now(),
+                    "generation": 1,
+                    "labels": {"kubernetes.io/metadata.name": ns},
+                },
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            }
             obj["metadata"]["resourceVersion"] = self._bump()
             self.store[key] = obj
             await self._emit(ns_type, "ADDED", obj)
@@ -773,9 +928,13 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 new.pop("status", None)
         meta, old_meta = new.setdefault("metadata", {}), old["metadata"]
         if meta.get("resourceVersion") not in (None, old_meta["resourceVersion"]):
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rtype.plural} "{old_meta["name"]}": the '
-                                            "object has been modified; please apply your changes to the latest version "
-                                            "and try again")
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {rtype.plural} "{old_meta["name"]}": the '
+                "object has been modified; please apply your changes to the latest version "
+                "and try again",
+            )
         if meta.get("name", old_meta["name"]) != old_meta["name"]:
             raise ApiError(400, "BadRequest", "metadata.name cannot be changed")
         for k in ("uid", "creationTimestamp", "namespace", "generation", "deletionTimestamp"):
@@ -837,8 +996,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 new = patches.merge_patch(old, body)
             elif ctype == patches.STRATEGIC:
                 if req.rtype.crd_schema is not None:
-                    raise ApiError(415, "UnsupportedMediaType", "strategic merge patch is not supported for custom "
-                                                                "resources; use --type=merge or --type=json")
+                    raise ApiError(
+                        415,
+                        "UnsupportedMediaType",
+                        "strategic merge patch is not supported for custom resources; use --type=merge or --type=json",
+                    )
                 new = patches.merge_patch(old, patches.strip_directives(body))
             else:
                 raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
@@ -864,8 +1026,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if meta.get("finalizers"):
             if not meta.get("deletionTimestamp"):
                 new = copy.deepcopy(old)
-                new["metadata"].update(deletionTimestamp=_now(), deletionGracePeriodSeconds=0,
-                                       resourceVersion=self._bump())
+                new["metadata"].update(
+                    deletionTimestamp=_now(), deletionGracePeriodSeconds=0, resourceVersion=self._bump()
+                )
                 self.store[key] = new
                 await self._emit(rtype, "MODIFIED", new)
                 return copy.deepcopy(new)
@@ -889,8 +1052,12 @@ class KubeEmulator(kmock.KubernetesEmulator):
         items = [copy.deepcopy(o) for o in self._selected(req)]
         for obj in items:
             await self._delete_object(req.rtype, obj, "Background")
-        return {"kind": f"{req.rtype.kind}List", "apiVersion": req.rtype.api_version,
-                "metadata": {"resourceVersion": str(self.rv)}, "items": items}
+        return {
+            "kind": f"{req.rtype.kind}List",
+            "apiVersion": req.rtype.api_version,
+            "metadata": {"resourceVersion": str(self.rv)},
+            "items": items,
+        }
 
     def _type_of(self, key: tuple[str, str, str | None, str]) -> ResourceType:
         group, plural = key[0], key[1]
@@ -957,6 +1124,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         def cut() -> bool:
             left = drop_in()
             return epoch != self._watch_epoch or (left is not None and left <= 0)
+
         try:
             if start in ("0", ""):
                 for obj in self._selected(Request("GET", req.rtype, req.namespace, None, None, {}, {}, "")):
@@ -984,9 +1152,13 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 async with self.changed:
                     try:
                         await asyncio.wait_for(
-                            self.changed.wait_for(lambda c=cursor, r=rev: c < len(self.log) or r != self._faults_rev
-                                                  or epoch != self._watch_epoch),
-                            timeout=max(0.0, limit))
+                            self.changed.wait_for(
+                                lambda c=cursor, r=rev: (
+                                    c < len(self.log) or r != self._faults_rev or epoch != self._watch_epoch
+                                )
+                            ),
+                            timeout=max(0.0, limit),
+                        )
                     except TimeoutError:
                         pass
             await resp.write_eof()
@@ -1002,8 +1174,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return copy.deepcopy(obj) if obj is not None else None
 
     def list_objects(self, group: str, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        return [copy.deepcopy(o) for (g, p, ns, _), o in self.store.items()
-                if g == group and p == plural and (namespace is None or ns == namespace)]
+        return [
+            copy.deepcopy(o)
+            for (g, p, ns, _), o in self.store.items()
+            if g == group and p == plural and (namespace is None or ns == namespace)
+        ]
 
 
 def _version_priority(version: str) -> tuple[int, int, int, str]:
@@ -1026,16 +1201,29 @@ def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
 def _crd_status(crd: dict[str, Any]) -> dict[str, Any]:
     now = _now()
     names = crd["spec"]["names"]
-    accepted = {**names, "singular": names.get("singular", names["kind"].lower()),
-                "listKind": names.get("listKind", names["kind"] + "List")}
+    accepted = {
+        **names,
+        "singular": names.get("singular", names["kind"].lower()),
+        "listKind": names.get("listKind", names["kind"] + "List"),
+    }
     return {
         "acceptedNames": accepted,
         "storedVersions": [v["name"] for v in crd["spec"].get("versions", []) if v.get("storage")],
         "conditions": [
-            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found",
-             "lastTransitionTime": now},
-            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-             "message": "the initial names have been accepted", "lastTransitionTime": now},
+            {
+                "type": "NamesAccepted",
+                "status": "True",
+                "reason": "NoConflicts",
+                "message": "no conflicts found",
+                "lastTransitionTime": now,
+            },
+            {
+                "type": "Established",
+                "status": "True",
+                "reason": "InitialNamesAccepted",
+                "message": "the initial names have been accepted",
+                "lastTransitionTime": now,
+            },
         ],
     }
 

@@ -26,7 +26,9 @@ class FakeTQ:
         if fields is not None:
             self.fields[partition_id][key] = fields
 
-    def kv_batch_put(self, keys: list[str], partition_id: str, fields: Any = None, tags: list[dict] | None = None) -> None:
+    def kv_batch_put(
+        self, keys: list[str], partition_id: str, fields: Any = None, tags: list[dict] | None = None
+    ) -> None:
         for i, key in enumerate(keys):
             self.tags[partition_id].setdefault(key, {}).update((tags or [{}] * len(keys))[i])
             if fields is not None:
@@ -40,8 +42,7 @@ class FakeTQ:
 
     # reads
     def kv_list(self, partition_id: str | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-        return {p: {k: dict(t) for k, t in tags.items()} for p, tags in self.tags.items()
-                if partition_id in (None, p)}
+        return {p: {k: dict(t) for k, t in tags.items()} for p, tags in self.tags.items() if partition_id in (None, p)}
 
     def kv_clear(self, keys: list[str], partition_id: str) -> None:
         for key in keys:

@@ -31,7 +31,7 @@ CHAT_TEMPLATE = (
     "{%- if m.role == 'tool' -%}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
     "{%- elif m.role == 'assistant' -%}<|im_start|>assistant\n{{ m.content }}"
     "{%- for tc in (m.tool_calls or []) %}\n<tool_call>\n"
-    "{\"name\": \"{{ tc.function.name }}\", \"arguments\": {{ tc.function.arguments | tojson }}}\n</tool_call>"
+    '{"name": "{{ tc.function.name }}", "arguments": {{ tc.function.arguments | tojson }}}\n</tool_call>'
     "{%- endfor %}<|im_end|>\n"
     "{%- else -%}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endif -%}"
     "{%- endfor -%}"
@@ -49,7 +49,9 @@ def make_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
         additional_special_tokens=["<|im_start|>", "<tool_call>", "</tool_call>"],
     )
     fast.chat_template = CHAT_TEMPLATE
@@ -146,9 +148,15 @@ def build_loop(verl_config, server, monkeypatch, user=None, *, real_user=False):
     if not real_user:
         monkeypatch.setattr(LonghaulAirlineAgentLoop, "make_user_simulator", make_user)
     loop = hydra.utils.instantiate(
-        config=entry, trainer_config=DictConfigWrap(config=cfg), server_manager=server,
-        tokenizer=server.tokenizer, processor=None, hf_model_type=None, dataset_cls=None,
-        data_config=DictConfigWrap(cfg.data), tools=ToolListWrap([]),
+        config=entry,
+        trainer_config=DictConfigWrap(config=cfg),
+        server_manager=server,
+        tokenizer=server.tokenizer,
+        processor=None,
+        hf_model_type=None,
+        dataset_cls=None,
+        data_config=DictConfigWrap(cfg.data),
+        tools=ToolListWrap([]),
     )
     assert type(loop) is LonghaulAirlineAgentLoop
     return loop, user
@@ -231,8 +239,8 @@ async def test_wrong_action_scores_zero(verl_config, monkeypatch):
 
 async def test_hallucinated_and_broken_calls_are_counted(verl_config, monkeypatch):
     completions = [
-        'Looking it up now.\n<tool_call>\n{"name": "update_user_payment_methods", "arguments": {"x": 1}}\n</tool_call><|im_end|>',
-        "Trying again.\n<tool_call>\n{\"name\": \"get_user_details\", \"arguments\": {\"user_id\": \n</tool_call><|im_end|>",
+        'Looking it up now.\n<tool_call>\n{"name": "update_user_payment_methods", "arguments": {"x": 1}}\n</tool_call><|im_end|>',  # noqa: E501 - a string literal kept whole
+        'Trying again.\n<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": \n</tool_call><|im_end|>',
         "Sorry, I could not do it.<|im_end|>",
     ]
     out, _, _ = await run_loop(verl_config, monkeypatch, completions)
@@ -307,11 +315,22 @@ async def test_estimator_receives_turn_layout(verl_config, monkeypatch):
     for i, (r, m) in enumerate(rows):
         rewards[i, : r.shape[0]] = r
         mask[i, : m.shape[0]] = m
-    cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "longhaul": {
-        "alpha": 1.05, "discount_unit": "turn", "length_exponent": 0.5, "seed_compat": False, "credit": "turn",
-        "process_weight": 0.3}})
-    adv, _ = get_adv_estimator_fn("longhaul_grpo")(token_level_rewards=rewards, response_mask=mask,
-                                                   index=["t11", "t11"], config=cfg)
+    cfg = OmegaConf.create(
+        {
+            "norm_adv_by_std_in_grpo": True,
+            "longhaul": {
+                "alpha": 1.05,
+                "discount_unit": "turn",
+                "length_exponent": 0.5,
+                "seed_compat": False,
+                "credit": "turn",
+                "process_weight": 0.3,
+            },
+        }
+    )
+    adv, _ = get_adv_estimator_fn("longhaul_grpo")(
+        token_level_rewards=rewards, response_mask=mask, index=["t11", "t11"], config=cfg
+    )
     assert torch.isfinite(adv).all()
     assert (adv[0][mask[0].bool()] > 0).all() and (adv[1][mask[1].bool()] < 0).all()
 
@@ -383,7 +402,10 @@ def row(*, step=3, index=0, session=0, uid="g0", validate=False, task="11", seed
     return {
         "raw_prompt": [{"role": "user", "content": "unused"}],
         "extra_info": {"task_id": task, "index": index, "seed": seed, "validate": validate},
-        "index": index, "uid": uid, "session_id": session, "global_steps": step,
+        "index": index,
+        "uid": uid,
+        "session_id": session,
+        "global_steps": step,
     }
 
 
@@ -483,7 +505,9 @@ async def test_groups_through_verls_worker_and_sampler(verl_config, monkeypatch,
         if r["uid"] == "down" and r["session_id"] == 1:
             stub_user_settings(self, openai_stub)
             return original(self, r, seed)
-        return ScriptedUser(opening="Never mind. ###STOP###" if r["session_id"] == 0 else "Hi, I need to change my reservation.")
+        return ScriptedUser(
+            opening="Never mind. ###STOP###" if r["session_id"] == 0 else "Hi, I need to change my reservation."
+        )
 
     monkeypatch.setattr(LonghaulAirlineAgentLoop, "make_user_simulator", make_user)
     await _run_group(worker, fake_tq, "ok", n=2)
@@ -504,8 +528,12 @@ async def test_groups_through_verls_worker_and_sampler(verl_config, monkeypatch,
     from longhaul.agentloop.sampler import LonghaulReplayBuffer
 
     buffer = LonghaulReplayBuffer(
-        trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
-        sampler_kwargs={"rollout_n": 2}, refill_fn=lambda k: pytest.fail("nothing to refill: 'ok' fills the batch"),
+        trainer_mode="sync",
+        trainer_config={},
+        max_off_policy_threshold=None,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={"rollout_n": 2},
+        refill_fn=lambda k: pytest.fail("nothing to refill: 'ok' fills the batch"),
     )
     batch, metrics = buffer.sample(global_steps=3, partition_id="train", batch_size=1)
     assert sorted(batch.keys) == ["ok_0_0", "ok_1_0"]
@@ -564,10 +592,19 @@ async def test_seeds_differ_per_step_group_and_session_and_reach_the_simulator(v
     loop, _ = build_loop(verl_config, ScriptedServer(tok, []), monkeypatch, real_user=True)
     stub_user_settings(loop, openai_stub)
     openai_stub.set_script("user", lambda body: Reply(content="###STOP###"))
-    keys = [(3, 0, 0, False), (3, 0, 1, False), (3, 1, 0, False), (4, 0, 0, False), (3, 0, 0, False),
-            (3, 0, 0, True), (4, 0, 0, True)]
-    outs = [await loop.run({"temperature": 1.0}, **row(step=step, index=index, session=session, validate=validate))
-            for step, index, session, validate in keys]
+    keys = [
+        (3, 0, 0, False),
+        (3, 0, 1, False),
+        (3, 1, 0, False),
+        (4, 0, 0, False),
+        (3, 0, 0, False),
+        (3, 0, 0, True),
+        (4, 0, 0, True),
+    ]
+    outs = [
+        await loop.run({"temperature": 1.0}, **row(step=step, index=index, session=session, validate=validate))
+        for step, index, session, validate in keys
+    ]
     sent = [r["seed"] for r in openai_stub.requests]
     assert len(set(sent[:4])) == 4 and sent[4] == sent[0]  # distinct per (step, group, session); reproducible
     assert sent[5] == sent[6] and sent[5] not in sent[:5]  # validation: the same customers at every step
@@ -603,7 +640,9 @@ async def test_traces_are_written_per_step_and_read_by_explain(verl_config, monk
     pid = os.getpid()
     train_file, val_file = tmp_path / "step_3" / f"{pid}.jsonl", tmp_path / "val_step_3" / f"{pid}.jsonl"
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.jsonl")) == [
-        f"step_3/{pid}.jsonl", f"val_step_3/{pid}.jsonl"]
+        f"step_3/{pid}.jsonl",
+        f"val_step_3/{pid}.jsonl",
+    ]
     records = [json.loads(line) for line in train_file.open()]
     assert [r["session"] for r in records] == [0, 1]
     for r in records:

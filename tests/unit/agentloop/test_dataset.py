@@ -34,10 +34,17 @@ def test_written_files_are_the_ones_the_overrides_reference(tmp_path: Path) -> N
     exp = load_spec(ROOT / "specs" / "prm_lite_lata.yaml")
     paths = Paths.under(str(tmp_path / "run"))
     written = {str(p) for p in write_verl_inputs(exp, paths)}
-    referenced = {o.split("=", 1)[1].strip("'") for o in render_verl_overrides(exp, paths)
-                  if o.split("=", 1)[0] in ("data.train_files", "data.val_files",
-                                           "actor_rollout_ref.rollout.multi_turn.tool_config_path",
-                                           "actor_rollout_ref.rollout.agent.agent_loop_config_path")}
+    referenced = {
+        o.split("=", 1)[1].strip("'")
+        for o in render_verl_overrides(exp, paths)
+        if o.split("=", 1)[0]
+        in (
+            "data.train_files",
+            "data.val_files",
+            "actor_rollout_ref.rollout.multi_turn.tool_config_path",
+            "actor_rollout_ref.rollout.agent.agent_loop_config_path",
+        )
+    }
     assert referenced == written
     table = pq.read_table(paths.data_dir + "/train.parquet").to_pylist()
     assert [task_id_from_row(r) for r in table] == [task_id_from_row(r) for r in build_verl_rows(exp)["train"]]

@@ -64,7 +64,8 @@ def completions(thinking: bool) -> list[str]:
         think("Basic economy; the policy wants an explicit confirmation before a write.")
         + "Your reservation GV1N64 can move to HAT003 and HAT290. Shall I proceed?",
         think("Confirmed. The write, with the arguments from the observation.")
-        + "Changing it now.\n" + _call(write.name, dict(write.arguments)),
+        + "Changing it now.\n"
+        + _call(write.name, dict(write.arguments)),
         think("Done. Tell the user.") + "All done, your confirmation is 5244.",
     ]
     return [t + "<|im_end|>" for t in turns]
@@ -186,7 +187,9 @@ def train(overrides: list[str], exp: Any, qwen3_dir: Path, tmp: Path, texts: lis
     loop_file.parent.mkdir(parents=True, exist_ok=True)
     loop_file.write_text(render_agent_loop_yaml(exp))
     cfg = compose_verl(overrides)
-    entry = next(e for e in OmegaConf.load(loop_file) if e.name == cfg.actor_rollout_ref.rollout.agent.default_agent_loop)
+    entry = next(
+        e for e in OmegaConf.load(loop_file) if e.name == cfg.actor_rollout_ref.rollout.agent.default_agent_loop
+    )
     tokenizer = AutoTokenizer.from_pretrained(qwen3_dir)
     if cfg.actor_rollout_ref.model.get("custom_chat_template") is not None:
         # what veRL's AgentLoopWorker does with model.custom_chat_template before it builds any agent loop
@@ -197,17 +200,28 @@ def train(overrides: list[str], exp: Any, qwen3_dir: Path, tmp: Path, texts: lis
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(LonghaulAirlineAgentLoop, "make_user_simulator", lambda self, row, seed=None: user)
             loop = hydra.utils.instantiate(
-                config=entry, trainer_config=DictConfigWrap(config=cfg), server_manager=server, tokenizer=tokenizer,
-                processor=None, hf_model_type=AutoConfig.from_pretrained(qwen3_dir).model_type, dataset_cls=None,
-                data_config=DictConfigWrap(cfg.data), tools=ToolListWrap([]),
+                config=entry,
+                trainer_config=DictConfigWrap(config=cfg),
+                server_manager=server,
+                tokenizer=tokenizer,
+                processor=None,
+                hf_model_type=AutoConfig.from_pretrained(qwen3_dir).model_type,
+                dataset_cls=None,
+                data_config=DictConfigWrap(cfg.data),
+                tools=ToolListWrap([]),
             )
             row = {"raw_prompt": [{"role": "user", "content": "unused"}], "extra_info": {"task_id": TASK}, "uid": "u0"}
             return await loop.run({"temperature": 1.0, "top_p": 1.0}, **row)
 
     out = asyncio.run(run())
     assert not server.texts, "the episode ended before every scripted turn was generated"
-    return TrainingRun(server.generations, list(out.prompt_ids), list(out.response_ids), list(out.response_mask),
-                       out.extra_fields["reward_extra_info"]["outcome"])
+    return TrainingRun(
+        server.generations,
+        list(out.prompt_ids),
+        list(out.response_ids),
+        list(out.response_mask),
+        out.extra_fields["reward_extra_info"]["outcome"],
+    )
 
 
 def _overrides(exp: Any, tmp: Path) -> list[str]:
@@ -261,16 +275,20 @@ def evaluate(mode: str, exp: Any, fe: Any, generations: list[Generation]) -> Eva
         result.prompts.append(prompt)
         # the engine's text leaves the stop token out; its token count includes it
         message = fe.derender(mode, body, gen[:-1], prompt)
-        return {"choices": [{"index": 0, "message": message,
-                             "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(gen)}}
+        return {
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}
+            ],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(gen)},
+        }
 
     async def run() -> Any:
         with StubServer() as srv:
             srv.set_script("policy", policy_script)
             client = ChatClient(srv.base_url, "policy")
-            return await run_episode(AirlineEnv, get_task(TASK), OpenAIPolicy(client), ScriptedUser(),
-                                     EpisodeLimits.from_spec(exp))
+            return await run_episode(
+                AirlineEnv, get_task(TASK), OpenAIPolicy(client), ScriptedUser(), EpisodeLimits.from_spec(exp)
+            )
 
     traj = asyncio.run(run())
     result.messages, result.outcome = traj.messages, traj.outcome
@@ -280,8 +298,10 @@ def evaluate(mode: str, exp: Any, fe: Any, generations: list[Generation]) -> Eva
 
 @pytest.fixture(scope="module")
 def evaluated(frontend, trained, qwen3_dir: Path) -> dict[str, EvalRun]:
-    return {mode: evaluate(mode, tiny_spec(mode, qwen3_dir), frontend, trained[mode].generations)
-            for mode in ("disabled", "keep", "strip")}
+    return {
+        mode: evaluate(mode, tiny_spec(mode, qwen3_dir), frontend, trained[mode].generations)
+        for mode in ("disabled", "keep", "strip")
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -299,13 +319,14 @@ def test_a_training_sequence_is_the_generated_tokens_fed_back_turn_by_turn(train
         nxt = gens[k + 1].prompt_ids if k + 1 < len(gens) else run.sequence
         assert nxt[: len(g.prompt_ids) + len(g.token_ids)] == g.prompt_ids + g.token_ids, f"turn {k}"
         start = len(g.prompt_ids) - len(run.prompt_ids)
-        expected_mask[start: start + len(g.token_ids)] = [1] * len(g.token_ids)
+        expected_mask[start : start + len(g.token_ids)] = [1] * len(g.token_ids)
     assert run.sequence == gens[-1].prompt_ids + gens[-1].token_ids
     assert run.response_mask == expected_mask  # loss exactly on what the policy generated
-    opener = tok.encode("<|im_start|>assistant\n" + ("<think>\n\n</think>\n\n" if mode == "disabled" else ""),
-                        add_special_tokens=False)
+    opener = tok.encode(
+        "<|im_start|>assistant\n" + ("<think>\n\n</think>\n\n" if mode == "disabled" else ""), add_special_tokens=False
+    )
     for g in gens:
-        assert g.prompt_ids[-len(opener):] == opener  # disabled: the empty think block is prompt (mask 0)
+        assert g.prompt_ids[-len(opener) :] == opener  # disabled: the empty think block is prompt (mask 0)
     assert run.outcome == 1.0
 
 
@@ -357,8 +378,14 @@ def _sft(mode: str, qwen3_dir: Path, tok: Any, messages: list[dict[str, Any]]) -
     from longhaul.sft.masking import build_supervised_example
 
     pol = tiny_spec(mode, qwen3_dir).spec.policy
-    return build_supervised_example(tok, messages, tool_schemas(), max_length=100_000,
-                                    chat_template=chat_template_override(pol), template_kwargs=chat_template_kwargs(pol))
+    return build_supervised_example(
+        tok,
+        messages,
+        tool_schemas(),
+        max_length=100_000,
+        chat_template=chat_template_override(pol),
+        template_kwargs=chat_template_kwargs(pol),
+    )
 
 
 @pytest.mark.parametrize("mode", ["disabled", "keep"])
@@ -408,14 +435,25 @@ def test_tool_calls_parse_alike_in_vllm_and_in_training_and_evaluation(frontend,
     cases = {
         "after think": ("<think>\nread first\n</think>\n\n" + _call("get_reservation_details", a), [a]),
         "after text": ("Let me look.\n" + _call("get_reservation_details", a), [a]),
-        "inside think": ("<think>\nmaybe " + _call("get_user_details", b) + " no, the reservation\n</think>\n\n"
-                         + _call("get_reservation_details", a), [b, a]),
-        "two calls": ("<think>\nboth\n</think>\n\n" + _call("get_user_details", b) + "\n"
-                      + _call("get_reservation_details", a), [b, a]),
+        "inside think": (
+            "<think>\nmaybe "
+            + _call("get_user_details", b)
+            + " no, the reservation\n</think>\n\n"
+            + _call("get_reservation_details", a),
+            [b, a],
+        ),
+        "two calls": (
+            "<think>\nboth\n</think>\n\n" + _call("get_user_details", b) + "\n" + _call("get_reservation_details", a),
+            [b, a],
+        ),
         "message": ("<think>\nno call\n</think>\n\nHow can I help?", []),
     }
-    body = {"model": "policy", "messages": [{"role": "system", "content": "POLICY"}, {"role": "user", "content": "hi"}],
-            "tools": tool_schemas(), "tool_choice": "auto"}
+    body = {
+        "model": "policy",
+        "messages": [{"role": "system", "content": "POLICY"}, {"role": "user", "content": "hi"}],
+        "tools": tool_schemas(),
+        "tool_choice": "auto",
+    }
     prompt = frontend.render("keep", body)
     for name, (text, expected) in cases.items():
         message = frontend.derender("keep", body, tok.encode(text, add_special_tokens=False), prompt)

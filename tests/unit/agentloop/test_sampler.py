@@ -13,8 +13,11 @@ def put_group(tq, uid: str, sessions: list[bool], step: int = 3) -> None:
     tq.kv_put(key=uid, partition_id="train", tag={"is_prompt": True, "status": "pending", "global_steps": step})
     for s, finished in enumerate(sessions):
         if finished:
-            tq.kv_put(key=f"{uid}_{s}_0", partition_id="train",
-                      tag={"status": "success", "global_steps": step, "min_global_steps": 2, "max_global_steps": 2})
+            tq.kv_put(
+                key=f"{uid}_{s}_0",
+                partition_id="train",
+                tag={"status": "success", "global_steps": step, "min_global_steps": 2, "max_global_steps": 2},
+            )
     tq.kv_put(key=uid, partition_id="train", tag={"status": "finished" if all(sessions) else "failure"})
 
 
@@ -22,8 +25,13 @@ def make_buffer(refill_fn, **options):
     from longhaul.agentloop.sampler import LonghaulReplayBuffer
 
     return LonghaulReplayBuffer(
-        trainer_mode="sync", trainer_config={}, max_off_policy_threshold=8, max_off_policy_strategy="drop",
-        sampler_kwargs={"rollout_n": 3, **options}, refill_fn=refill_fn, poll_interval=0.01,
+        trainer_mode="sync",
+        trainer_config={},
+        max_off_policy_threshold=8,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={"rollout_n": 3, **options},
+        refill_fn=refill_fn,
+        poll_interval=0.01,
     )
 
 
@@ -33,9 +41,17 @@ def test_failed_group_with_survivors_is_dropped_whole_and_refilled(fake_tq):
     put_group(fake_tq, "a", [True, False, True])  # one of three samples failed
     put_group(fake_tq, "b", [True, True, True])
     # veRL's own buffer, even with sync_refill_failed_groups, trains on the survivors of "a" (biased baseline)
-    builtin = ReplayBuffer(trainer_mode="sync", trainer_config={}, max_off_policy_threshold=8,
-                           max_off_policy_strategy="drop", sampler_kwargs={}, refill_fn=lambda k: k,
-                           gen_batch_size=1, sync_refill_failed_groups=True, train_batch_size=2)
+    builtin = ReplayBuffer(
+        trainer_mode="sync",
+        trainer_config={},
+        max_off_policy_threshold=8,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={},
+        refill_fn=lambda k: k,
+        gen_batch_size=1,
+        sync_refill_failed_groups=True,
+        train_batch_size=2,
+    )
     builtin._sync_metadata_from_transfer_queue()
     assert builtin._sampleable_terminal_keys("train", builtin._terminal_eviction_reasons(3, "train")) == {"a", "b"}
 
@@ -56,7 +72,9 @@ def test_failed_group_with_survivors_is_dropped_whole_and_refilled(fake_tq):
 
 def test_metrics_are_reported_when_nothing_failed(fake_tq):
     put_group(fake_tq, "a", [True, True, True])
-    _, metrics = make_buffer(lambda k: pytest.fail("no refill")).sample(global_steps=3, partition_id="train", batch_size=1)
+    _, metrics = make_buffer(lambda k: pytest.fail("no refill")).sample(
+        global_steps=3, partition_id="train", batch_size=1
+    )
     assert metrics["rollout/dropped_groups"] == 0 and metrics["rollout/failed_trajectories"] == 0
 
 
@@ -68,14 +86,18 @@ def test_too_many_failed_groups_stop_the_run(fake_tq):
         put_group(fake_tq, f"r{next(fresh)}", [False, True, False])
         return k
 
-    with pytest.raises(RuntimeError, match=r"3 prompt groups failed .* batch of 2 .*max_failed_fraction=0.5.* 7 trajectories"):
+    with pytest.raises(
+        RuntimeError, match=r"3 prompt groups failed .* batch of 2 .*max_failed_fraction=0.5.* 7 trajectories"
+    ):
         make_buffer(refill, max_failed_fraction=0.5).sample(global_steps=3, partition_id="train", batch_size=2)
 
 
 def test_validation_groups_are_left_alone(fake_tq):
     fake_tq.kv_put(key="v", partition_id="val", tag={"is_prompt": True, "status": "failure", "global_steps": 3})
     fake_tq.kv_put(key="v_0_0", partition_id="val", tag={"status": "success"})
-    batch, metrics = make_buffer(lambda k: pytest.fail("no refill")).sample(global_steps=3, partition_id="val", batch_size=1)
+    batch, metrics = make_buffer(lambda k: pytest.fail("no refill")).sample(
+        global_steps=3, partition_id="val", batch_size=1
+    )
     assert batch.keys == ["v_0_0"] and "rollout/dropped_groups" not in metrics
 
 
@@ -92,8 +114,14 @@ def test_settings_are_checked(mode, options, message):
     from longhaul.agentloop.sampler import LonghaulReplayBuffer
 
     with pytest.raises(ValueError, match=message):
-        LonghaulReplayBuffer(trainer_mode=mode, trainer_config={}, max_off_policy_threshold=8,
-                             max_off_policy_strategy="drop", sampler_kwargs=options, refill_fn=lambda k: k)
+        LonghaulReplayBuffer(
+            trainer_mode=mode,
+            trainer_config={},
+            max_off_policy_threshold=8,
+            max_off_policy_strategy="drop",
+            sampler_kwargs=options,
+            refill_fn=lambda k: k,
+        )
 
 
 def test_rendered_overrides_plug_it_into_verls_trainer(fake_tq, tmp_path):
@@ -119,8 +147,11 @@ def test_rendered_overrides_plug_it_into_verls_trainer(fake_tq, tmp_path):
     trainer._add_prompts_to_generate = lambda k: k
     buffer = trainer._build_replay_buffer()
     assert isinstance(buffer, LonghaulReplayBuffer)
-    assert (buffer.rollout_n, buffer.max_failed_fraction, buffer.gen_batch_size, buffer.sync_refill_failed_groups) == (
-        exp.spec.algorithm.group_size, 0.5, 1, True) == (cfg.actor_rollout_ref.rollout.n, 0.5, 1, True)
+    assert (
+        (buffer.rollout_n, buffer.max_failed_fraction, buffer.gen_batch_size, buffer.sync_refill_failed_groups)
+        == (exp.spec.algorithm.group_size, 0.5, 1, True)
+        == (cfg.actor_rollout_ref.rollout.n, 0.5, 1, True)
+    )
     assert cfg.trainer.v1.sampler.sync_refill_failed_groups is True  # veRL's dataloader then fetches one prompt
 
 

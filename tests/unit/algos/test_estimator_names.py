@@ -26,8 +26,11 @@ def test_the_plugin_registers_exactly_the_named_estimators() -> None:
     from longhaul.algos import verl_plugin
 
     assert tuple(verl_plugin.ESTIMATORS) == settings.ESTIMATOR_NAMES
-    registered = {k for k, fn in core_algos.ADV_ESTIMATOR_REGISTRY.items()
-                  if getattr(fn, "__module__", None) == verl_plugin.__name__}
+    registered = {
+        k
+        for k, fn in core_algos.ADV_ESTIMATOR_REGISTRY.items()
+        if getattr(fn, "__module__", None) == verl_plugin.__name__
+    }
     assert registered == set(settings.ESTIMATOR_NAMES)
 
 

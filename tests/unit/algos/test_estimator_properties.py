@@ -19,13 +19,15 @@ CASES = [(adv, credit) for adv in ADVANTAGES for credit in CREDITS]
 EPS = 1e-6
 
 reward = st.one_of(st.just(0.0), st.just(1.0), st.floats(-2.0, 2.0, width=32))
-options = st.fixed_dictionaries({
-    "discount_unit": st.sampled_from(["token", "turn"]),
-    "norm_by_std": st.booleans(),
-    "alpha": st.floats(0.5, 2.0),
-    "length_exponent": st.floats(0.0, 1.0),
-    "seed_compat": st.booleans(),
-})
+options = st.fixed_dictionaries(
+    {
+        "discount_unit": st.sampled_from(["token", "turn"]),
+        "norm_by_std": st.booleans(),
+        "alpha": st.floats(0.5, 2.0),
+        "length_exponent": st.floats(0.0, 1.0),
+        "seed_compat": st.booleans(),
+    }
+)
 
 
 @st.composite
@@ -161,7 +163,9 @@ def test_turn_credit_without_process_shares_is_trajectory_credit(adv, data, opts
     opts = fix("turn", opts)
     for i, (starts, _, _) in enumerate(decode(r, m)):
         r[i, starts] = 0.0  # zero process weight: nothing on the first token of any turn
-    torch.testing.assert_close(run(r, m, index, adv, "turn", opts), run(r, m, index, adv, "trajectory", opts), rtol=0, atol=0)
+    torch.testing.assert_close(
+        run(r, m, index, adv, "turn", opts), run(r, m, index, adv, "trajectory", opts), rtol=0, atol=0
+    )
 
 
 @st.composite

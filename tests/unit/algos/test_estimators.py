@@ -91,7 +91,7 @@ def random_batch(gen, bs=12, T=40, groups=3):
         t = 0
         while t < T:
             n1 = int(torch.randint(1, 8, (1,), generator=gen))
-            m[i, t:t + n1] = 1
+            m[i, t : t + n1] = 1
             t += n1 + int(torch.randint(1, 6, (1,), generator=gen))
         L = int(torch.randint(1, T + 1, (1,), generator=gen))
         m[i, L:] = 0
@@ -126,10 +126,20 @@ def test_matches_reference_on_random_inputs(adv, unit, seed_compat, credit, norm
     for alpha, p in ((1.05, 0.5), (0.9, 0.3)):
         r, m, index = random_batch(gen)
         got, ret = compute_advantages(
-            r, m, index, advantage=adv, alpha=alpha, discount_unit=unit, length_exponent=p,
-            seed_compat=seed_compat, credit=credit, norm_by_std=norm,
+            r,
+            m,
+            index,
+            advantage=adv,
+            alpha=alpha,
+            discount_unit=unit,
+            length_exponent=p,
+            seed_compat=seed_compat,
+            credit=credit,
+            norm_by_std=norm,
         )
-        want = torch.tensor(ref_advantages(r.tolist(), m.tolist(), index, adv, alpha, unit, p, seed_compat, credit, norm))
+        want = torch.tensor(
+            ref_advantages(r.tolist(), m.tolist(), index, adv, alpha, unit, p, seed_compat, credit, norm)
+        )
         assert got.dtype == torch.float32 and got.shape == r.shape
         torch.testing.assert_close(got, want.float(), rtol=1e-5, atol=1e-5)
         assert torch.equal(got, ret)
@@ -178,7 +188,7 @@ def test_edge_cases_are_finite(adv, seed_compat, unit):
     # huge L with the valid tokens far right (the original's inf*0 = NaN case), large alpha
     T = 20000
     m = torch.zeros(2, T, dtype=torch.long)
-    m[0, T - 3:] = 1
+    m[0, T - 3 :] = 1
     m[1, :] = 1
     r = torch.zeros(2, T)
     r[0, -1] = 1.0
@@ -264,12 +274,16 @@ def test_turn_credit_worked_example():
     tc = compute_turn_credit(r, m, ["g"] * 3)
     sd = math.sqrt(((1 - 1 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # 0.577: below one reward unit, so d is not divided
     assert tc.outcome.tolist() == pytest.approx([1.0, 0.0, 0.0], abs=1e-7)
-    assert tc.trajectory_adv.tolist() == pytest.approx([(2 / 3) / (sd + 1e-6), -(1 / 3) / (sd + 1e-6), -(1 / 3) / (sd + 1e-6)])
+    assert tc.trajectory_adv.tolist() == pytest.approx(
+        [(2 / 3) / (sd + 1e-6), -(1 / 3) / (sd + 1e-6), -(1 / 3) / (sd + 1e-6)]
+    )
     assert tc.siblings.tolist() == [3, 3, 2, 3, 3, 2, 3, 3]
     b0, b1, b2 = 0.06 / 3, 0.03 / 3, -0.03 / 2
     assert tc.baseline.tolist() == pytest.approx([b0, b1, b2, b0, b1, b2, b0, b1], abs=1e-7)
     q = [0.02, 0.01, -0.03, 0.04, -0.02, 0.0, 0.0, 0.04]
-    assert tc.process_adv.tolist() == pytest.approx([x - b for x, b in zip(q, tc.baseline.tolist(), strict=True)], abs=1e-7)
+    assert tc.process_adv.tolist() == pytest.approx(
+        [x - b for x, b in zip(q, tc.baseline.tolist(), strict=True)], abs=1e-7
+    )
     a, _ = compute_advantages(r, m, ["g"] * 3, credit="turn")
     assert a[2, 2].item() == pytest.approx(tc.trajectory_adv[2].item() + 0.04 - b1, abs=1e-6)
 

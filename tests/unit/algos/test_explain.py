@@ -22,11 +22,34 @@ spec:
 
 def trajectory(success: bool, trial: int) -> Trajectory:
     turns = [
-        Turn(0, "Let me pull up your profile so I can find the booking.", [
-            ToolCall("get_user_details", {"user_id": "mia_li_3668"}, '{"user_id": "mia_li_3668"}', "c0",
-                     result='{"reservations": ["ABC123"]}')], completion_tokens=20),
-        Turn(1, "ok", [ToolCall("cancel_reservation", {"reservation_id": "ABC123" if success else "unknown"},
-                                '{"reservation_id": "ABC123"}', "c1", result="{}")], completion_tokens=12),
+        Turn(
+            0,
+            "Let me pull up your profile so I can find the booking.",
+            [
+                ToolCall(
+                    "get_user_details",
+                    {"user_id": "mia_li_3668"},
+                    '{"user_id": "mia_li_3668"}',
+                    "c0",
+                    result='{"reservations": ["ABC123"]}',
+                )
+            ],
+            completion_tokens=20,
+        ),
+        Turn(
+            1,
+            "ok",
+            [
+                ToolCall(
+                    "cancel_reservation",
+                    {"reservation_id": "ABC123" if success else "unknown"},
+                    '{"reservation_id": "ABC123"}',
+                    "c1",
+                    result="{}",
+                )
+            ],
+            completion_tokens=12,
+        ),
         Turn(2, "Your reservation is cancelled.", [], to_user=True, completion_tokens=8),
     ]
     return Trajectory("5", trial, 0, [], turns, "user_stop", Grade(success, float(success), success, True), 2, 0)
@@ -52,14 +75,18 @@ def test_explain_json_group(tmp_path):
         assert all(x["first"] > 0 for x in good["advantages"][name])
         assert all(x["first"] < 0 for x in bad["advantages"][name])
     # credit: turn — per-turn baseline over the group's turn k and the turn's advantage a_i + d_{i,k}
-    assert good["credit"]["trajectory_reward"] == pytest.approx(1.0) and bad["credit"]["trajectory_reward"] == pytest.approx(0.0)
+    assert good["credit"]["trajectory_reward"] == pytest.approx(1.0) and bad["credit"][
+        "trajectory_reward"
+    ] == pytest.approx(0.0)
     assert good["credit"]["trajectory_advantage"] > 0 > bad["credit"]["trajectory_advantage"]
     for k, (tg, tb) in enumerate(zip(good["turns"], bad["turns"], strict=True)):
         cg, cb = tg["credit"], tb["credit"]
         assert cg["share"] == pytest.approx(0.3 * tg["process_share"], abs=1e-6)
         assert cg["baseline"] == cb["baseline"] == pytest.approx((cg["share"] + cb["share"]) / 2, abs=1e-6)
         assert cg["siblings"] == 2
-        assert cg["advantage"] == pytest.approx(good["credit"]["trajectory_advantage"] + cg["share"] - cg["baseline"], abs=1e-6)
+        assert cg["advantage"] == pytest.approx(
+            good["credit"]["trajectory_advantage"] + cg["share"] - cg["baseline"], abs=1e-6
+        )
         assert good["advantages"]["grpo"][k]["first"] == pytest.approx(cg["advantage"], abs=1e-5)
 
 
@@ -77,8 +104,21 @@ def test_explain_table_and_errors(tmp_path):
 
 def trace(traj, uid, step):
     """A rollout trace line as `longhaul.agentloop.traces` writes it."""
-    return json.dumps({"step": step, "validate": False, "uid": uid, "index": 0, "session": "s", "seed": 0,
-                       "reward": {}, "trajectory": None if traj is None else traj.to_dict()}) + "\n"
+    return (
+        json.dumps(
+            {
+                "step": step,
+                "validate": False,
+                "uid": uid,
+                "index": 0,
+                "session": "s",
+                "seed": 0,
+                "reward": {},
+                "trajectory": None if traj is None else traj.to_dict(),
+            }
+        )
+        + "\n"
+    )
 
 
 def test_explain_directory_of_jsonl_and_turn_credit_table(tmp_path):
@@ -88,7 +128,9 @@ def test_explain_directory_of_jsonl_and_turn_credit_table(tmp_path):
     for d in ("step_2", "step_10", "step_10/failures"):
         (roll / d).mkdir(parents=True)
     (roll / "step_2" / "7.jsonl").write_text(trace(trajectory(True, 0), "u1", 2) + trace(trajectory(False, 1), "u1", 2))
-    (roll / "step_10" / "7.jsonl").write_text(trace(trajectory(False, 2), "u2", 10) + trace(trajectory(True, 3), "u2", 10))
+    (roll / "step_10" / "7.jsonl").write_text(
+        trace(trajectory(False, 2), "u2", 10) + trace(trajectory(True, 3), "u2", 10)
+    )
     (roll / "step_10" / "failures" / "7.jsonl").write_text(trace(None, "u3", 10))
     (roll / "notes.txt").write_text("not a trace")
     res = CliRunner().invoke(app, ["explain", str(roll), "--spec", str(spec), "--json"])

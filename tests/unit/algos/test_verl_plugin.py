@@ -28,8 +28,14 @@ def core_algos():
 def algo_config(**lh):
     from omegaconf import OmegaConf
 
-    base = {"alpha": 1.05, "discount_unit": "turn", "length_exponent": 0.5, "seed_compat": False,
-            "credit": "trajectory", "process_weight": 0.0}
+    base = {
+        "alpha": 1.05,
+        "discount_unit": "turn",
+        "length_exponent": 0.5,
+        "seed_compat": False,
+        "credit": "trajectory",
+        "process_weight": 0.0,
+    }
     base.update(lh)
     return OmegaConf.create({"adv_estimator": "longhaul_lata", "norm_adv_by_std_in_grpo": True, "longhaul": base})
 
@@ -61,7 +67,9 @@ def test_longhaul_grpo_equals_verl_grpo(core_algos):
     cfg = algo_config()
     cfg.norm_adv_by_std_in_grpo = False
     want, _ = core_algos.compute_grpo_outcome_advantage(r, m, index, norm_adv_by_std_in_grpo=False)
-    got, _ = core_algos.get_adv_estimator_fn("longhaul_grpo")(token_level_rewards=r, response_mask=m, index=index, config=cfg)
+    got, _ = core_algos.get_adv_estimator_fn("longhaul_grpo")(
+        token_level_rewards=r, response_mask=m, index=index, config=cfg
+    )
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
@@ -71,7 +79,12 @@ def test_missing_settings_name_the_override(core_algos):
     r, m, index = batch()
     fn = core_algos.get_adv_estimator_fn("longhaul_turn_discount")
     with pytest.raises(ValueError, match=r"\+algorithm\.longhaul\.alpha"):
-        fn(token_level_rewards=r, response_mask=m, index=index, config=OmegaConf.create({"norm_adv_by_std_in_grpo": True}))
+        fn(
+            token_level_rewards=r,
+            response_mask=m,
+            index=index,
+            config=OmegaConf.create({"norm_adv_by_std_in_grpo": True}),
+        )
 
 
 def test_lata_exact_a_over_sqrt_l_through_agg_loss(core_algos):
@@ -94,13 +107,17 @@ def test_lata_exact_a_over_sqrt_l_through_agg_loss(core_algos):
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(grad, grad2, rtol=1e-5, atol=1e-8)
     # The per-token weight is A/√L_i up to the 1/#sequences constant.
-    torch.testing.assert_close((grad * n_seq)[m.bool()], (-(grpo / L.sqrt()).expand_as(grad))[m.bool()], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        (grad * n_seq)[m.bool()], (-(grpo / L.sqrt()).expand_as(grad))[m.bool()], rtol=1e-4, atol=1e-6
+    )
 
 
 def test_seed_compat_lata_is_original_formula(core_algos):
     r, m, index = batch(seed=2)
     cfg = algo_config(seed_compat=True, discount_unit="token")
-    adv, _ = core_algos.get_adv_estimator_fn("longhaul_lata")(token_level_rewards=r, response_mask=m, index=index, config=cfg)
+    adv, _ = core_algos.get_adv_estimator_fn("longhaul_lata")(
+        token_level_rewards=r, response_mask=m, index=index, config=cfg
+    )
     grpo, _ = core_algos.compute_grpo_outcome_advantage(r, m, index)
     # Original: A · w_t · m / sqrt(L), w_t ∝ 1.05^(L-1-t) over absolute positions, mean 1 over valid tokens.
     T = r.shape[1]
@@ -126,9 +143,17 @@ def test_shipped_specs_settings_round_trip(spec_file, core_algos):
     overrides = render_algorithm_overrides(exp)
     assert overrides[0] == f"algorithm.adv_estimator={name}"
     # Parse the rendered '+algorithm.longhaul.k=v' back the way Hydra would and read it as the plugin does.
-    lh = {o.split("=", 1)[0].rsplit(".", 1)[1]: o.split("=", 1)[1] for o in overrides if o.startswith("+algorithm.longhaul.")}
-    cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": exp.spec.algorithm.norm_adv_by_std,
-                            "longhaul": {k: OmegaConf.create({"v": v}).v for k, v in lh.items()}})
+    lh = {
+        o.split("=", 1)[0].rsplit(".", 1)[1]: o.split("=", 1)[1]
+        for o in overrides
+        if o.startswith("+algorithm.longhaul.")
+    }
+    cfg = OmegaConf.create(
+        {
+            "norm_adv_by_std_in_grpo": exp.spec.algorithm.norm_adv_by_std,
+            "longhaul": {k: OmegaConf.create({"v": v}).v for k, v in lh.items()},
+        }
+    )
     back = LonghaulSettings.from_config(cfg)
     assert back.alpha == settings["alpha"] and back.credit == settings["credit"]
     assert back.seed_compat == settings["seed_compat"] and back.discount_unit == settings["discount_unit"]
@@ -143,7 +168,11 @@ def test_hydra_accepts_the_overrides(core_algos):
 
     from longhaul.spec.load import load_spec
 
-    exp = load_spec(SPECS / "prm_lite_lata.yaml") if (SPECS / "prm_lite_lata.yaml").exists() else load_spec(next(SPECS.glob("*.yaml")))
+    exp = (
+        load_spec(SPECS / "prm_lite_lata.yaml")
+        if (SPECS / "prm_lite_lata.yaml").exists()
+        else load_spec(next(SPECS.glob("*.yaml")))
+    )
     cfg_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=cfg_dir, version_base=None):
         cfg = compose("ppo_trainer", overrides=render_algorithm_overrides(exp))

@@ -65,15 +65,21 @@ async def test_unreachable_endpoint_raises_after_retries():
 
 
 async def test_context_overflow_is_its_own_error(openai_stub):
-    openai_stub.set_script("m", lambda b: Reply(status=400, error="This model's maximum context length is 4096 tokens."))
+    openai_stub.set_script(
+        "m", lambda b: Reply(status=400, error="This model's maximum context length is 4096 tokens.")
+    )
     async with ChatClient(openai_stub.base_url, "m", retry=FAST) as c:
         with pytest.raises(ContextOverflowError):
             await c.chat([{"role": "user", "content": "hi"}])
 
 
 async def test_policy_sends_tools_sampling_seed_and_parses_tool_calls(openai_stub):
-    openai_stub.set_script("p", lambda b: Reply(tool_calls=[("get_user_details", {"user_id": "a_b_1"})],
-                                                completion_tokens=17, prompt_tokens=900))
+    openai_stub.set_script(
+        "p",
+        lambda b: Reply(
+            tool_calls=[("get_user_details", {"user_id": "a_b_1"})], completion_tokens=17, prompt_tokens=900
+        ),
+    )
     async with ChatClient(openai_stub.base_url, "p", retry=FAST) as c:
         turn = await OpenAIPolicy(c).with_seed(42).next_turn([{"role": "user", "content": "x"}], tool_schemas(), 256)
     body = openai_stub.requests[-1]
@@ -100,16 +106,30 @@ def test_hermes_blocks_in_content():
     assert text == "Checking." and calls[0].name == "get_user_details" and calls[0].arguments == {"user_id": "a_b_1"}
     text, calls = parse_hermes_content('<tool_call>{"name": "cancel_reservation", "arguments": {"reservation_id": ')
     assert calls[0].name == "cancel_reservation" and calls[0].arguments is None and calls[0].parse_error
-    turn = parse_chat_response({"choices": [{"message": {"content": None, "tool_calls": [
-        {"id": "c1", "function": {"name": "calculate", "arguments": "{bad"}}]}, "finish_reason": "tool_calls"}]})
+    turn = parse_chat_response(
+        {
+            "choices": [
+                {
+                    "message": {
+                        "content": None,
+                        "tool_calls": [{"id": "c1", "function": {"name": "calculate", "arguments": "{bad"}}],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ]
+        }
+    )
     assert turn.tool_calls[0].parse_error and turn.content == "" and turn.finish_reason == "tool_calls"
 
 
 def test_user_simulator_roles_are_flipped():
-    msgs = build_user_messages("Reason for call: test", [
-        {"role": "user", "content": "I need help"},
-        {"role": "assistant", "content": "Sure, what is your id?"},
-    ])
+    msgs = build_user_messages(
+        "Reason for call: test",
+        [
+            {"role": "user", "content": "I need help"},
+            {"role": "assistant", "content": "Sure, what is your id?"},
+        ],
+    )
     assert msgs[0]["role"] == "system" and "Reason for call: test" in msgs[0]["content"]
     assert msgs[1] == {"role": "user", "content": AGENT_GREETING}
     assert [m["role"] for m in msgs[2:]] == ["assistant", "user"]
@@ -123,8 +143,10 @@ async def test_episode_ends_unscored_when_the_policy_endpoint_stays_down(openai_
         raise ConnectionError("backend crashed")
 
     openai_stub.set_script("policy", down)  # the stub answers 500 for every policy request
-    async with ChatClient(openai_stub.base_url, "policy", retry=FAST) as pc, \
-            ChatClient(openai_stub.base_url, "user", retry=FAST) as uc:
+    async with (
+        ChatClient(openai_stub.base_url, "policy", retry=FAST) as pc,
+        ChatClient(openai_stub.base_url, "user", retry=FAST) as uc,
+    ):
         traj = await run_episode(AirlineEnv, get_task("0"), OpenAIPolicy(pc), OpenAIUserSimulator(uc), EpisodeLimits())
     assert traj.termination == "endpoint_error" and traj.grade is None and not traj.scored and traj.outcome == 0.0
     assert re.search("policy endpoint .* failed after 3 attempts: HTTP 500", traj.metadata["endpoint_error"])
@@ -134,15 +156,21 @@ async def test_episode_ends_unscored_when_the_policy_endpoint_stays_down(openai_
 
 
 async def test_malformed_tool_json_over_http_is_an_observed_error(openai_stub):
-    turns = iter([
-        Reply(tool_calls=[("get_user_details", '{"user_id": ')]),
-        Reply(content='<tool_call>{"name": "get_user_details", "arguments": {"user_id": "emma_kim_9957"}}</tool_call>'),
-        Reply(content="All set. ###STOP###"),
-    ])
+    turns = iter(
+        [
+            Reply(tool_calls=[("get_user_details", '{"user_id": ')]),
+            Reply(
+                content='<tool_call>{"name": "get_user_details", "arguments": {"user_id": "emma_kim_9957"}}</tool_call>'
+            ),
+            Reply(content="All set. ###STOP###"),
+        ]
+    )
     openai_stub.set_script("policy", lambda b: next(turns))
     openai_stub.set_script("user", lambda b: Reply(content="Hello"))
-    async with ChatClient(openai_stub.base_url, "policy", retry=FAST) as pc, \
-            ChatClient(openai_stub.base_url, "user", retry=FAST) as uc:
+    async with (
+        ChatClient(openai_stub.base_url, "policy", retry=FAST) as pc,
+        ChatClient(openai_stub.base_url, "user", retry=FAST) as uc,
+    ):
         traj = await run_episode(AirlineEnv, get_task("0"), OpenAIPolicy(pc), OpenAIUserSimulator(uc), EpisodeLimits())
     bad, good = traj.turns[0].tool_calls[0], traj.turns[1].tool_calls[0]
     assert bad.is_error and bad.parse_error and bad.result.startswith("Error:")
@@ -179,18 +207,24 @@ def test_shared_client_is_one_per_event_loop_and_endpoint(openai_stub):
         shared_chat_client(openai_stub.base_url, "m")
 
 
-@pytest.mark.parametrize(("body", "kind"), [
-    ([], "malformed_response"),
-    ({"choices": None}, "malformed_response"),
-    ({"choices": []}, "empty_choices"),
-    ({"choices": ["text"]}, "malformed_response"),
-    ({"choices": [{"message": None}]}, "malformed_response"),
-    ({"choices": [{"message": {"content": 3}}]}, "malformed_response"),
-    ({"choices": [{"message": {"tool_calls": "f(x)"}}]}, "malformed_response"),
-    ({"choices": [{"message": {"tool_calls": [{"function": {"arguments": "{}"}}]}}]}, "malformed_response"),
-    ({"choices": [{"message": {"tool_calls": [{"function": {"name": "f", "arguments": 3}}]}}]}, "malformed_response"),
-    ({"choices": [{"message": {"content": "hi"}}], "usage": {"completion_tokens": "many"}}, "malformed_response"),
-])
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        ([], "malformed_response"),
+        ({"choices": None}, "malformed_response"),
+        ({"choices": []}, "empty_choices"),
+        ({"choices": ["text"]}, "malformed_response"),
+        ({"choices": [{"message": None}]}, "malformed_response"),
+        ({"choices": [{"message": {"content": 3}}]}, "malformed_response"),
+        ({"choices": [{"message": {"tool_calls": "f(x)"}}]}, "malformed_response"),
+        ({"choices": [{"message": {"tool_calls": [{"function": {"arguments": "{}"}}]}}]}, "malformed_response"),
+        (
+            {"choices": [{"message": {"tool_calls": [{"function": {"name": "f", "arguments": 3}}]}}]},
+            "malformed_response",
+        ),
+        ({"choices": [{"message": {"content": "hi"}}], "usage": {"completion_tokens": "many"}}, "malformed_response"),
+    ],
+)
 def test_answers_that_are_not_chat_completions_are_classified(body, kind):
     from longhaul.clients.openai_compat import _Retryable, check_completion
 
@@ -202,16 +236,25 @@ def test_answers_that_are_not_chat_completions_are_classified(body, kind):
 def test_a_usable_completion_passes_and_empty_text_is_a_fault_only_when_text_is_expected():
     from longhaul.clients.openai_compat import _Retryable, check_completion
 
-    ok = {"choices": [{"message": {"content": None, "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}}],
-          "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    ok = {
+        "choices": [{"message": {"content": None, "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
     check_completion(ok)  # invalid JSON arguments are the policy's output, judged by the runner
     with pytest.raises(_Retryable, match="no text") as info:
         check_completion(ok, expect_text=True)
     assert info.value.kind == "empty_reply"
 
 
-@pytest.mark.parametrize(("fault", "kind"), [("null_message", "malformed_response"), ("non_utf8", "non_utf8"),
-                                             ("truncated_json", "invalid_json"), ("reset", "connection_reset")])
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [
+        ("null_message", "malformed_response"),
+        ("non_utf8", "non_utf8"),
+        ("truncated_json", "invalid_json"),
+        ("reset", "connection_reset"),
+    ],
+)
 async def test_persistent_faults_raise_endpoint_errors_with_their_kind(openai_stub, fault, kind):
     openai_stub.set_script("m", hello)
     openai_stub.inject(fault, FAST.attempts)

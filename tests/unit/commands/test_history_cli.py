@@ -7,16 +7,45 @@ from longhaul.commands.submit import history_table
 
 
 def test_history_table_aligns_and_shortens() -> None:
-    exp = {"metadata": {"name": "x", "namespace": "ns"}, "status": {"history": [
-        {"runName": "x-aaaaaaaa", "specHash": "a" * 64, "gitCommit": "c" * 40, "phase": "Succeeded",
-         "mlflowRunId": "r1", "startTime": "2026-01-01T00:00:00Z", "completionTime": "2026-01-01T01:00:00Z"},
-        {"runName": "x-bbbbbbbb", "specHash": "b" * 64, "phase": "Pending"},
-    ]}}
+    exp = {
+        "metadata": {"name": "x", "namespace": "ns"},
+        "status": {
+            "history": [
+                {
+                    "runName": "x-aaaaaaaa",
+                    "specHash": "a" * 64,
+                    "gitCommit": "c" * 40,
+                    "phase": "Succeeded",
+                    "mlflowRunId": "r1",
+                    "startTime": "2026-01-01T00:00:00Z",
+                    "completionTime": "2026-01-01T01:00:00Z",
+                },
+                {"runName": "x-bbbbbbbb", "specHash": "b" * 64, "phase": "Pending"},
+            ]
+        },
+    }
     lines = history_table(exp).splitlines()
-    assert lines[0].split() == ["RUN", "SPEC", "HASH", "GIT", "COMMIT", "PHASE", "MLFLOW", "RUN", "STARTED",
-                                "COMPLETED"]
-    assert lines[1].split() == ["x-aaaaaaaa", "a" * 12, "c" * 12, "Succeeded", "r1", "2026-01-01T00:00:00Z",
-                                "2026-01-01T01:00:00Z"]
+    assert lines[0].split() == [
+        "RUN",
+        "SPEC",
+        "HASH",
+        "GIT",
+        "COMMIT",
+        "PHASE",
+        "MLFLOW",
+        "RUN",
+        "STARTED",
+        "COMPLETED",
+    ]
+    assert lines[1].split() == [
+        "x-aaaaaaaa",
+        "a" * 12,
+        "c" * 12,
+        "Succeeded",
+        "r1",
+        "2026-01-01T00:00:00Z",
+        "2026-01-01T01:00:00Z",
+    ]
     assert lines[2].split() == ["x-bbbbbbbb", "b" * 12, "-", "Pending", "-", "-", "-"]
     assert lines[0].index("PHASE") == lines[1].index("Succeeded") == lines[2].index("Pending")
 

@@ -96,9 +96,7 @@ def test_cli_ok_and_failure(hf_home: Path, tmp_path: Path) -> None:
     assert ok.exit_code == 0, ok.output
     assert ok.output.count("ok ") == 2 and "user_simulator org/sim" in ok.output
 
-    bad = runner.invoke(
-        app, ["models", "check", str(spec(tmp_path, "{name: org/policy}", "{name: org/absent}"))]
-    )
+    bad = runner.invoke(app, ["models", "check", str(spec(tmp_path, "{name: org/policy}", "{name: org/absent}"))])
     assert bad.exit_code == 1
     assert "spec.user_simulator.model.name: model 'org/absent'" in bad.output
     assert "1 model(s) missing" in bad.output
@@ -114,9 +112,7 @@ def test_cli_skips_external_simulator(hf_home: Path, tmp_path: Path) -> None:
 
 def test_cli_reports_spec_errors_with_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text(
-        "apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: Bad_Name}\nspec: {}\n"
-    )
+    path.write_text("apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: Bad_Name}\nspec: {}\n")
     result = CliRunner().invoke(app, ["models", "check", str(path)])
     assert result.exit_code == 2
 
@@ -134,8 +130,7 @@ def test_sft_teacher_is_needed_only_when_collected_in_the_job(hf_home: Path, tmp
 
     given = tmp_path / "sft-dataset.yaml"
     given.write_text(
-        base
-        + "  stages: [sft, grpo]\n  sft: {dataset: data/traj.jsonl, teacher: {model: {name: org/teacher}}}\n"
+        base + "  stages: [sft, grpo]\n  sft: {dataset: data/traj.jsonl, teacher: {model: {name: org/teacher}}}\n"
     )
     assert CliRunner().invoke(app, ["models", "check", str(given)]).exit_code == 0
 

@@ -33,8 +33,14 @@ def test_json_matches_the_library():
     res = _run("--tasks", "10", "--seeds", "2", "--samples", "8", "--effect", "10", "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert doc["design"] == {"tasks": 10, "samples": 8, "seeds": 2, "baseline": 0.175, "flip_rate": 0.16,
-                             "within_flip_rate": 0.16}
+    assert doc["design"] == {
+        "tasks": 10,
+        "samples": 8,
+        "seeds": 2,
+        "baseline": 0.175,
+        "flip_rate": 0.16,
+        "within_flip_rate": 0.16,
+    }
     assert doc["mde"] == pytest.approx(stats.mde(10, 8, 2))
     assert doc["power"] == pytest.approx(stats.power(0.10, 10, 8, 2))
     need = stats.required_design(0.10, 10, 8, 2)
@@ -42,8 +48,18 @@ def test_json_matches_the_library():
     assert doc["needs"]["text"] == need.describe()
 
 
-@pytest.mark.parametrize(("text", "value"), [("6.5", 0.065), ("6.5pt", 0.065), ("6.5 points", 0.065),
-                                              ("6.5%", 0.065), ("0.065", 0.065), ("-3", -0.03), ("0.5pt", 0.005)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("6.5", 0.065),
+        ("6.5pt", 0.065),
+        ("6.5 points", 0.065),
+        ("6.5%", 0.065),
+        ("0.065", 0.065),
+        ("-3", -0.03),
+        ("0.5pt", 0.005),
+    ],
+)
 def test_effect_is_points_or_a_fraction(text, value):
     assert parse_effect(text) == pytest.approx(value)
 
@@ -64,8 +80,14 @@ def test_from_comparison_file_and_overrides(tmp_path: Path):
     path = tmp_path / "design.json"
     path.write_text(stats.StudyDesign(50, 4, 2, 0.3, 0.3, 0.24).to_json())
     doc = json.loads(_run("--from-comparison", str(path), "--json").stdout)
-    assert doc["design"] == {"tasks": 50, "samples": 4, "seeds": 2, "baseline": 0.3, "flip_rate": 0.3,
-                             "within_flip_rate": 0.24}
+    assert doc["design"] == {
+        "tasks": 50,
+        "samples": 4,
+        "seeds": 2,
+        "baseline": 0.3,
+        "flip_rate": 0.3,
+        "within_flip_rate": 0.24,
+    }
     assert doc["mde"] == pytest.approx(stats.mde(50, 4, 2, 0.3, 0.3, within_flip_rate=0.24))
     doc = json.loads(_run("--from-comparison", str(path), "--seeds", "5", "--json").stdout)
     assert doc["design"]["seeds"] == 5 and doc["design"]["tasks"] == 50
@@ -74,15 +96,22 @@ def test_from_comparison_file_and_overrides(tmp_path: Path):
     assert doc["design"]["within_flip_rate"] == 0.2
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ('{"tasks": 50, "samples": 4, "seeds": 1, "baseline": 0.175}', "field 'flip_rate' is missing"),
-    ('{"tasks": 50, "samples": 4, "seeds": 1, "baseline": "high", "flip_rate": 0.16}',
-     "field 'baseline': expected a number in [0, 1] (got 'high')"),
-    ('{"tasks": 50, "samples": 4, "seeds": 1, "baseline": 0.175, "flip_rate": 0.16, "seed": 3}',
-     "unknown field 'seed'; valid: tasks, samples, seeds"),
-    ('{"tasks": 50,', "design.json:1: not JSON"),
-    ("[" * 100 + "]" * 100, "nested deeper than the 64 levels"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"tasks": 50, "samples": 4, "seeds": 1, "baseline": 0.175}', "field 'flip_rate' is missing"),
+        (
+            '{"tasks": 50, "samples": 4, "seeds": 1, "baseline": "high", "flip_rate": 0.16}',
+            "field 'baseline': expected a number in [0, 1] (got 'high')",
+        ),
+        (
+            '{"tasks": 50, "samples": 4, "seeds": 1, "baseline": 0.175, "flip_rate": 0.16, "seed": 3}',
+            "unknown field 'seed'; valid: tasks, samples, seeds",
+        ),
+        ('{"tasks": 50,', "design.json:1: not JSON"),
+        ("[" * 100 + "]" * 100, "nested deeper than the 64 levels"),
+    ],
+)
 def test_bad_comparison_file_names_file_and_field(tmp_path: Path, content: str, message: str):
     path = tmp_path / "design.json"
     path.write_text(content)

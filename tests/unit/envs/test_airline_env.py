@@ -122,8 +122,14 @@ def test_shared_base_is_never_mutated_and_episodes_are_isolated():
     res = a.step(ToolAction("cancel_reservation", {"reservation_id": "EHGLP3"}))
     assert not res.is_error
     a.step(ToolAction("search_direct_flight", {"origin": "JFK", "destination": "LAX", "date": "2024-05-20"}))
-    assert json.loads(a.step(ToolAction("get_reservation_details", {"reservation_id": "EHGLP3"})).observation)["status"] == "cancelled"
-    assert json.loads(b.step(ToolAction("get_reservation_details", {"reservation_id": "EHGLP3"})).observation)["status"] is None
+    assert (
+        json.loads(a.step(ToolAction("get_reservation_details", {"reservation_id": "EHGLP3"})).observation)["status"]
+        == "cancelled"
+    )
+    assert (
+        json.loads(b.step(ToolAction("get_reservation_details", {"reservation_id": "EHGLP3"})).observation)["status"]
+        is None
+    )
     assert _digest(base) == before
 
 
@@ -145,8 +151,13 @@ def test_reset_gives_a_fresh_view():
         (ToolAction("get_user_details", None, '{"user_id": ', parse_error="invalid JSON"), True),
         (ToolAction("get_user_details", {}), True),  # missing argument
         (ToolAction("get_user_details", {"user_id": "nobody_0"}), True),  # the tool raises
-        (ToolAction("update_reservation_baggages", {"reservation_id": "EHGLP3", "total_baggages": "many",
-                                                    "nonfree_baggages": 0, "payment_id": "x"}), True),
+        (
+            ToolAction(
+                "update_reservation_baggages",
+                {"reservation_id": "EHGLP3", "total_baggages": "many", "nonfree_baggages": 0, "payment_id": "x"},
+            ),
+            True,
+        ),
     ],
 )
 def test_tool_failures_are_error_observations_and_the_episode_continues(action, known):
@@ -178,7 +189,9 @@ def _play_task_12(action: ToolAction):
     env.reset("12")
     results = []
     for a in get_task("12").actions:
-        results.append(env.step(action if a.name == "update_reservation_baggages" else ToolAction(a.name, dict(a.arguments))))
+        results.append(
+            env.step(action if a.name == "update_reservation_baggages" else ToolAction(a.name, dict(a.arguments)))
+        )
     env.terminate(Termination.USER_STOP)
     return env, results, env.grade()
 

@@ -101,11 +101,13 @@ async def test_transfer_then_stop_regression_through_the_runner():
     """τ-bench 1's rule (transfer_ends_episode): the runner stops at the transfer, the user is never asked again,
     the policy is not called again, and the wrong write before the transfer stays graded 0 (method.md c.3)."""
     task = get_task("0")
-    policy = ScriptPolicy([
-        call("cancel_reservation", {"reservation_id": "EHGLP3"}),
-        call("transfer_to_human_agents", {"summary": "refund"}),
-        say("###STOP###"),
-    ])
+    policy = ScriptPolicy(
+        [
+            call("cancel_reservation", {"reservation_id": "EHGLP3"}),
+            call("transfer_to_human_agents", {"summary": "refund"}),
+            say("###STOP###"),
+        ]
+    )
     user = ScriptUser(["Cancel EHGLP3 please.", "###STOP###"])
     traj = await run_episode(AirlineEnv, task, policy, user, TAU1)
     assert traj.termination == Termination.TRANSFER
@@ -117,8 +119,12 @@ async def test_transfer_goes_on_until_the_user_stops_like_tau2():
     """Default (τ²): the transfer is an ordinary tool; the agent tells the user, the user simulator says
     ###TRANSFER### and that ends the episode (user_stop), graded once."""
     task = get_task("13")  # its gold action is the transfer
-    policy = ScriptPolicy([call("transfer_to_human_agents", {"summary": "needs a human"}),
-                           say("I have transferred you to a human agent.")])
+    policy = ScriptPolicy(
+        [
+            call("transfer_to_human_agents", {"summary": "needs a human"}),
+            say("I have transferred you to a human agent."),
+        ]
+    )
     user = ScriptUser(["Hello", "###TRANSFER###"])
     traj = await run_episode(AirlineEnv, task, policy, user, LIMITS)
     assert traj.termination == Termination.USER_STOP and traj.outcome == 1.0 and not traj.aborted
@@ -126,8 +132,13 @@ async def test_transfer_goes_on_until_the_user_stops_like_tau2():
 
 
 async def test_writes_after_a_transfer_count_like_tau2():
-    policy = ScriptPolicy([call("transfer_to_human_agents", {"summary": "refund"}),
-                           call("cancel_reservation", {"reservation_id": "EHGLP3"}), say("Done.")])
+    policy = ScriptPolicy(
+        [
+            call("transfer_to_human_agents", {"summary": "refund"}),
+            call("cancel_reservation", {"reservation_id": "EHGLP3"}),
+            say("Done."),
+        ]
+    )
     traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi", "###TRANSFER###"]), LIMITS)
     assert traj.termination == Termination.USER_STOP and not traj.grade.db_match and traj.outcome == 0.0
 
@@ -147,14 +158,20 @@ async def test_agent_stop_ends_without_asking_the_user():
 
 
 async def test_calls_after_a_terminal_call_in_the_same_turn_are_not_executed():
-    turn = PolicyTurn("", [ParsedCall("transfer_to_human_agents", {"summary": "x"}, '{"summary": "x"}'),
-                           ParsedCall("cancel_reservation", {"reservation_id": "EHGLP3"}, "{}")])
+    turn = PolicyTurn(
+        "",
+        [
+            ParsedCall("transfer_to_human_agents", {"summary": "x"}, '{"summary": "x"}'),
+            ParsedCall("cancel_reservation", {"reservation_id": "EHGLP3"}, "{}"),
+        ],
+    )
     traj = await run_episode(AirlineEnv, get_task("0"), ScriptPolicy([turn]), ScriptUser(["Hi"]), TAU1)
     assert [c.name for c in traj.turns[0].tool_calls] == ["transfer_to_human_agents"]
     assert traj.outcome == 1.0
     # τ²: the same turn runs to its end (the cancellation counts).
-    traj = await run_episode(AirlineEnv, get_task("0"), ScriptPolicy([turn, say("Done.")]),
-                             ScriptUser(["Hi", "###STOP###"]), LIMITS)
+    traj = await run_episode(
+        AirlineEnv, get_task("0"), ScriptPolicy([turn, say("Done.")]), ScriptUser(["Hi", "###STOP###"]), LIMITS
+    )
     assert [c.name for c in traj.turns[0].tool_calls] == ["transfer_to_human_agents", "cancel_reservation"]
     assert traj.termination == Termination.USER_STOP and traj.outcome == 0.0
 
@@ -168,17 +185,20 @@ async def test_max_turns_is_premature_and_scores_0_even_when_the_database_matche
 
 async def test_repeated_calls_abort_as_loop():
     policy = ScriptPolicy([call("get_user_details", {"user_id": "emma_kim_9957"})])
-    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]),
-                             EpisodeLimits(max_turns=30, abort_repeated_calls=3))
+    traj = await run_episode(
+        AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), EpisodeLimits(max_turns=30, abort_repeated_calls=3)
+    )
     assert traj.termination == Termination.LOOP and len(traj.turns) == 3 and traj.outcome == 0.0
 
 
 async def test_malformed_tool_json_is_an_error_observation_for_that_turn():
-    policy = ScriptPolicy([
-        call("get_user_details", None, raw='{"user_id": ', err="invalid JSON"),
-        call("nonexistent_tool", {"a": 1}),
-        say("Sorry, all good. ###STOP###"),
-    ])
+    policy = ScriptPolicy(
+        [
+            call("get_user_details", None, raw='{"user_id": ', err="invalid JSON"),
+            call("nonexistent_tool", {"a": 1}),
+            say("Sorry, all good. ###STOP###"),
+        ]
+    )
     traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), LIMITS)
     first, second = traj.turns[0].tool_calls[0], traj.turns[1].tool_calls[0]
     assert first.is_error and first.parse_error == "invalid JSON" and first.raw_arguments == '{"user_id": '
@@ -192,13 +212,15 @@ async def test_tool_errors_up_to_the_limit_end_the_episode_as_too_many_errors():
     """τ²'s orchestrator: every error observation counts, over the whole episode; at the limit the episode ends
     (too_many_errors, premature: 0) before the policy or the user is asked again, graded exactly once."""
     env = AirlineEnv()
-    policy = ScriptPolicy([
-        call("get_user_details", {"user_id": "nobody_0000"}),  # not found
-        say("Let me try again."),  # a message to the user does not reset the count
-        call("update_user_profile", {"user_id": "emma_kim_9957"}),  # unknown tool
-        call("get_user_details", None, raw='{"user_id": ', err="invalid JSON"),  # unparsable arguments
-        say("unused: the episode ended"),
-    ])
+    policy = ScriptPolicy(
+        [
+            call("get_user_details", {"user_id": "nobody_0000"}),  # not found
+            say("Let me try again."),  # a message to the user does not reset the count
+            call("update_user_profile", {"user_id": "emma_kim_9957"}),  # unknown tool
+            call("get_user_details", None, raw='{"user_id": ', err="invalid JSON"),  # unparsable arguments
+            say("unused: the episode ended"),
+        ]
+    )
     user = ScriptUser(["Hi", "Sure."])
     traj = await run_episode(env, get_task("0"), policy, user, EpisodeLimits(max_tool_errors=3))
     assert traj.termination == Termination.TOO_MANY_ERRORS and traj.aborted and traj.outcome == 0.0
@@ -232,19 +254,22 @@ async def test_the_limit_is_checked_after_the_whole_turn_like_tau2():
 
 async def test_no_error_limit_when_max_tool_errors_is_null():
     policy = ScriptPolicy([call("nonexistent_tool")] * 25 + [say("###STOP###")])
-    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]),
-                             EpisodeLimits(max_turns=30, max_tool_errors=None))
+    traj = await run_episode(
+        AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), EpisodeLimits(max_turns=30, max_tool_errors=None)
+    )
     assert traj.termination == Termination.AGENT_STOP and traj.num_tool_errors == 25
     # τ²'s default limit would have ended it at the 10th error.
-    traj = await run_episode(AirlineEnv, get_task("0"), ScriptPolicy(policy.turns), ScriptUser(["Hi"]),
-                             EpisodeLimits(max_turns=30))
+    traj = await run_episode(
+        AirlineEnv, get_task("0"), ScriptPolicy(policy.turns), ScriptUser(["Hi"]), EpisodeLimits(max_turns=30)
+    )
     assert traj.termination == Termination.TOO_MANY_ERRORS and traj.num_tool_errors == 10 == TAU2_MAX_ERRORS
 
 
 async def test_tool_output_limit_applies_to_what_the_policy_sees():
     policy = ScriptPolicy([call("list_all_airports"), say("###STOP###")])
-    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]),
-                             EpisodeLimits(tool_output_limit=120))
+    traj = await run_episode(
+        AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), EpisodeLimits(tool_output_limit=120)
+    )
     shown = traj.turns[0].tool_calls[0].result
     assert len(shown) <= 120 and "truncated" in shown
     assert traj.messages[3]["content"] == shown
@@ -276,15 +301,18 @@ async def test_response_token_budget_counts_tool_and_user_tokens_when_the_policy
     # prompt grows 1000 → 1600 → 2300: by turn 3 the response (prompt growth + completion) reaches 1500.
     turns = [say("a", 100, prompt_tokens=1000), say("b", 100, prompt_tokens=1600), say("c", 100, prompt_tokens=2300)]
     policy = ScriptPolicy(turns)
-    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi", "more", "more"]),
-                             EpisodeLimits(max_response_tokens=1400))
+    traj = await run_episode(
+        AirlineEnv, get_task("0"), policy, ScriptUser(["Hi", "more", "more"]), EpisodeLimits(max_response_tokens=1400)
+    )
     assert traj.termination == Termination.MAX_TOKENS and len(traj.turns) == 3
     assert traj.metadata["response_tokens"] == 1400
 
 
 async def test_prompt_over_max_prompt_tokens_is_an_overflow():
     policy = ScriptPolicy([say("hello", prompt_tokens=9000)])
-    traj = await run_episode(AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), EpisodeLimits(max_prompt_tokens=8192))
+    traj = await run_episode(
+        AirlineEnv, get_task("0"), policy, ScriptUser(["Hi"]), EpisodeLimits(max_prompt_tokens=8192)
+    )
     assert traj.termination == Termination.CONTEXT_OVERFLOW
 
 

@@ -70,9 +70,23 @@ def test_expectations_were_computed_by_the_pinned_official_code_on_the_same_data
 def test_corpus_is_large_varied_and_matches_the_recorded_scripts():
     assert len(CORPUS) >= 300
     cats = Counter(c.category for c in CORPUS)
-    for needed in ("gold", "gold_silent", "empty", "wrong_type", "extra_arg", "missing_arg", "reordered", "partial",
-                   "foreign", "transfer_mid", "transfer_mid_tau1", "communicate", "premature",
-                   "errors_at_limit", "errors_below_limit"):
+    for needed in (
+        "gold",
+        "gold_silent",
+        "empty",
+        "wrong_type",
+        "extra_arg",
+        "missing_arg",
+        "reordered",
+        "partial",
+        "foreign",
+        "transfer_mid",
+        "transfer_mid_tau1",
+        "communicate",
+        "premature",
+        "errors_at_limit",
+        "errors_below_limit",
+    ):
         assert cats[needed] > 0, needed
     expected = EXPECTED["cases"]
     assert sorted(expected) == sorted(c.id for c in CORPUS), "corpus and expectations differ: rebuild the expectations"
@@ -131,7 +145,10 @@ async def test_the_error_limit_ends_the_episode_where_tau2_does(case_id, termina
     if termination == Termination.TOO_MANY_ERRORS:
         assert traj.aborted and errors >= TAU2_MAX_ERRORS
         # The turn that reached the limit ran to its end; nothing after it (no further turn, no user reply).
-        assert traj.turns[-1].tool_calls and sum(c.is_error for t in traj.turns[:-1] for c in t.tool_calls) < TAU2_MAX_ERRORS
+        assert (
+            traj.turns[-1].tool_calls
+            and sum(c.is_error for t in traj.turns[:-1] for c in t.tool_calls) < TAU2_MAX_ERRORS
+        )
         assert traj.messages[-1]["role"] == "tool"
     if case_id == "errors/at_limit_after_gold/7":
         assert traj.grade.db_match and traj.grade.communicated is False  # the closing message was never sent

@@ -57,16 +57,21 @@ def test_results_file_larger_than_the_limit_is_not_read(tmp_path: Path) -> None:
         fh.write((json.dumps(RECORD) + "\n").encode())
         fh.truncate(2**30)
     msg, seconds, peak = _refused(f)
-    assert msg.startswith(f"{f}:2: file is larger than the 64 MiB limit of a results JSONL file (1,073,741,824 bytes"), msg
+    assert msg.startswith(
+        f"{f}:2: file is larger than the 64 MiB limit of a results JSONL file (1,073,741,824 bytes"
+    ), msg
     assert seconds < 5 and peak < 10 * 2**20
 
 
-@pytest.mark.parametrize(("line", "needle"), [
-    ("[" * 100_000 + "]" * 100_000, ":1: nested deeper than the 64 levels"),  # past the decoder's recursion
-    ('{"a": ' * 65 + "1" + "}" * 65, ":1 a.a.a.a"),  # decodes, then refused by depth with its path
-    ('{"task_id": 1,', ":1: not JSON (Expecting property name"),
-    ('{"task_id": "caf\udce9"}', ":1: not UTF-8 text"),
-])
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ("[" * 100_000 + "]" * 100_000, ":1: nested deeper than the 64 levels"),  # past the decoder's recursion
+        ('{"a": ' * 65 + "1" + "}" * 65, ":1 a.a.a.a"),  # decodes, then refused by depth with its path
+        ('{"task_id": 1,', ":1: not JSON (Expecting property name"),
+        ('{"task_id": "caf\udce9"}', ":1: not UTF-8 text"),
+    ],
+)
 def test_results_deep_or_malformed_lines(tmp_path: Path, line: str, needle: str) -> None:
     f = tmp_path / "results.jsonl"
     f.write_bytes(line.encode("utf-8", "surrogateescape") + b"\n")
@@ -96,10 +101,13 @@ def test_huge_task_id_lists_are_refused_before_splitting() -> None:
     assert bounded.split_ids(" 1, 2,,3 ") == ["1", "2", "3"]
 
 
-@pytest.mark.parametrize("cmd", [
-    ["eval", "--policy-url", "http://127.0.0.1:9/v1", "--user-url", "http://127.0.0.1:9/v1", "--no-progress"],
-    ["env", "replay-gold"],
-])
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ["eval", "--policy-url", "http://127.0.0.1:9/v1", "--user-url", "http://127.0.0.1:9/v1", "--no-progress"],
+        ["env", "replay-gold"],
+    ],
+)
 def test_task_id_options_refuse_huge_lists(cmd: list[str]) -> None:
     huge = ",".join(str(i % 50) for i in range(20_000))
     res = CliRunner().invoke(app, [*cmd, "--tasks", huge])

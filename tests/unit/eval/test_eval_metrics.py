@@ -48,18 +48,31 @@ def _records(spec: dict[str, tuple[int, int, list[str]]]) -> list[TrialRecord]:
     out = []
     for tid, (n, c, subsets) in spec.items():
         for t in range(n):
-            out.append(TrialRecord(tid, t, t < c, tuple(subsets), aborted=t >= c and t % 2 == 0, termination="x",
-                                   num_tool_calls=3, num_tool_errors=1 if t == 0 else 0, num_turns=4))
+            out.append(
+                TrialRecord(
+                    tid,
+                    t,
+                    t < c,
+                    tuple(subsets),
+                    aborted=t >= c and t % 2 == 0,
+                    termination="x",
+                    num_tool_calls=3,
+                    num_tool_errors=1 if t == 0 else 0,
+                    num_turns=4,
+                )
+            )
     return out
 
 
 def test_summary_subsets_generalisation_and_rates():
-    recs = _records({
-        "1": (4, 4, ["covered_seen", "train"]),
-        "2": (4, 1, ["uncovered_seen", "train"]),
-        "3": (4, 2, ["uncovered_seen", "train"]),
-        "4": (4, 0, ["unseen", "test"]),
-    })
+    recs = _records(
+        {
+            "1": (4, 4, ["covered_seen", "train"]),
+            "2": (4, 1, ["uncovered_seen", "train"]),
+            "3": (4, 2, ["uncovered_seen", "train"]),
+            "4": (4, 0, ["unseen", "test"]),
+        }
+    )
     s = compute_summary(recs, [1, 2, 4], rng=random.Random(0), bootstrap_samples=200)
     assert s["c_over_n"] == "7/16" and s["tasks"] == 4 and s["trials"] == 16
     assert s["pass_hat_k"]["1"] == pytest.approx((1 + 0.25 + 0.5 + 0) / 4)
@@ -113,8 +126,16 @@ def test_unscored_trials_leave_their_task_out_of_every_rate():
     """An endpoint failure is the harness's, not the agent's: the task is neither a failure nor rated on fewer
     trials; it is listed."""
     recs = _records({"1": (4, 4, ["train"]), "2": (4, 0, ["train"]), "3": (4, 2, ["test"])})
-    unscored = TrialRecord.from_dict({"task_id": "2", "trial": 4, "success": False, "subsets": ["train"],
-                                      "termination": "endpoint_error", "scored": False})
+    unscored = TrialRecord.from_dict(
+        {
+            "task_id": "2",
+            "trial": 4,
+            "success": False,
+            "subsets": ["train"],
+            "termination": "endpoint_error",
+            "scored": False,
+        }
+    )
     s = compute_summary([*recs, unscored], [1, 4])
     assert s["tasks"] == 2 and s["trials"] == 8 and s["c_over_n"] == "6/8"
     assert s["pass_hat_k"]["1"] == pytest.approx((1 + 0.5) / 2)

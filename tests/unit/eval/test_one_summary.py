@@ -1,7 +1,8 @@
 """One evaluation summary: `longhaul eval`, `longhaul eval summarize` and the launcher's eval stage all compute it
 with `longhaul.eval.evaluate.summarize_evaluation`, the bootstrap seeded with the first evaluation seed, so the same
-records give the same summary, CIs and the do-nothing agent's floor included (the stage once left the floor out). And `longhaul eval` finds the endpoints (URLs, API keys) under the
-variable names the launcher and the Kubernetes renderer set.
+records give the same summary, CIs and the do-nothing agent's floor included (the stage once left the floor out).
+And `longhaul eval` finds the endpoints (URLs, API keys) under the variable names the launcher and the Kubernetes
+renderer set.
 
 No endpoint is contacted: `evaluate` is replaced by one that writes deterministic records for the plan's trials,
 and `ChatClient` by one that records how it was built.
@@ -60,12 +61,23 @@ async def fake_evaluate(plan, *, split, results_path, on_done=None, **_: Any) ->
     """Records for every trial of the plan, varied enough that differently seeded bootstraps disagree."""
     records = []
     for tid, trial, seed in plan.trials():
-        records.append({
-            "task_id": tid, "trial": trial, "seed": seed, "success": trial < (int(tid) * 3) % 5,
-            "scored": True, "subset": split.primary(tid), "subsets": split.labels(tid), "termination": "done",
-            "aborted": trial == 1 and int(tid) % 3 == 0, "num_turns": 2 + trial, "num_tool_calls": 3,
-            "num_tool_errors": int(tid) % 2, "num_unknown_tool_calls": 0,
-        })
+        records.append(
+            {
+                "task_id": tid,
+                "trial": trial,
+                "seed": seed,
+                "success": trial < (int(tid) * 3) % 5,
+                "scored": True,
+                "subset": split.primary(tid),
+                "subsets": split.labels(tid),
+                "termination": "done",
+                "aborted": trial == 1 and int(tid) % 3 == 0,
+                "num_turns": 2 + trial,
+                "num_tool_calls": 3,
+                "num_tool_errors": int(tid) % 2,
+                "num_unknown_tool_calls": 0,
+            }
+        )
     Path(results_path).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return records
 
@@ -93,13 +105,19 @@ def _run_stage(s: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> dict[str,
     eval_dir = s.tmp / "run" / "eval"
     server = s.plan.policy_server
     ctx = SimpleNamespace(
-        exp=s.exp, echo=io.StringIO(), checkpoint_dir=s.tmp / "run" / "checkpoints",
+        exp=s.exp,
+        echo=io.StringIO(),
+        checkpoint_dir=s.tmp / "run" / "checkpoints",
         control=SimpleNamespace(requested=False, checkpoint=threading.Event(), check=lambda: None),
         paths=SimpleNamespace(eval_dir=str(eval_dir)),
-        policy_server=lambda: SimpleNamespace(serving="base", base_url=server.base_url,
-                                              served_model_name=server.served_model_name),
-        simulator_base_url=s.plan.simulator_base_url, simulator_model=s.exp.spec.user_simulator.model.name,
-        results=StageResults(), run_id="run", tracking_uri=None,
+        policy_server=lambda: SimpleNamespace(
+            serving="base", base_url=server.base_url, served_model_name=server.served_model_name
+        ),
+        simulator_base_url=s.plan.simulator_base_url,
+        simulator_model=s.exp.spec.user_simulator.model.name,
+        results=StageResults(),
+        run_id="run",
+        tracking_uri=None,
     )
     stage_mod.run_eval_stage(ctx)
     return json.loads((eval_dir / "step_0" / "summary.json").read_text())
@@ -128,7 +146,9 @@ def test_cli_and_stage_give_the_same_summary_for_the_same_records(setup, monkeyp
 
     # Both are the shared function seeded with the first evaluation seed (not spec.algorithm.seed, as the stage
     # once was): on these records the two seeds give different CIs, so the test tells them apart.
-    records = [json.loads(line) for line in (s.tmp / "run" / "eval" / "step_0" / "results.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (s.tmp / "run" / "eval" / "step_0" / "results.jsonl").read_text().splitlines()
+    ]
     assert bootstrap_seed(ev.seeds) == EVAL_SEEDS[0]
 
     def summary(seed: int) -> dict[str, Any]:
@@ -140,9 +160,23 @@ def test_cli_and_stage_give_the_same_summary_for_the_same_records(setup, monkeyp
     # `longhaul eval summarize` re-scores the stage's results file to the same summary (its --seed: the first
     # evaluation seed).
     k = ",".join(str(x) for x in ev.k)
-    res = CliRunner().invoke(app, ["eval", "summarize", str(s.tmp / "run" / "eval" / "step_0" / "results.jsonl"),
-                                   "--json", "--k", k, "--bootstrap", str(ev.bootstrap_samples),
-                                   "--confidence", str(ev.confidence), "--seed", str(EVAL_SEEDS[0])])
+    res = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "summarize",
+            str(s.tmp / "run" / "eval" / "step_0" / "results.jsonl"),
+            "--json",
+            "--k",
+            k,
+            "--bootstrap",
+            str(ev.bootstrap_samples),
+            "--confidence",
+            str(ev.confidence),
+            "--seed",
+            str(EVAL_SEEDS[0]),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == _without(stage, "checkpoint_step", "seconds", "traces")
 
@@ -164,16 +198,22 @@ def test_the_simulator_key_variable_is_the_one_kubernetes_renders() -> None:
     from longhaul.render.kubernetes import render_kubernetes
 
     doc = yaml.safe_load((ROOT / "specs" / "smoke.yaml").read_text())
-    doc["spec"]["user_simulator"].update(placement="external", url="http://sim.example:8000/v1",
-                                         api_key_secret={"name": "sim", "key": "api-key"})
+    doc["spec"]["user_simulator"].update(
+        placement="external", url="http://sim.example:8000/v1", api_key_secret={"name": "sim", "key": "api-key"}
+    )
     objs = render_kubernetes(build_experiment(doc, "smoke.yaml"))
-    names = {e["name"] for o in objs if o["kind"] == "Job" for e in o["spec"]["template"]["spec"]["containers"][0]["env"]}
+    names = {
+        e["name"] for o in objs if o["kind"] == "Job" for e in o["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert C.ENV_USER_SIM_API_KEY in names
 
 
 def test_longhaul_eval_without_urls_says_what_is_missing(setup) -> None:
-    res = CliRunner().invoke(app, ["eval", "--spec", str(setup.spec), "--no-progress"],
-                             env={C.ENV_POLICY_BASE_URL: "", C.ENV_SIMULATOR_BASE_URL: ""})
+    res = CliRunner().invoke(
+        app,
+        ["eval", "--spec", str(setup.spec), "--no-progress"],
+        env={C.ENV_POLICY_BASE_URL: "", C.ENV_SIMULATOR_BASE_URL: ""},
+    )
     assert res.exit_code == 2
     assert "--policy-url and --user-url missing" in res.output
 

@@ -52,8 +52,16 @@ def _records(rng: random.Random, tasks: list[str], seeds: list[int], n: int) -> 
 
 
 def test_from_records_orders_tasks_like_metrics_and_samples_by_trial():
-    recs = [(1, "10", 1, False), (1, "10", 0, True), (1, "2", 0, False), (1, "2", 1, True),
-            (0, "10", 0, False), (0, "10", 1, False), (0, "2", 1, True), (0, "2", 0, True)]
+    recs = [
+        (1, "10", 1, False),
+        (1, "10", 0, True),
+        (1, "2", 0, False),
+        (1, "2", 1, True),
+        (0, "10", 0, False),
+        (0, "10", 1, False),
+        (0, "2", 1, True),
+        (0, "2", 0, True),
+    ]
     o = Outcomes.from_records(recs)
     assert o.tasks == ("2", "10") and o.seeds == (0, 1) and o.samples == 2
     assert o.data.tolist() == [[[True, True], [False, False]], [[False, True], [True, False]]]
@@ -75,7 +83,9 @@ def test_task_missing_under_one_seed_is_named():
 def test_cell_with_other_sample_count_is_named():
     recs = [(0, "1", j, True) for j in range(4)] + [(0, "2", j, True) for j in (0, 1, 3)]
     recs += [(0, "3", j, False) for j in range(4)]
-    with pytest.raises(ValueError, match=r"seed 0 task '2' has 3 samples \(trials \[0, 1, 3\]\), the other cells have 4"):
+    with pytest.raises(
+        ValueError, match=r"seed 0 task '2' has 3 samples \(trials \[0, 1, 3\]\), the other cells have 4"
+    ):
         Outcomes.from_records(recs)
 
 
@@ -164,8 +174,14 @@ def test_seed_wide_shift_widens_the_interval():
 
 
 def test_t_quantile_matches_tables():
-    for q, df, want in [(0.975, 1, 12.706205), (0.975, 2, 4.302653), (0.975, 10, 2.228139),
-                        (0.95, 30, 1.697261), (0.025, 5, -2.570582), (0.5, 3, 0.0)]:
+    for q, df, want in [
+        (0.975, 1, 12.706205),
+        (0.975, 2, 4.302653),
+        (0.975, 10, 2.228139),
+        (0.95, 30, 1.697261),
+        (0.025, 5, -2.570582),
+        (0.5, 3, 0.0),
+    ]:
         assert t_quantile(q, df) == pytest.approx(want, abs=1e-6)
     assert t_quantile(0.975, 1e9) == pytest.approx(1.959964, abs=1e-6)
 
@@ -176,8 +192,7 @@ def test_t_quantile_matches_tables():
 
 def test_paired_difference_uses_common_tasks_only():
     a = Outcomes(("1", "2", "3"), (0,), np.array([[[1, 0], [0, 0], [1, 1]]], dtype=bool))
-    b = Outcomes(("2", "3", "4"), (0, 1), np.array([[[1, 1], [1, 1], [0, 0]], [[1, 0], [1, 1], [0, 0]]],
-                                                  dtype=bool))
+    b = Outcomes(("2", "3", "4"), (0, 1), np.array([[[1, 1], [1, 1], [0, 0]], [[1, 0], [1, 1], [0, 0]]], dtype=bool))
     r = paired_difference(a, b, 1, "pass_hat", np.random.default_rng(0), samples=500, permutations=500)
     assert r.tasks == 2
     assert r.rate_a == 0.5 and r.rate_b == pytest.approx(0.875)
@@ -221,10 +236,13 @@ def test_permutation_p_value_by_exhaustive_enumeration():
 
 
 def test_flip_rate_by_hand():
-    data = np.array([
-        [[1, 1], [0, 0]],  # seed 0: task a 2/2, task b 0/2
-        [[0, 1], [0, 0]],  # seed 1: task a 1/2, task b 0/2
-    ], dtype=bool)
+    data = np.array(
+        [
+            [[1, 1], [0, 0]],  # seed 0: task a 2/2, task b 0/2
+            [[0, 1], [0, 0]],  # seed 1: task a 1/2, task b 0/2
+        ],
+        dtype=bool,
+    )
     o = Outcomes.from_array(data)
     # task a: pairs (1,0),(1,1),(1,0),(1,1) → 2 of 4 differ; task b: none → mean 0.25
     assert flip_rate(o) == 0.25
@@ -301,14 +319,17 @@ def test_required_design_trades_seeds_for_samples_and_sees_the_task_bound():
         required_design(0.0, 50, 4, 1)
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"flip_rate": 0.5}, "flip_rate"),
-    ({"within_flip_rate": 0.3}, "within_flip_rate"),
-    ({"baseline": 1.0}, "baseline"),
-    ({"seeds": 0}, "seeds"),
-    ({"samples": 2.5}, "samples"),
-    ({"effect_sd": -0.1}, "effect_sd"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"flip_rate": 0.5}, "flip_rate"),
+        ({"within_flip_rate": 0.3}, "within_flip_rate"),
+        ({"baseline": 1.0}, "baseline"),
+        ({"seeds": 0}, "seeds"),
+        ({"samples": 2.5}, "samples"),
+        ({"effect_sd": -0.1}, "effect_sd"),
+    ],
+)
 def test_design_arguments_are_checked(kwargs, field):
     args = {"effect": 0.05, "tasks": 50, "samples": 4, "seeds": 1, "baseline": 0.175, "flip_rate": 0.16}
     args.update(kwargs)
@@ -361,17 +382,24 @@ def test_study_design_from_outcomes():
 
 
 def _result(diff: float, lo: float, hi: float, p: float) -> PairedResult:
-    return PairedResult(diff=diff, ci=(lo, hi), p_value=p, tasks=50, se=0.03, rate_a=0.2, rate_b=0.2 + diff,
-                        confidence=0.95)
+    return PairedResult(
+        diff=diff, ci=(lo, hi), p_value=p, tasks=50, se=0.03, rate_a=0.2, rate_b=0.2 + diff, confidence=0.95
+    )
 
 
 def test_verdict_lines():
-    assert (verdict(_result(0.041, -0.020, 0.103, 0.21), 0.087)
-            == "+4.1 points [−2.0, 10.3], p = 0.21, MDE 8.7: not distinguishable from noise")
-    assert (verdict(_result(0.09, 0.031, 0.152, 0.0042), 0.087, a="vanilla", b="LATA")
-            == "+9.0 points [3.1, 15.2], p = 0.0042, MDE 8.7: LATA better than vanilla")
-    assert (verdict(_result(-0.09, -0.15, -0.03, 0.004), 0.087)
-            == "−9.0 points [−15.0, −3.0], p = 0.004, MDE 8.7: A better than B")
+    assert (
+        verdict(_result(0.041, -0.020, 0.103, 0.21), 0.087)
+        == "+4.1 points [−2.0, 10.3], p = 0.21, MDE 8.7: not distinguishable from noise"
+    )
+    assert (
+        verdict(_result(0.09, 0.031, 0.152, 0.0042), 0.087, a="vanilla", b="LATA")
+        == "+9.0 points [3.1, 15.2], p = 0.0042, MDE 8.7: LATA better than vanilla"
+    )
+    assert (
+        verdict(_result(-0.09, -0.15, -0.03, 0.004), 0.087)
+        == "−9.0 points [−15.0, −3.0], p = 0.004, MDE 8.7: A better than B"
+    )
     # Both conditions are needed: p < α with a CI over 0 (a seed-wide shift widened it), and the reverse.
     assert verdict(_result(0.06, -0.01, 0.13, 0.03), 0.087).endswith(": not distinguishable from noise")
     assert verdict(_result(0.06, 0.001, 0.12, 0.06), 0.087).endswith(": not distinguishable from noise")
@@ -389,7 +417,11 @@ def test_arm_outcomes_leave_out_a_task_unscored_in_any_seed():
             out[3] = TrialRecord("2", 1, False, termination="endpoint_error", scored=False)
         return tuple(out)
 
-    arm = Arm("a", "a", "grpo", (SeedEval(1, "r1", 2, "last evaluated", recs(False)),
-                                 SeedEval(2, "r2", 2, "last evaluated", recs(True))))
+    arm = Arm(
+        "a",
+        "a",
+        "grpo",
+        (SeedEval(1, "r1", 2, "last evaluated", recs(False)), SeedEval(2, "r2", 2, "last evaluated", recs(True))),
+    )
     o = arm_outcomes(arm)
     assert list(o.tasks) == ["1"] and list(o.seeds) == [1, 2]

@@ -45,8 +45,9 @@ def _truth(m: float, sd: float) -> float:
     return float((w * _expit(m + sd * math.sqrt(2) * x)).sum() / math.sqrt(math.pi))
 
 
-def _arm(rng: np.random.Generator, mu: np.ndarray, seeds: int, samples: int, sa: float, sb: float,
-         delta: float = 0.0) -> Outcomes:
+def _arm(
+    rng: np.random.Generator, mu: np.ndarray, seeds: int, samples: int, sa: float, sb: float, delta: float = 0.0
+) -> Outcomes:
     a = rng.normal(0.0, sa, (seeds, 1))
     b = rng.normal(0.0, sb, (seeds, mu.size))
     p = _expit(mu[None, :] + delta + a + b)
@@ -61,8 +62,7 @@ def _naive_ci(o: Outcomes, rng: np.random.Generator, reps: int = 2000) -> tuple[
     return float(lo), float(hi)
 
 
-def _pigeonhole_paired_ci(a: Outcomes, b: Outcomes, rng: np.random.Generator,
-                          reps: int = 2000) -> tuple[float, float]:
+def _pigeonhole_paired_ci(a: Outcomes, b: Outcomes, rng: np.random.Generator, reps: int = 2000) -> tuple[float, float]:
     """Deliberately wrong: redraw whole cells (tasks, and seeds per arm) and average the drawn cells — counts
     the cell noise in the task margins, the seed margins and the cells themselves."""
     va, vb = cell_values(a), cell_values(b)
@@ -91,8 +91,9 @@ def test_truth_by_quadrature_matches_a_large_simulation():
 # Coverage of one arm's pass^1
 
 
-def _coverage_one_arm(seed: int, tasks: int, seeds: int, samples: int, sa: float, sb: float,
-                      m: float = -1.0, tau: float = 1.5) -> tuple[float, float]:
+def _coverage_one_arm(
+    seed: int, tasks: int, seeds: int, samples: int, sa: float, sb: float, m: float = -1.0, tau: float = 1.5
+) -> tuple[float, float]:
     rng = np.random.default_rng(seed)
     truth = _truth(m, math.sqrt(tau**2 + sa**2 + sb**2))
     hier = naive = 0
@@ -193,8 +194,9 @@ def test_documented_limit_a_seed_wide_shift_fools_a_one_seed_comparison_but_not_
     perm = both = 0
     for _ in range(SIMS_COVERAGE):
         mu = rng.normal(-1.0, 1.5, 50)
-        r = paired_difference(_arm(rng, mu, 3, 4, 0.3, 0.5), _arm(rng, mu, 3, 4, 0.3, 0.5), 1, "pass_hat", rng,
-                              permutations=1000)
+        r = paired_difference(
+            _arm(rng, mu, 3, 4, 0.3, 0.5), _arm(rng, mu, 3, 4, 0.3, 0.5), 1, "pass_hat", rng, permutations=1000
+        )
         perm += r.p_value < 0.05
         both += r.p_value < 0.05 and (r.ci[0] > 0 or r.ci[1] < 0)
     assert perm / SIMS_COVERAGE > 0.15  # measured 0.267
@@ -206,8 +208,9 @@ def test_documented_limit_a_seed_wide_shift_fools_a_one_seed_comparison_but_not_
 # Predicted against simulated power
 
 
-def _planning_arms(rng: np.random.Generator, tasks: int, seeds: int, samples: int, baseline: float, f: float,
-                   fw: float, delta: float) -> tuple[Outcomes, Outcomes]:
+def _planning_arms(
+    rng: np.random.Generator, tasks: int, seeds: int, samples: int, baseline: float, f: float, fw: float, delta: float
+) -> tuple[Outcomes, Outcomes]:
     """The model `stats.difference_variance` assumes: task success probabilities p_t from a two-point
     distribution with mean `baseline` and E[p(1−p)] = f/2; seed s adds u_st = ±σ_u, σ_u² = (f − fw)/2;
     arm B adds δ to every probability; samples are Bernoulli."""
@@ -225,11 +228,14 @@ def _planning_arms(rng: np.random.Generator, tasks: int, seeds: int, samples: in
     return arms[0], arms[1]
 
 
-@pytest.mark.parametrize(("seed", "tasks", "seeds", "samples", "baseline", "f", "fw", "delta"), [
-    (11, 50, 1, 4, 0.175, 0.16, 0.16, 0.065),  # the original ablation: 50 tasks × 4 samples, one seed, +6.5
-    (12, 50, 1, 1, 0.175, 0.16, 0.16, 0.10),  # single runs
-    (13, 50, 3, 4, 0.30, 0.30, 0.26, 0.05),  # three seeds per arm with a seed × task component
-])
+@pytest.mark.parametrize(
+    ("seed", "tasks", "seeds", "samples", "baseline", "f", "fw", "delta"),
+    [
+        (11, 50, 1, 4, 0.175, 0.16, 0.16, 0.065),  # the original ablation: 50 tasks × 4 samples, one seed, +6.5
+        (12, 50, 1, 1, 0.175, 0.16, 0.16, 0.10),  # single runs
+        (13, 50, 3, 4, 0.30, 0.30, 0.26, 0.05),  # three seeds per arm with a seed × task component
+    ],
+)
 def test_predicted_power_matches_simulated_power(seed, tasks, seeds, samples, baseline, f, fw, delta):
     rng = np.random.default_rng(seed)
     hits = 0
@@ -238,4 +244,7 @@ def test_predicted_power_matches_simulated_power(seed, tasks, seeds, samples, ba
         hits += permutation_p_value(a, b, 1, "pass_hat", rng, 1000) < 0.05
     simulated = hits / SIMS_POWER
     predicted = power(delta, tasks, samples, seeds, baseline, f, within_flip_rate=fw)
-    assert abs(simulated - predicted) <= 0.05, (simulated, predicted)  # simulated/predicted 0.524/0.510, 0.291/0.316, 0.424/0.431
+    assert abs(simulated - predicted) <= 0.05, (
+        simulated,
+        predicted,
+    )  # simulated/predicted 0.524/0.510, 0.291/0.316, 0.424/0.431

@@ -31,13 +31,9 @@ DOCKERFILES = sorted([ROOT / "Dockerfile", *ROOT.glob("images/*.Dockerfile")])
 TRAINER = ROOT / "Dockerfile"
 STACKS = ROOT / "images" / "stacks"
 
-PINNED = re.compile(
-    r"^[a-z0-9][a-z0-9.-]*(:[0-9]+)?(/[a-z0-9._-]+)+:[A-Za-z0-9_][A-Za-z0-9._-]*@sha256:[0-9a-f]{64}$"
-)
+PINNED = re.compile(r"^[a-z0-9][a-z0-9.-]*(:[0-9]+)?(/[a-z0-9._-]+)+:[A-Za-z0-9_][A-Za-z0-9._-]*@sha256:[0-9a-f]{64}$")
 LOCAL_BASE = re.compile(r"^localhost/[a-z0-9._/-]+:[A-Za-z0-9._-]+$")
-SECRET_NAME = re.compile(
-    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)", re.I
-)
+SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)", re.I)
 VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(?::?-[^}]*)?\}?")
 
 
@@ -81,9 +77,7 @@ def violations(text: str) -> list[str]:
         global_args, stages, cmds = parse(text)
     except Exception as exc:  # GoParseError, e.g. an unterminated heredoc
         return [*found, f"does not parse: {exc}"]
-    if any(c.heredocs for c in cmds) or re.search(
-        r"^\s*(RUN|COPY)\s[^\n]*<<-?\s*['\"]?[A-Za-z_]", text, re.M
-    ):
+    if any(c.heredocs for c in cmds) or re.search(r"^\s*(RUN|COPY)\s[^\n]*<<-?\s*['\"]?[A-Za-z_]", text, re.M):
         found.append("uses a heredoc (buildah 1.28 / docker 20.10 cannot parse it)")
     names: list[str] = []
     for st in stages:
@@ -117,9 +111,7 @@ def violations(text: str) -> list[str]:
                         f"line {c.start_line}: '{m.group(0).strip()[:60]}' may reach an index (add --no-index)"
                     )
             if "huggingface-cli" in run:
-                found.append(
-                    f"line {c.start_line}: huggingface-cli is gone from huggingface_hub; use `hf download`"
-                )
+                found.append(f"line {c.start_line}: huggingface-cli is gone from huggingface_hub; use `hf download`")
     if stages:
         users = [c for c in stages[-1].commands if c.cmd == "USER"]
         user = users[-1].value[0] if users else "root"

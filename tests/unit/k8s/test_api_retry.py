@@ -19,8 +19,11 @@ Answer = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response]
 
 
 def status(code: int, reason: str, headers: dict[str, str] | None = None, **details: Any) -> httpx.Response:
-    return httpx.Response(code, headers=headers, json={"kind": "Status", "code": code, "reason": reason,
-                                                        "message": f"{reason} (test)", "details": details})
+    return httpx.Response(
+        code,
+        headers=headers,
+        json={"kind": "Status", "code": code, "reason": reason, "message": f"{reason} (test)", "details": details},
+    )
 
 
 class Server:
@@ -55,22 +58,30 @@ async def test_5xx_answers_are_retried_with_growing_jittered_backoff() -> None:
     assert len(server.requests) == 4 and api.retries == 3
     policy = RetryPolicy()
     for n, slept in enumerate(server.sleeps, start=1):
-        assert 0 <= slept <= policy.initial_s * 2 ** n
+        assert 0 <= slept <= policy.initial_s * 2**n
 
 
 async def test_429_waits_for_the_servers_retry_after() -> None:
-    server = Server(status(429, "TooManyRequests", {"Retry-After": "2"}),
-                    status(429, "TooManyRequests", retryAfterSeconds=3),  # the old style: only in the Status
-                    status(429, "TooManyRequests", {"Retry-After": "3600"}))  # capped
+    server = Server(
+        status(429, "TooManyRequests", {"Retry-After": "2"}),
+        status(429, "TooManyRequests", retryAfterSeconds=3),  # the old style: only in the Status
+        status(429, "TooManyRequests", {"Retry-After": "3600"}),
+    )  # capped
     await server.api().list("batch/v1", "Job", "ns", "a=b")
     assert server.sleeps == [2.0, 3.0, RetryPolicy().max_retry_after_s]
     assert len(server.requests) == 4
 
 
-@pytest.mark.parametrize("failure", [httpx.ReadTimeout("read timed out"), httpx.ConnectTimeout("connect timed out"),
-                                     httpx.ConnectError("connection refused"),
-                                     httpx.RemoteProtocolError("Server disconnected without sending a response.")],
-                         ids=["read-timeout", "connect-timeout", "refused", "hung-up"])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        httpx.ReadTimeout("read timed out"),
+        httpx.ConnectTimeout("connect timed out"),
+        httpx.ConnectError("connection refused"),
+        httpx.RemoteProtocolError("Server disconnected without sending a response."),
+    ],
+    ids=["read-timeout", "connect-timeout", "refused", "hung-up"],
+)
 async def test_timeouts_and_lost_connections_are_retried(failure: Exception) -> None:
     server = Server(failure)
     api = server.api()
@@ -96,13 +107,17 @@ async def test_retries_are_bounded_by_the_deadline() -> None:
     assert len(server.requests) == 1
 
 
-@pytest.mark.parametrize(("answer", "outcome"), [
-    (status(404, "NotFound"), None),
-    (status(403, "Forbidden"), 403),
-    (status(422, "Invalid"), 422),
-    (status(400, "BadRequest"), 400),
-    (status(410, "Expired"), 410),
-], ids=["404", "403", "422", "400", "410"])
+@pytest.mark.parametrize(
+    ("answer", "outcome"),
+    [
+        (status(404, "NotFound"), None),
+        (status(403, "Forbidden"), 403),
+        (status(422, "Invalid"), 422),
+        (status(400, "BadRequest"), 400),
+        (status(410, "Expired"), 410),
+    ],
+    ids=["404", "403", "422", "400", "410"],
+)
 async def test_client_errors_are_not_retried(answer: httpx.Response, outcome: int | None) -> None:
     server = Server(answer)
     api = server.api()
@@ -142,8 +157,9 @@ async def test_a_create_whose_answer_was_lost_is_adopted() -> None:
 
 
 async def test_a_409_without_the_object_creates_again_a_bounded_number_of_times() -> None:
-    server = Server(status(409, "Conflict"), status(404, "NotFound"),
-                    lambda r: httpx.Response(201, json=json.loads(r.content)))
+    server = Server(
+        status(409, "Conflict"), status(404, "NotFound"), lambda r: httpx.Response(201, json=json.loads(r.content))
+    )
     obj, created = await server.api().create(JOB)
     assert created and obj["metadata"]["name"] == "run-grpo"
     server = Server(*[status(409, "Conflict"), status(404, "NotFound")] * 3)

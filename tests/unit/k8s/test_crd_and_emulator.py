@@ -22,7 +22,8 @@ CRD_FILE = ROOT / "charts/longhaul/crds/experiments.longhaul.dev.yaml"
 
 def test_chart_crd_is_the_generated_one() -> None:
     assert CRD_FILE.read_text() == dump_yaml(build_crd()), (
-        "charts/longhaul/crds is stale: run `longhaul crd -o charts/longhaul/crds/experiments.longhaul.dev.yaml`")
+        "charts/longhaul/crds is stale: run `longhaul crd -o charts/longhaul/crds/experiments.longhaul.dev.yaml`"
+    )
 
 
 def _openapi() -> dict:
@@ -70,14 +71,17 @@ def test_nullable_fields_accept_null() -> None:
     assert schema.validate(doc, _openapi()) == []
 
 
-@pytest.mark.parametrize(("selector", "labels", "match"), [
-    ("a=b", {"a": "b"}, True),
-    ("a=b,c!=d", {"a": "b", "c": "d"}, False),
-    ("a in (x, y),!z", {"a": "y"}, True),
-    ("a notin (x)", {"a": "x"}, False),
-    ("a", {}, False),
-    ("a==b", {"a": "b"}, True),
-])
+@pytest.mark.parametrize(
+    ("selector", "labels", "match"),
+    [
+        ("a=b", {"a": "b"}, True),
+        ("a=b,c!=d", {"a": "b", "c": "d"}, False),
+        ("a in (x, y),!z", {"a": "y"}, True),
+        ("a notin (x)", {"a": "x"}, False),
+        ("a", {}, False),
+        ("a==b", {"a": "b"}, True),
+    ],
+)
 def test_label_selectors(selector: str, labels: dict, match: bool) -> None:
     assert selectors.parse_label_selector(selector)({"metadata": {"labels": labels}}) is match
 
@@ -91,15 +95,23 @@ def test_field_selectors() -> None:
 
 
 def test_patches() -> None:
-    assert patches.merge_patch({"a": {"b": 1, "c": 2}, "l": [1]}, {"a": {"b": None}, "l": [2]}) == {"a": {"c": 2}, "l": [2]}
+    assert patches.merge_patch({"a": {"b": 1, "c": 2}, "l": [1]}, {"a": {"b": None}, "l": [2]}) == {
+        "a": {"c": 2},
+        "l": [2],
+    }
     doc = {"metadata": {"resourceVersion": "1"}, "l": [1, 2]}
-    assert patches.json_patch(doc, [{"op": "add", "path": "/l/-", "value": 3},
-                                    {"op": "replace", "path": "/metadata/resourceVersion", "value": "2"}]) == \
-        {"metadata": {"resourceVersion": "2"}, "l": [1, 2, 3]}
+    assert patches.json_patch(
+        doc,
+        [
+            {"op": "add", "path": "/l/-", "value": 3},
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": "2"},
+        ],
+    ) == {"metadata": {"resourceVersion": "2"}, "l": [1, 2, 3]}
     with pytest.raises(patches.PatchError):
         patches.json_patch(doc, [{"op": "test", "path": "/metadata/resourceVersion", "value": "9"}])
-    assert patches.strip_directives({"$setElementOrder/containers": [], "spec": {"$retainKeys": [], "x": 1}}) == \
-        {"spec": {"x": 1}}
+    assert patches.strip_directives({"$setElementOrder/containers": [], "spec": {"$retainKeys": [], "x": 1}}) == {
+        "spec": {"x": 1}
+    }
 
 
 def test_preferred_api_version_follows_kubernetes_priority() -> None:

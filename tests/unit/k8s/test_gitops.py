@@ -21,10 +21,14 @@ from kube_emulator import schema as crd_schema  # noqa: E402  (kube-apiserver's 
 
 GITOPS_CRDS = {
     ("argoproj.io/v1alpha1", "Application"): "argo-cd-v3.5.1/application-crd.yaml",
-    ("kustomize.toolkit.fluxcd.io/v1", "Kustomization"):
-        "kustomize-controller-v1.9.4/kustomize.toolkit.fluxcd.io_kustomizations.yaml",
-    ("source.toolkit.fluxcd.io/v1", "GitRepository"):
-        "source-controller-v1.9.1/source.toolkit.fluxcd.io_gitrepositories.yaml",
+    (
+        "kustomize.toolkit.fluxcd.io/v1",
+        "Kustomization",
+    ): "kustomize-controller-v1.9.4/kustomize.toolkit.fluxcd.io_kustomizations.yaml",
+    (
+        "source.toolkit.fluxcd.io/v1",
+        "GitRepository",
+    ): "source-controller-v1.9.1/source.toolkit.fluxcd.io_gitrepositories.yaml",
 }
 
 
@@ -64,9 +68,13 @@ def test_examples_prune_and_target_the_operators_namespace() -> None:
     app, ks, repo = docs["Application"], docs["Kustomization"], docs["GitRepository"]
     assert app["spec"]["syncPolicy"]["automated"]["prune"] is True
     assert "ServerSideApply=true" in app["spec"]["syncPolicy"]["syncOptions"]
-    assert app["spec"]["source"]["kustomize"]["commonAnnotations"] == {"longhaul.dev/git-commit": "${ARGOCD_APP_REVISION}"}
-    assert ks["spec"]["prune"] is True and ks["spec"]["sourceRef"] == {"kind": "GitRepository",
-                                                                       "name": repo["metadata"]["name"]}
+    assert app["spec"]["source"]["kustomize"]["commonAnnotations"] == {
+        "longhaul.dev/git-commit": "${ARGOCD_APP_REVISION}"
+    }
+    assert ks["spec"]["prune"] is True and ks["spec"]["sourceRef"] == {
+        "kind": "GitRepository",
+        "name": repo["metadata"]["name"],
+    }
     assert app["spec"]["destination"]["namespace"] == ks["spec"]["targetNamespace"] == "longhaul"
 
 

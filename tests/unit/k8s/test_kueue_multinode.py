@@ -112,6 +112,7 @@ def test_without_a_queue_nothing_is_suspended_and_priority_class_is_the_pods() -
 
 # ---- the controllers' status fields -> phase ----
 
+
 def rayjob(suspend: bool = False, **status: Any) -> dict[str, Any]:
     return {"kind": "RayJob", "spec": {"suspend": suspend}, "status": status}
 
@@ -128,38 +129,56 @@ def true(kind: str, reason: str = "", message: str = "") -> dict[str, Any]:
     return {"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": NOW}
 
 
-@pytest.mark.parametrize(("obj", "phase"), [
-    # KubeRay: created suspended (New -> Suspended), admitted (New -> Initializing -> Running), preempted
-    # (Suspending -> Suspended, jobStatus reset to ""), ValidationFailed / Failed / Complete.
-    (rayjob(True), S.Phase.QUEUED),
-    (rayjob(True, jobDeploymentStatus="Suspended"), S.Phase.QUEUED),
-    (rayjob(True, jobDeploymentStatus="Suspending", jobStatus="RUNNING"), S.Phase.QUEUED),
-    (rayjob(False, jobDeploymentStatus="Initializing"), S.Phase.PENDING),
-    (rayjob(False, jobDeploymentStatus="Running", jobStatus="PENDING"), S.Phase.RUNNING),
-    (rayjob(False, jobDeploymentStatus="ValidationFailed", reason="ValidationFailed"), S.Phase.FAILED),
-    (rayjob(False, jobDeploymentStatus="Failed", jobStatus="FAILED", reason="AppFailed"), S.Phase.FAILED),
-    (rayjob(True, jobDeploymentStatus="Complete", jobStatus="SUCCEEDED"), S.Phase.SUCCEEDED),
-    # JobSet: spec.suspend with the Suspended condition; running replicated jobs; Completed / Failed.
-    (jobset(True, conditions=[true("Suspended", "SuspendedJobs", "jobset is suspended")]), S.Phase.QUEUED),
-    (jobset(False, replicatedJobsStatus=[{"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0,
-                                          "suspended": 0}]), S.Phase.RUNNING),
-    (jobset(False, conditions=[true("Failed", "FailedJobs", "jobset failed due to one or more job failures")]),
-     S.Phase.FAILED),
-    (jobset(False, conditions=[true("Completed", "AllJobsCompleted", "jobset completed successfully")]),
-     S.Phase.SUCCEEDED),
-    # batch/v1 Job suspended by Kueue (the Job controller writes Suspended=True and removes the pods).
-    (job(True, conditions=[true("Suspended", "JobSuspended", "Job suspended")]), S.Phase.QUEUED),
-    (job(True, succeeded=1), S.Phase.SUCCEEDED),
-])
+@pytest.mark.parametrize(
+    ("obj", "phase"),
+    [
+        # KubeRay: created suspended (New -> Suspended), admitted (New -> Initializing -> Running), preempted
+        # (Suspending -> Suspended, jobStatus reset to ""), ValidationFailed / Failed / Complete.
+        (rayjob(True), S.Phase.QUEUED),
+        (rayjob(True, jobDeploymentStatus="Suspended"), S.Phase.QUEUED),
+        (rayjob(True, jobDeploymentStatus="Suspending", jobStatus="RUNNING"), S.Phase.QUEUED),
+        (rayjob(False, jobDeploymentStatus="Initializing"), S.Phase.PENDING),
+        (rayjob(False, jobDeploymentStatus="Running", jobStatus="PENDING"), S.Phase.RUNNING),
+        (rayjob(False, jobDeploymentStatus="ValidationFailed", reason="ValidationFailed"), S.Phase.FAILED),
+        (rayjob(False, jobDeploymentStatus="Failed", jobStatus="FAILED", reason="AppFailed"), S.Phase.FAILED),
+        (rayjob(True, jobDeploymentStatus="Complete", jobStatus="SUCCEEDED"), S.Phase.SUCCEEDED),
+        # JobSet: spec.suspend with the Suspended condition; running replicated jobs; Completed / Failed.
+        (jobset(True, conditions=[true("Suspended", "SuspendedJobs", "jobset is suspended")]), S.Phase.QUEUED),
+        (
+            jobset(
+                False,
+                replicatedJobsStatus=[
+                    {"name": "node", "active": 1, "ready": 1, "succeeded": 0, "failed": 0, "suspended": 0}
+                ],
+            ),
+            S.Phase.RUNNING,
+        ),
+        (
+            jobset(False, conditions=[true("Failed", "FailedJobs", "jobset failed due to one or more job failures")]),
+            S.Phase.FAILED,
+        ),
+        (
+            jobset(False, conditions=[true("Completed", "AllJobsCompleted", "jobset completed successfully")]),
+            S.Phase.SUCCEEDED,
+        ),
+        # batch/v1 Job suspended by Kueue (the Job controller writes Suspended=True and removes the pods).
+        (job(True, conditions=[true("Suspended", "JobSuspended", "Job suspended")]), S.Phase.QUEUED),
+        (job(True, succeeded=1), S.Phase.SUCCEEDED),
+    ],
+)
 def test_controller_status_to_phase(obj: dict[str, Any], phase: S.Phase) -> None:
     assert S.workload_phase(obj) == phase
 
 
 def test_failure_messages_name_the_controllers_reason() -> None:
-    assert S.workload_message(rayjob(jobDeploymentStatus="Failed", reason="AppFailed", message="exit 1")) == \
-        "AppFailed: exit 1"
-    assert S.workload_message(jobset(conditions=[true("Failed", "FailedJobs", "one job failed")])) == \
-        "FailedJobs: one job failed"
+    assert (
+        S.workload_message(rayjob(jobDeploymentStatus="Failed", reason="AppFailed", message="exit 1"))
+        == "AppFailed: exit 1"
+    )
+    assert (
+        S.workload_message(jobset(conditions=[true("Failed", "FailedJobs", "one job failed")]))
+        == "FailedJobs: one job failed"
+    )
 
 
 def workload(*conditions: dict[str, Any], active: bool | None = None) -> dict[str, Any]:
@@ -167,8 +186,12 @@ def workload(*conditions: dict[str, Any], active: bool | None = None) -> dict[st
     spec: dict[str, Any] = {"queueName": "team-a"}
     if active is not None:
         spec["active"] = active
-    return {"kind": "Workload", "metadata": {"name": "rayjob-run-grpo-1a2b3"}, "spec": spec,
-            "status": {"conditions": list(conditions)}}
+    return {
+        "kind": "Workload",
+        "metadata": {"name": "rayjob-run-grpo-1a2b3"},
+        "spec": spec,
+        "status": {"conditions": list(conditions)},
+    }
 
 
 def false(kind: str, reason: str, message: str) -> dict[str, Any]:
@@ -181,16 +204,23 @@ def test_kueue_admission_says_why_a_workload_waits() -> None:
     assert "LocalQueue team-a: couldn't assign flavors" in waiting.message
     assert S.kueue_admission(None, "team-a").message == "waiting for Kueue to admit it in LocalQueue team-a"
 
-    rejected = S.kueue_admission(workload(false("QuotaReserved", "Inadmissible",
-                                                "LocalQueue team-a doesn't exist")), "team-a")
+    rejected = S.kueue_admission(
+        workload(false("QuotaReserved", "Inadmissible", "LocalQueue team-a doesn't exist")), "team-a"
+    )
     assert rejected.inadmissible and rejected.reason == "Inadmissible"
-    assert rejected.message == ("Kueue cannot admit workload rayjob-run-grpo-1a2b3 in LocalQueue team-a: "
-                                "Inadmissible: LocalQueue team-a doesn't exist")
+    assert rejected.message == (
+        "Kueue cannot admit workload rayjob-run-grpo-1a2b3 in LocalQueue team-a: "
+        "Inadmissible: LocalQueue team-a doesn't exist"
+    )
 
-    preempted = S.kueue_admission(workload(
-        true("Evicted", "Preempted", "Preempted to accommodate a workload (UID: u1) due to prioritization"),
-        true("Preempted", "InClusterQueue", "Preempted to accommodate a workload (UID: u1)"),
-        false("QuotaReserved", "Pending", "Preempted")), "team-a")
+    preempted = S.kueue_admission(
+        workload(
+            true("Evicted", "Preempted", "Preempted to accommodate a workload (UID: u1) due to prioritization"),
+            true("Preempted", "InClusterQueue", "Preempted to accommodate a workload (UID: u1)"),
+            false("QuotaReserved", "Pending", "Preempted"),
+        ),
+        "team-a",
+    )
     assert preempted.reason == "Preempted" and "InClusterQueue" in preempted.message
     assert "resumes from its last checkpoint" in preempted.message
 
@@ -200,14 +230,26 @@ def test_kueue_admission_says_why_a_workload_waits() -> None:
 
 def test_queued_status_keeps_the_run_id_and_reports_kueue() -> None:
     ann = {"metadata": {"annotations": {C.ANNOTATION_MLFLOW_RUN_ID: "m1", C.ANNOTATION_CHECKPOINT_STEP: "40"}}}
-    running = S.build_status(None, [S.StageView("grpo", "run-grpo", {**rayjob(jobDeploymentStatus="Running",
-                             jobStatus="RUNNING"), **ann})], run_name="run", spec_hash="h", generation=1, now=NOW)
+    running = S.build_status(
+        None,
+        [S.StageView("grpo", "run-grpo", {**rayjob(jobDeploymentStatus="Running", jobStatus="RUNNING"), **ann})],
+        run_name="run",
+        spec_hash="h",
+        generation=1,
+        now=NOW,
+    )
     assert running.status["phase"] == "Running" and running.status["mlflowRunId"] == "m1"
     assert not any(c["type"] == S.COND_QUEUED for c in running.status["conditions"])
 
     adm = S.kueue_admission(workload(true("Evicted", "Preempted", "p"), true("Preempted", "InCohort", "p")), "q")
-    queued = S.build_status(running.status, [S.StageView("grpo", "run-grpo", rayjob(True, jobDeploymentStatus="Suspended"),
-                            admission=adm)], run_name="run", spec_hash="h", generation=1, now=NOW)
+    queued = S.build_status(
+        running.status,
+        [S.StageView("grpo", "run-grpo", rayjob(True, jobDeploymentStatus="Suspended"), admission=adm)],
+        run_name="run",
+        spec_hash="h",
+        generation=1,
+        now=NOW,
+    )
     st = queued.status
     assert st["phase"] == "Queued" and queued.next_stage is None
     assert st["mlflowRunId"] == "m1" and st["lastCheckpointStep"] == 40  # the workload no longer reports them
@@ -215,8 +257,14 @@ def test_queued_status_keeps_the_run_id_and_reports_kueue() -> None:
     cond = next(c for c in st["conditions"] if c["type"] == S.COND_QUEUED)
     assert (cond["status"], cond["reason"]) == ("True", "Preempted")
 
-    again = S.build_status(st, [S.StageView("grpo", "run-grpo", rayjob(jobDeploymentStatus="Running"))],
-                           run_name="run", spec_hash="h", generation=1, now=NOW).status
+    again = S.build_status(
+        st,
+        [S.StageView("grpo", "run-grpo", rayjob(jobDeploymentStatus="Running"))],
+        run_name="run",
+        spec_hash="h",
+        generation=1,
+        now=NOW,
+    ).status
     cond = next(c for c in again["conditions"] if c["type"] == S.COND_QUEUED)
     assert again["phase"] == "Running" and (cond["status"], cond["reason"]) == ("False", "Admitted")
 
@@ -225,8 +273,6 @@ def test_a_group_is_queued_while_no_seed_runs() -> None:
     assert S.group_phase(["Queued", "Pending"]) == S.Phase.QUEUED
     assert S.group_phase(["Queued", "Running"]) == S.Phase.RUNNING
     assert S.group_phase(["Queued", "Succeeded"]) == S.Phase.QUEUED
-
-
 
 
 @pytest.mark.asyncio
@@ -280,6 +326,7 @@ async def test_reconcile_reads_kueues_workload_only_while_queued_and_survives_a_
 
 
 def test_a_suspended_workload_without_a_queue_says_so() -> None:
-    st = S.build_status(None, [S.StageView("grpo", "run-grpo", job(True))], run_name="run", spec_hash="h",
-                        generation=1, now=NOW).status
+    st = S.build_status(
+        None, [S.StageView("grpo", "run-grpo", job(True))], run_name="run", spec_hash="h", generation=1, now=NOW
+    ).status
     assert st["phase"] == "Queued" and "spec.suspend: true" in st["message"]

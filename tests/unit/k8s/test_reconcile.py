@@ -47,26 +47,38 @@ class FakeApi:
         obj = self.objects.get((kind, namespace, name))
         return copy.deepcopy(obj) if obj else None
 
-    async def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> list[dict[str, Any]]:
+    async def list(
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str
+    ) -> list[dict[str, Any]]:
         want = dict(part.split("=") for part in label_selector.split(","))
-        return [copy.deepcopy(o) for (k, ns, _), o in self.objects.items()
-                if k == kind and ns == namespace and all(o["metadata"]["labels"].get(a) == b for a, b in want.items())]
+        return [
+            copy.deepcopy(o)
+            for (k, ns, _), o in self.objects.items()
+            if k == kind and ns == namespace and all(o["metadata"]["labels"].get(a) == b for a, b in want.items())
+        ]
 
-    async def patch_status(self, api_version: str, kind: str, namespace: str | None, name: str,
-                           status: dict[str, Any]) -> dict[str, Any]:
+    async def patch_status(
+        self, api_version: str, kind: str, namespace: str | None, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
         self.status_patches.append(status)
         return {}
 
-    async def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *,
-                     propagation: str) -> bool:
+    async def delete(self, api_version: str, kind: str, namespace: str | None, name: str, *, propagation: str) -> bool:
         self.deletes.append((kind, name, propagation))
         return self.objects.pop((kind, namespace, name), None) is not None
 
 
 def body(path: str = "specs/prm_lite_lata.yaml", status: dict[str, Any] | None = None, gen: int = 1) -> dict[str, Any]:
     doc = yaml.safe_load((ROOT / path).read_text())
-    doc["metadata"].update(namespace="ns", uid="uid-1", generation=gen, annotations={
-        "kubectl.kubernetes.io/last-applied-configuration": "{}", "kopf.zalando.org/last-handled-configuration": "{}"})
+    doc["metadata"].update(
+        namespace="ns",
+        uid="uid-1",
+        generation=gen,
+        annotations={
+            "kubectl.kubernetes.io/last-applied-configuration": "{}",
+            "kopf.zalando.org/last-handled-configuration": "{}",
+        },
+    )
     if status is not None:
         doc["status"] = status
     return doc
@@ -86,13 +98,22 @@ def test_clean_document_drops_tool_annotations_and_server_fields() -> None:
     b["metadata"].update(resourceVersion="7", managedFields=[{}], creationTimestamp=NOW)
     b["metadata"]["annotations"][C.ANNOTATION_GIT_COMMIT] = "abc"
     clean = RC.clean_document(b)
-    assert clean["metadata"] == {"name": "prm-lite-lata", "namespace": "ns", "annotations": {C.ANNOTATION_GIT_COMMIT: "abc"}}
+    assert clean["metadata"] == {
+        "name": "prm-lite-lata",
+        "namespace": "ns",
+        "annotations": {C.ANNOTATION_GIT_COMMIT: "abc"},
+    }
 
 
 def test_owner_reference_is_a_blocking_controller_reference() -> None:
-    assert RC.owner_reference(body()) == {"apiVersion": "longhaul.dev/v1alpha1", "kind": "Experiment",
-                                          "name": "prm-lite-lata", "uid": "uid-1", "controller": True,
-                                          "blockOwnerDeletion": True}
+    assert RC.owner_reference(body()) == {
+        "apiVersion": "longhaul.dev/v1alpha1",
+        "kind": "Experiment",
+        "name": "prm-lite-lata",
+        "uid": "uid-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def test_validate_body_reports_every_problem_and_cross_namespace_targets() -> None:
@@ -170,8 +191,11 @@ async def test_edit_of_an_active_run_is_refused_and_the_run_is_followed() -> Non
     # Still refused after the run finished: the edit never starts by itself.
     api.objects[("Job", "ns", f"{run}-grpo")]["status"] = {"succeeded": 1}
     api.objects[("Job", "ns", f"{run}-eval")] = {
-        "kind": "Job", "metadata": {"name": f"{run}-eval", "labels": {C.LABEL_RUN_NAME: run}}, "spec": {},
-        "status": {"succeeded": 1}}
+        "kind": "Job",
+        "metadata": {"name": f"{run}-eval", "labels": {C.LABEL_RUN_NAME: run}},
+        "spec": {},
+        "status": {"succeeded": 1},
+    }
     st = await reconcile(api, body(status=st, gen=2) | {"spec": edited["spec"]}, events)
     assert st["phase"] == "Succeeded" and st["runName"] == run
 
@@ -179,14 +203,18 @@ async def test_edit_of_an_active_run_is_refused_and_the_run_is_followed() -> Non
 def test_resource_paths() -> None:
     assert resource_path("v1", "ConfigMap", "ns") == "/api/v1/namespaces/ns/configmaps"
     assert resource_path("batch/v1", "Job", "ns", "j") == "/apis/batch/v1/namespaces/ns/jobs/j"
-    assert resource_path("longhaul.dev/v1alpha1", "Experiment", "ns", "e", "status") == \
-        "/apis/longhaul.dev/v1alpha1/namespaces/ns/experiments/e/status"
+    assert (
+        resource_path("longhaul.dev/v1alpha1", "Experiment", "ns", "e", "status")
+        == "/apis/longhaul.dev/v1alpha1/namespaces/ns/experiments/e/status"
+    )
 
 
 # ---- multi-seed Experiments: one stage chain per seed run under the one Experiment ----
 
-def group_body(seeds: list[int] | None = None, status: dict[str, Any] | None = None, gen: int = 1,
-               server_default: bool = True) -> dict[str, Any]:
+
+def group_body(
+    seeds: list[int] | None = None, status: dict[str, Any] | None = None, gen: int = 1, server_default: bool = True
+) -> dict[str, Any]:
     """The smoke spec with `seeds` instead of `seed: 7`, as the API server stores it (it defaults `seed`)."""
     b = body("specs/smoke.yaml", status=status, gen=gen)
     algorithm = b["spec"]["algorithm"]
@@ -215,7 +243,9 @@ async def test_a_multi_seed_experiment_runs_one_stage_chain_per_seed() -> None:
     s7, s8 = f"{group}-s7", f"{group}-s8"
     assert (st["runName"], st["phase"], st["seeds"]) == (group, "Pending", "0/2")
     assert [(e["seed"], e["runName"], e["phase"], e["jobName"]) for e in st["seedRuns"]] == [
-        (7, s7, "Pending", f"{s7}-grpo"), (8, s8, "Pending", f"{s8}-grpo")]
+        (7, s7, "Pending", f"{s7}-grpo"),
+        (8, s8, "Pending", f"{s8}-grpo"),
+    ]
     # Each seed run: its own ConfigMap with its resolved single-seed spec, its first stage; all owned by the one
     # Experiment and labelled with the group.
     assert sorted(n for k, _, n in api.objects if k == "ConfigMap") == [f"{s7}-spec", f"{s8}-spec"]
@@ -334,9 +364,15 @@ async def test_a_finished_single_run_edited_into_a_group_starts_the_group() -> N
     single = status["runName"]
     for stage in ("grpo", "eval"):
         api.objects[("Job", "ns", f"{single}-{stage}")] = {
-            "kind": "Job", "metadata": {"name": f"{single}-{stage}", "labels": {C.LABEL_RUN_NAME: single},
-                                        "annotations": {C.ANNOTATION_MLFLOW_RUN_ID: "m1"}},
-            "spec": {}, "status": {"succeeded": 1}}
+            "kind": "Job",
+            "metadata": {
+                "name": f"{single}-{stage}",
+                "labels": {C.LABEL_RUN_NAME: single},
+                "annotations": {C.ANNOTATION_MLFLOW_RUN_ID: "m1"},
+            },
+            "spec": {},
+            "status": {"succeeded": 1},
+        }
     st = await reconcile(api, body("specs/smoke.yaml", status=status), events)
     status = apply_patch(status, api.status_patches[-1])
     assert st["phase"] == "Succeeded" and "seeds" not in st and st["mlflowRunId"] == "m1"
@@ -363,6 +399,7 @@ async def test_status_carries_the_memory_plan_and_its_verdict() -> None:
 
 
 # ---- spec-change policy: annotation longhaul.dev/on-spec-change (refuse | new-run) ----
+
 
 def with_policy(b: dict[str, Any], policy: str) -> dict[str, Any]:
     b["metadata"]["annotations"][C.ANNOTATION_ON_SPEC_CHANGE] = policy
@@ -452,9 +489,16 @@ async def test_new_run_policy_stops_the_active_run_and_starts_the_edit_once() ->
     assert api.objects[("ConfigMap", "ns", f"{old}-spec")] == configmap_before
     assert ("ConfigMap", "ns", f"{new}-spec") in api.objects
     assert st["history"] == [
-        {"runName": old, "specHash": status["specHash"], "phase": "Superseded", "mlflowRunId": "m-old",
-         "startTime": NOW, "completionTime": NOW},
-        {"runName": new, "specHash": st["specHash"], "phase": "Pending", "gitCommit": "c2"}]
+        {
+            "runName": old,
+            "specHash": status["specHash"],
+            "phase": "Superseded",
+            "mlflowRunId": "m-old",
+            "startTime": NOW,
+            "completionTime": NOW,
+        },
+        {"runName": new, "specHash": st["specHash"], "phase": "Pending", "gitCommit": "c2"},
+    ]
     (superseded,) = [e for e in events if e[1] == "RunSuperseded"]
     assert superseded[0] == "Normal" and f"{old}-grpo deleted" in superseded[2] and f"run {new} starts" in superseded[2]
 
@@ -498,7 +542,10 @@ async def test_new_run_policy_keeps_finished_stages_and_the_old_spec_resumes_its
     assert api.deletes[-1] == ("Job", f"{new}-grpo", "Foreground")
     assert jobs(api) == sorted([f"{old}-eval", f"{old}-grpo"])
     assert [(h["runName"], h["phase"]) for h in st["history"]] == [
-        (old, "Superseded"), (new, "Superseded"), (old, "Pending")]
+        (old, "Superseded"),
+        (new, "Superseded"),
+        (old, "Pending"),
+    ]
 
 
 async def test_new_run_policy_refuses_an_invalid_edit_and_ignores_a_policy_switch() -> None:

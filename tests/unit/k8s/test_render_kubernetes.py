@@ -47,11 +47,22 @@ def _variants() -> list[tuple[str, Experiment]]:
     base = load_spec(ROOT / "specs/prm_lite_lata.yaml")
     return [
         ("prm_lite_lata-nodes2-rayjob", _with(base, resources__nodes=2)),
-        ("prm_lite_lata-nodes2-jobset", _with(base, resources__nodes=2, backends__kubernetes__multinode_engine="jobset")),
+        (
+            "prm_lite_lata-nodes2-jobset",
+            _with(base, resources__nodes=2, backends__kubernetes__multinode_engine="jobset"),
+        ),
         ("smoke-seeds", _smoke_seeds([7, 8])),
-        # Kueue: suspended, queue and WorkloadPriorityClass labels on the RayJob (tests/unit/k8s/test_kueue_multinode.py).
-        ("prm_lite_lata-nodes2-rayjob-kueue", _with(base, resources__nodes=2, backends__kubernetes__queue="team-a",
-                                                    backends__kubernetes__priority_class="high")),
+        # Kueue: suspended, queue and WorkloadPriorityClass labels on the RayJob
+        # (tests/unit/k8s/test_kueue_multinode.py).
+        (
+            "prm_lite_lata-nodes2-rayjob-kueue",
+            _with(
+                base,
+                resources__nodes=2,
+                backends__kubernetes__queue="team-a",
+                backends__kubernetes__priority_class="high",
+            ),
+        ),
     ]
 
 
@@ -77,7 +88,10 @@ def test_objects_order_names_and_labels() -> None:
     run = run_name(exp)
     objs = R.render_kubernetes(exp)
     assert [(o["kind"], o["metadata"]["name"]) for o in objs] == [
-        ("ConfigMap", f"{run}-spec"), ("Job", f"{run}-grpo"), ("Job", f"{run}-eval")]
+        ("ConfigMap", f"{run}-spec"),
+        ("Job", f"{run}-grpo"),
+        ("Job", f"{run}-eval"),
+    ]
     for obj in objs:
         labels = obj["metadata"]["labels"]
         assert labels[C.LABEL_RUN_NAME] == run
@@ -103,11 +117,26 @@ def test_job_pod_security_resources_and_launcher() -> None:
     job = R.render_job(exp, "grpo")
     pod = job["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    assert c["command"] == ["longhaul", "launch", "--spec", "/etc/longhaul/experiment.yaml", "--backend", "kubernetes",
-                            "--run-dir", f"/runs/{run_name(exp)}", "--stage", "grpo"]
-    assert c["securityContext"] == {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "privileged": False,
-                                    "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
-                                    "seccompProfile": {"type": "RuntimeDefault"}}
+    assert c["command"] == [
+        "longhaul",
+        "launch",
+        "--spec",
+        "/etc/longhaul/experiment.yaml",
+        "--backend",
+        "kubernetes",
+        "--run-dir",
+        f"/runs/{run_name(exp)}",
+        "--stage",
+        "grpo",
+    ]
+    assert c["securityContext"] == {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["automountServiceAccountToken"] is False
     assert c["resources"]["limits"] == {"cpu": "32", "memory": "512Gi", "nvidia.com/gpu": "2"}
     assert c["resources"]["requests"] == c["resources"]["limits"]
@@ -121,13 +150,20 @@ def test_job_pod_security_resources_and_launcher() -> None:
 
 
 def test_backend_settings_reach_the_pod() -> None:
-    exp = _with(load_spec(ROOT / "specs/prm_lite_lata.yaml"),
-                backends__kubernetes__service_account="trainer", backends__kubernetes__priority_class="high",
-                backends__kubernetes__node_selector={"gpu": "a800"},
-                backends__kubernetes__tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
-                backends__kubernetes__checkpoint_volume={"claim_name": "ckpt", "mount_path": "/ckpt"},
-                backends__kubernetes__backoff_limit=2, resources__gpus_per_node=0, policy__lora__rank=0,
-                tracking__uri="http://mlflow:5000", tracking__uri_secret=None, resources__time_limit="01:30:00")
+    exp = _with(
+        load_spec(ROOT / "specs/prm_lite_lata.yaml"),
+        backends__kubernetes__service_account="trainer",
+        backends__kubernetes__priority_class="high",
+        backends__kubernetes__node_selector={"gpu": "a800"},
+        backends__kubernetes__tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        backends__kubernetes__checkpoint_volume={"claim_name": "ckpt", "mount_path": "/ckpt"},
+        backends__kubernetes__backoff_limit=2,
+        resources__gpus_per_node=0,
+        policy__lora__rank=0,
+        tracking__uri="http://mlflow:5000",
+        tracking__uri_secret=None,
+        resources__time_limit="01:30:00",
+    )
     job = R.render_job(exp, "eval", namespace="team-a")
     pod = job["spec"]["template"]["spec"]
     assert job["metadata"]["namespace"] == "team-a"
@@ -164,8 +200,10 @@ def test_a_multi_seed_experiment_renders_every_seed_run() -> None:
     group = run_name(exp)
     objs = R.render_kubernetes(exp, namespace="ns1")
     assert [(o["kind"], o["metadata"]["name"]) for o in objs] == [
-        (kind, f"{group}-s{seed}-{suffix}") for seed in (7, 8)
-        for kind, suffix in (("ConfigMap", "spec"), ("Job", "grpo"), ("Job", "eval"))]
+        (kind, f"{group}-s{seed}-{suffix}")
+        for seed in (7, 8)
+        for kind, suffix in (("ConfigMap", "spec"), ("Job", "grpo"), ("Job", "eval"))
+    ]
     # Every seed run exactly as a single run renders it, plus the group label on its children.
     assert objs == [o for r in seed_runs(exp) for o in R.render_run(r, namespace="ns1")]
     for obj in objs:
@@ -180,9 +218,11 @@ def test_a_multi_seed_experiment_renders_every_seed_run() -> None:
     assert {"name": C.ENV_RUN_NAME, "value": f"{group}-s8"} in job["env"]
     assert job["command"][job["command"].index("--run-dir") + 1] == f"/runs/{group}-s8"
     # `longhaul render --backend kubernetes`: one stream with every seed run's manifests.
-    (name, text), = render(exp, "kubernetes").files.items()
+    ((name, text),) = render(exp, "kubernetes").files.items()
     assert name == f"{group}.k8s.yaml"
-    assert [d["metadata"]["name"] for d in yaml.safe_load_all(text)] == [o["metadata"]["name"] for o in R.render_kubernetes(exp)]
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(text)] == [
+        o["metadata"]["name"] for o in R.render_kubernetes(exp)
+    ]
 
 
 def test_a_single_run_has_no_group_label() -> None:

@@ -13,28 +13,38 @@ LATER = "2026-01-01T01:00:00Z"
 
 
 def job(**status: Any) -> dict[str, Any]:
-    return {"kind": "Job", "spec": {"completions": 1, "backoffLimit": 0}, "status": status,
-            "metadata": {"annotations": status.pop("annotations", {})}}
+    return {
+        "kind": "Job",
+        "spec": {"completions": 1, "backoffLimit": 0},
+        "status": status,
+        "metadata": {"annotations": status.pop("annotations", {})},
+    }
 
 
-@pytest.mark.parametrize(("obj", "phase"), [
-    (None, S.Phase.PENDING),
-    (job(), S.Phase.PENDING),
-    (job(active=1), S.Phase.PENDING),  # pods exist but none is ready (e.g. unschedulable)
-    (job(active=1, ready=1), S.Phase.RUNNING),
-    (job(succeeded=1), S.Phase.SUCCEEDED),
-    (job(failed=1), S.Phase.FAILED),
-    (job(conditions=[{"type": "Complete", "status": "True"}]), S.Phase.SUCCEEDED),
-    (job(conditions=[{"type": "Failed", "status": "True"}]), S.Phase.FAILED),
-    (job(conditions=[{"type": "Failed", "status": "False"}], active=1, ready=1), S.Phase.RUNNING),
-    ({"kind": "RayJob", "status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}}, S.Phase.RUNNING),
-    ({"kind": "RayJob", "status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}}, S.Phase.SUCCEEDED),
-    ({"kind": "RayJob", "status": {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED"}}, S.Phase.FAILED),
-    ({"kind": "RayJob", "status": {}}, S.Phase.PENDING),
-    ({"kind": "JobSet", "status": {"conditions": [{"type": "Completed", "status": "True"}]}}, S.Phase.SUCCEEDED),
-    ({"kind": "JobSet", "status": {"conditions": [{"type": "Failed", "status": "True"}]}}, S.Phase.FAILED),
-    ({"kind": "JobSet", "status": {"replicatedJobsStatus": [{"active": 2}]}}, S.Phase.RUNNING),
-])
+@pytest.mark.parametrize(
+    ("obj", "phase"),
+    [
+        (None, S.Phase.PENDING),
+        (job(), S.Phase.PENDING),
+        (job(active=1), S.Phase.PENDING),  # pods exist but none is ready (e.g. unschedulable)
+        (job(active=1, ready=1), S.Phase.RUNNING),
+        (job(succeeded=1), S.Phase.SUCCEEDED),
+        (job(failed=1), S.Phase.FAILED),
+        (job(conditions=[{"type": "Complete", "status": "True"}]), S.Phase.SUCCEEDED),
+        (job(conditions=[{"type": "Failed", "status": "True"}]), S.Phase.FAILED),
+        (job(conditions=[{"type": "Failed", "status": "False"}], active=1, ready=1), S.Phase.RUNNING),
+        ({"kind": "RayJob", "status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}}, S.Phase.RUNNING),
+        (
+            {"kind": "RayJob", "status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}},
+            S.Phase.SUCCEEDED,
+        ),
+        ({"kind": "RayJob", "status": {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED"}}, S.Phase.FAILED),
+        ({"kind": "RayJob", "status": {}}, S.Phase.PENDING),
+        ({"kind": "JobSet", "status": {"conditions": [{"type": "Completed", "status": "True"}]}}, S.Phase.SUCCEEDED),
+        ({"kind": "JobSet", "status": {"conditions": [{"type": "Failed", "status": "True"}]}}, S.Phase.FAILED),
+        ({"kind": "JobSet", "status": {"replicatedJobsStatus": [{"active": 2}]}}, S.Phase.RUNNING),
+    ],
+)
 def test_workload_phase(obj: dict[str, Any] | None, phase: S.Phase) -> None:
     assert S.workload_phase(obj) == phase
 
@@ -67,8 +77,16 @@ def test_first_stage_is_created_first_and_stages_run_in_order() -> None:
 
 
 def test_failure_stops_the_pipeline_and_names_the_reason() -> None:
-    failed = job(conditions=[{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                              "message": "Job has reached the specified backoff limit"}])
+    failed = job(
+        conditions=[
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "BackoffLimitExceeded",
+                "message": "Job has reached the specified backoff limit",
+            }
+        ]
+    )
     r = build(None, failed, None)
     assert r.status["phase"] == "Failed" and r.next_stage is None
     assert "BackoffLimitExceeded" in r.status["message"] and "grpo" in r.status["message"]
@@ -84,8 +102,14 @@ def test_transition_time_changes_only_on_flips() -> None:
 
 
 def test_mlflow_and_checkpoint_annotations_latest_stage_wins() -> None:
-    grpo = job(succeeded=1, annotations={"longhaul.dev/mlflow-run-id": "r1", "longhaul.dev/checkpoint-step": "300",
-                                        "longhaul.dev/mlflow-url": "http://m/r1"})
+    grpo = job(
+        succeeded=1,
+        annotations={
+            "longhaul.dev/mlflow-run-id": "r1",
+            "longhaul.dev/checkpoint-step": "300",
+            "longhaul.dev/mlflow-url": "http://m/r1",
+        },
+    )
     ev = job(active=1, ready=1, annotations={"longhaul.dev/mlflow-run-id": "r2"})
     st = build(None, grpo, ev).status
     assert st["mlflowRunId"] == "r2" and st["mlflowUrl"] == "http://m/r1" and st["lastCheckpointStep"] == 300
@@ -94,8 +118,14 @@ def test_mlflow_and_checkpoint_annotations_latest_stage_wins() -> None:
 def test_invalid_and_refused_status() -> None:
     inv = S.invalid_status(None, "spec.x: bad", generation=2, now=NOW)
     assert inv["phase"] == "Invalid" and inv["message"] == "spec.x: bad" and inv["observedGeneration"] == 2
-    assert cond(inv, "Valid") == {"type": "Valid", "status": "False", "reason": "InvalidSpec", "message": "spec.x: bad",
-                                  "lastTransitionTime": NOW, "observedGeneration": 2}
+    assert cond(inv, "Valid") == {
+        "type": "Valid",
+        "status": "False",
+        "reason": "InvalidSpec",
+        "message": "spec.x: bad",
+        "lastTransitionTime": NOW,
+        "observedGeneration": 2,
+    }
     running = build(None, job(active=1, ready=1), None).status
     refused = S.refused_status(running, "exp-12345678", generation=4, now=LATER)
     c = cond(refused, "SpecChangeRefused")
@@ -110,18 +140,21 @@ def test_invalid_and_refused_status() -> None:
 P = S.Phase
 
 
-@pytest.mark.parametrize(("phases", "group"), [
-    ([P.PENDING, P.PENDING], P.PENDING),
-    ([P.RUNNING, P.PENDING], P.RUNNING),
-    ([P.SUCCEEDED, P.RUNNING], P.RUNNING),
-    ([P.SUCCEEDED, P.PENDING], P.PENDING),  # between stages, or not started: like a single run between stages
-    ([P.FAILED, P.RUNNING], P.RUNNING),  # a failed seed does not end the group while another still runs
-    ([P.FAILED, P.PENDING], P.PENDING),
-    ([P.FAILED, P.SUCCEEDED], P.FAILED),
-    ([P.SUCCEEDED, P.FAILED, P.SUCCEEDED], P.FAILED),
-    ([P.SUCCEEDED, P.SUCCEEDED], P.SUCCEEDED),
-    (["Succeeded"], P.SUCCEEDED),
-])
+@pytest.mark.parametrize(
+    ("phases", "group"),
+    [
+        ([P.PENDING, P.PENDING], P.PENDING),
+        ([P.RUNNING, P.PENDING], P.RUNNING),
+        ([P.SUCCEEDED, P.RUNNING], P.RUNNING),
+        ([P.SUCCEEDED, P.PENDING], P.PENDING),  # between stages, or not started: like a single run between stages
+        ([P.FAILED, P.RUNNING], P.RUNNING),  # a failed seed does not end the group while another still runs
+        ([P.FAILED, P.PENDING], P.PENDING),
+        ([P.FAILED, P.SUCCEEDED], P.FAILED),
+        ([P.SUCCEEDED, P.FAILED, P.SUCCEEDED], P.FAILED),
+        ([P.SUCCEEDED, P.SUCCEEDED], P.SUCCEEDED),
+        (["Succeeded"], P.SUCCEEDED),
+    ],
+)
 def test_group_phase(phases: list[S.Phase], group: S.Phase) -> None:
     assert S.group_phase(phases) == group
 
@@ -134,9 +167,14 @@ def test_group_phase_needs_a_seed_run() -> None:
 def seed(n: int, *workloads: dict[str, Any] | None, prev: dict[str, Any] | None = None) -> dict[str, Any]:
     """The seedRuns entry of seed `n` whose grpo/eval workloads are `workloads`."""
     run = f"g-s{n}"
-    st = S.build_status(prev, [S.StageView(stage=s, name=f"{run}-{s}", workload=w)
-                               for s, w in zip(["grpo", "eval"], workloads, strict=True)],
-                        run_name=run, spec_hash="h", generation=None, now=NOW).status
+    st = S.build_status(
+        prev,
+        [S.StageView(stage=s, name=f"{run}-{s}", workload=w) for s, w in zip(["grpo", "eval"], workloads, strict=True)],
+        run_name=run,
+        spec_hash="h",
+        generation=None,
+        now=NOW,
+    ).status
     return S.seed_run_entry(n, st)
 
 
@@ -145,12 +183,24 @@ def group(prev: dict[str, Any] | None, *entries: dict[str, Any], now: str = NOW)
 
 
 def test_seed_run_entry_keeps_the_run_status_without_conditions() -> None:
-    grpo = job(active=1, ready=1, startTime=NOW,
-               annotations={"longhaul.dev/mlflow-run-id": "r7", "longhaul.dev/checkpoint-step": "20"})
+    grpo = job(
+        active=1,
+        ready=1,
+        startTime=NOW,
+        annotations={"longhaul.dev/mlflow-run-id": "r7", "longhaul.dev/checkpoint-step": "20"},
+    )
     e = seed(7, grpo, None)
-    assert e == {"seed": 7, "runName": "g-s7", "phase": "Running", "stage": "grpo", "jobName": "g-s7-grpo",
-                 "message": "stage grpo is running (job g-s7-grpo)", "startTime": NOW, "lastCheckpointStep": 20,
-                 "mlflowRunId": "r7"}
+    assert e == {
+        "seed": 7,
+        "runName": "g-s7",
+        "phase": "Running",
+        "stage": "grpo",
+        "jobName": "g-s7-grpo",
+        "message": "stage grpo is running (job g-s7-grpo)",
+        "startTime": NOW,
+        "lastCheckpointStep": 20,
+        "mlflowRunId": "r7",
+    }
 
 
 def test_group_status_counts_seeds_and_follows_the_seed_in_focus() -> None:
@@ -174,16 +224,23 @@ def test_group_status_counts_seeds_and_follows_the_seed_in_focus() -> None:
     assert (st["phase"], st["seeds"], st["jobName"]) == ("Succeeded", "2/2", "g-s8-eval")
     assert st["message"] == "all 2 seeds succeeded: seeds 7, 8" and st["completionTime"] == LATER
     assert cond(st, "Complete") | {"lastTransitionTime": None} == {
-        "type": "Complete", "status": "True", "reason": "AllSeedsSucceeded", "message": st["message"],
-        "lastTransitionTime": None, "observedGeneration": 2}
+        "type": "Complete",
+        "status": "True",
+        "reason": "AllSeedsSucceeded",
+        "message": st["message"],
+        "lastTransitionTime": None,
+        "observedGeneration": 2,
+    }
 
 
 def test_a_failed_seed_fails_the_group_only_when_every_seed_has_finished() -> None:
     failed = job(conditions=[{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}])
     st = group(None, seed(7, failed, None), seed(8, job(active=1, ready=1), None))
     assert st["phase"] == "Running" and st["seeds"] == "0/2" and st["jobName"] == "g-s8-grpo"
-    assert st["message"] == ("0/2 seeds succeeded; seed 7 failed: stage grpo (job g-s7-grpo) failed: DeadlineExceeded; "
-                             "seed 8: stage grpo is running (job g-s8-grpo)")
+    assert st["message"] == (
+        "0/2 seeds succeeded; seed 7 failed: stage grpo (job g-s7-grpo) failed: DeadlineExceeded; "
+        "seed 8: stage grpo is running (job g-s8-grpo)"
+    )
     assert cond(st, "Failed")["status"] == "False"
     st = group(st, seed(7, failed, None), seed(8, job(succeeded=1), job(succeeded=1, completionTime=LATER)))
     assert (st["phase"], st["seeds"], st["jobName"]) == ("Failed", "1/2", "g-s7-grpo")
@@ -199,12 +256,22 @@ def _st(run: str, phase: str, **more: Any) -> dict[str, Any]:
 def test_history_follows_a_run_and_appends_on_a_new_run() -> None:
     h = S.record_history(None, _st("x-aaaaaaaa", "Pending"), git_commit="c1")
     h = S.record_history(h, _st("x-aaaaaaaa", "Running", mlflowRunId="r1", startTime=NOW), git_commit="c2")
-    assert h == [{"runName": "x-aaaaaaaa", "specHash": "aaaaaaaa" + "f" * 56, "phase": "Running",
-                  "gitCommit": "c1", "mlflowRunId": "r1", "startTime": NOW}]  # the commit that started the run
+    assert h == [
+        {
+            "runName": "x-aaaaaaaa",
+            "specHash": "aaaaaaaa" + "f" * 56,
+            "phase": "Running",
+            "gitCommit": "c1",
+            "mlflowRunId": "r1",
+            "startTime": NOW,
+        }
+    ]  # the commit that started the run
     h = S.record_history(h, _st("x-bbbbbbbb", "Pending"), git_commit="c3")
     h = S.record_history(h, _st("x-bbbbbbbb", "Succeeded", mlflowRunId="r2", completionTime=LATER), git_commit="c3")
     assert [(e["runName"], e["phase"], e["gitCommit"], e.get("mlflowRunId")) for e in h] == [
-        ("x-aaaaaaaa", "Running", "c1", "r1"), ("x-bbbbbbbb", "Succeeded", "c3", "r2")]
+        ("x-aaaaaaaa", "Running", "c1", "r1"),
+        ("x-bbbbbbbb", "Succeeded", "c3", "r2"),
+    ]
     assert h[-1]["completionTime"] == LATER
 
 
@@ -231,6 +298,13 @@ def test_supersede_history_ends_the_stopped_run_and_makes_its_entry_when_missing
     assert S.supersede_history(h, previous, now=LATER) == out and h[0]["phase"] == "Running"  # pure, repeatable
     # A status from before the history existed: the stopped run gets its entry, without the edit's commit.
     assert S.supersede_history(None, previous, now=LATER) == [
-        {"runName": "x-aaaaaaaa", "specHash": previous["specHash"], "phase": "Superseded", "mlflowRunId": "r1",
-         "startTime": NOW, "completionTime": LATER}]
+        {
+            "runName": "x-aaaaaaaa",
+            "specHash": previous["specHash"],
+            "phase": "Superseded",
+            "mlflowRunId": "r1",
+            "startTime": NOW,
+            "completionTime": LATER,
+        }
+    ]
     assert S.Phase.SUPERSEDED in S.TERMINAL and S.Phase.SUPERSEDED not in S.ACTIVE

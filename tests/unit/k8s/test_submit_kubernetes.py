@@ -68,15 +68,32 @@ def test_submit_and_status_of_a_multi_seed_experiment(tmp_path: Path, monkeypatc
     assert args[:3] == ["apply", "-f", "-"] and applied == K.manifest(exp)  # one Experiment; the operator expands
 
     s7, s8 = (run_name(r) for r in seed_runs(exp))
-    kubectl.stored = {"status": {
-        "phase": "Running", "runName": group, "seeds": "1/2", "stage": "grpo", "jobName": f"{s8}-grpo",
-        "seedRuns": [{"seed": 7, "runName": s7, "phase": "Succeeded", "stage": "eval", "jobName": f"{s7}-eval",
-                      "lastCheckpointStep": 2},
-                     {"seed": 8, "runName": s8, "phase": "Running", "stage": "grpo", "jobName": f"{s8}-grpo"}]}}
+    kubectl.stored = {
+        "status": {
+            "phase": "Running",
+            "runName": group,
+            "seeds": "1/2",
+            "stage": "grpo",
+            "jobName": f"{s8}-grpo",
+            "seedRuns": [
+                {
+                    "seed": 7,
+                    "runName": s7,
+                    "phase": "Succeeded",
+                    "stage": "eval",
+                    "jobName": f"{s7}-eval",
+                    "lastCheckpointStep": 2,
+                },
+                {"seed": 8, "runName": s8, "phase": "Running", "stage": "grpo", "jobName": f"{s8}-grpo"},
+            ],
+        }
+    }
     st = K.fetch_status(res.run_dir, runner=kubectl)
     assert st["run_name"] == group and st["seeds"] == "1/2" and st["job"]["job_id"] == f"{s8}-grpo"
     assert [(e["seed"], e["phase"], e["job_id"], e["checkpoint_step"]) for e in st["seed_runs"]] == [
-        (7, "Succeeded", f"{s7}-eval", 2), (8, "Running", f"{s8}-grpo", None)]
+        (7, "Succeeded", f"{s7}-eval", 2),
+        (8, "Running", f"{s8}-grpo", None),
+    ]
     assert "note" not in st
 
 

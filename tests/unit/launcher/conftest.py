@@ -33,5 +33,13 @@ def setup(tmp_path, monkeypatch):
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("LONGHAUL_RUN_NAME", None)
     calls: list[str] = []
-    return {"spec": spec, "env": env, "log": log, "run_dir": tmp_path / "run", "calls": calls, "doc": doc,
-            "monkeypatch": monkeypatch, "tmp": tmp_path}
+    return {
+        "spec": spec,
+        "env": env,
+        "log": log,
+        "run_dir": tmp_path / "run",
+        "calls": calls,
+        "doc": doc,
+        "monkeypatch": monkeypatch,
+        "tmp": tmp_path,
+    }

@@ -45,9 +45,15 @@ def stage(tmp_path, monkeypatch):
             exp = exp.model_copy(update={"spec": exp.spec.model_copy(update={"evaluation": evaluation})})
         run_id = client.create_run(client.create_experiment(select_on)).info.run_id
         ctx = SimpleNamespace(
-            exp=exp, control=SimpleNamespace(requested=False), echo=io.StringIO(),
-            checkpoint_dir=tmp_path / "checkpoints", paths=SimpleNamespace(eval_dir=str(eval_dir)),
-            policy_server=lambda: SimpleNamespace(serving="base"), results=StageResults(), run_id=run_id, tracking_uri=uri,
+            exp=exp,
+            control=SimpleNamespace(requested=False),
+            echo=io.StringIO(),
+            checkpoint_dir=tmp_path / "checkpoints",
+            paths=SimpleNamespace(eval_dir=str(eval_dir)),
+            policy_server=lambda: SimpleNamespace(serving="base"),
+            results=StageResults(),
+            run_id=run_id,
+            tracking_uri=uri,
         )
         evaluate.run_eval_stage(ctx)
         return ctx, client.get_run(run_id), client
@@ -65,7 +71,10 @@ def test_eval_stage_selects_on_train_prints_and_tags_the_training_run(stage):
     [m] = client.get_metric_history(run.info.run_id, T.SELECTED_PASS_HAT_1_METRIC)
     assert (m.step, m.value) == (1, 0.5)
     assert [(r["step"], r["selected"]) for r in sorted(ctx.results.eval_rows, key=lambda r: r["step"])] == [
-        (0, ""), (1, "yes"), (2, "")]
+        (0, ""),
+        (1, "yes"),
+        (2, ""),
+    ]
     assert ctx.results.selection == {"select_on": "train", "step": 1, "pass^1": 0.5}
 
 

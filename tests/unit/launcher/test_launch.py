@@ -40,8 +40,9 @@ def _stages(monkeypatch, grpo, ev):
     monkeypatch.setattr(mod, "_grpo", grpo, raising=False)
     monkeypatch.setattr(mod, "_eval", ev, raising=False)
     # The stages are looked up by name: grpo and eval run in-process as stand-ins.
-    monkeypatch.setattr(supervisor, "STAGES", {"grpo": lambda ctx, _stage: mod._grpo(ctx),
-                                               "eval": lambda ctx, _stage: mod._eval(ctx)})
+    monkeypatch.setattr(
+        supervisor, "STAGES", {"grpo": lambda ctx, _stage: mod._grpo(ctx), "eval": lambda ctx, _stage: mod._eval(ctx)}
+    )
 
 
 def _server_pids(log: Path) -> list[int]:

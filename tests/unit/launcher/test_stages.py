@@ -46,14 +46,36 @@ def test_every_stage_of_a_plan_is_registered_by_name() -> None:
 def test_context_starts_the_policy_once_and_collects_typed_results(tmp_path: Path) -> None:
     started = []
     plan = SimpleNamespace(paths=SimpleNamespace(checkpoint_dir=str(tmp_path / "ckpt"), eval_dir="e"))
-    ctx = StageContext(None, plan, tmp_path, "", "run", {}, StopControl(), "", "", io.StringIO(),  # type: ignore[arg-type]
-                       start_policy=lambda: started.append(1) or "server")
+    ctx = StageContext(
+        None,
+        plan,
+        tmp_path,
+        "",
+        "run",
+        {},
+        StopControl(),
+        "",
+        "",
+        io.StringIO(),  # type: ignore[arg-type]
+        start_policy=lambda: started.append(1) or "server",
+    )
     assert ctx.policy_server() == ctx.policy_server() == "server" and started == [1]
     assert ctx.paths is plan.paths and ctx.checkpoint_dir == tmp_path / "ckpt"
     assert ctx.results == StageResults() and ctx.results.eval_rows == [] and ctx.results.selection is None
     with pytest.raises(TypeError):
-        StageContext(None, plan, tmp_path, "", "run", {}, StopControl(), "", "", io.StringIO(),  # type: ignore[arg-type]
-                     _policy="x")  # the cached server is the context's own
+        StageContext(
+            None,
+            plan,
+            tmp_path,
+            "",
+            "run",
+            {},
+            StopControl(),
+            "",
+            "",
+            io.StringIO(),  # type: ignore[arg-type]
+            _policy="x",
+        )  # the cached server is the context's own
 
 
 def _py(code: str) -> tuple[str, ...]:
@@ -62,8 +84,11 @@ def _py(code: str) -> tuple[str, ...]:
 
 def test_steps_run_in_order_with_a_log_each_and_stop_at_a_failure(tmp_path: Path) -> None:
     said: list[str] = []
-    steps = [("one", _py("print('first')")), ("two", _py("import sys; print('second'); sys.exit(3)")),
-             ("three", _py("print('never')"))]
+    steps = [
+        ("one", _py("print('first')")),
+        ("two", _py("import sys; print('second'); sys.exit(3)")),
+        ("three", _py("print('never')")),
+    ]
     rc = run_steps("sft", steps, dict(os.environ), tmp_path, io.StringIO(), said.append)
     assert rc == 3
     assert "first" in (tmp_path / "logs" / "sft-one.log").read_text()
@@ -86,8 +111,14 @@ def test_a_stop_signal_reaches_the_step_in_its_own_process_group(tmp_path: Path)
     timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
     timer.start()
     try:
-        rc = run_steps("sft", [("train", (sys.executable, str(child))), ("export", _py("print('never')"))],
-                       dict(os.environ), tmp_path, io.StringIO(), lambda _m: None)
+        rc = run_steps(
+            "sft",
+            [("train", (sys.executable, str(child))), ("export", _py("print('never')"))],
+            dict(os.environ),
+            tmp_path,
+            io.StringIO(),
+            lambda _m: None,
+        )
     finally:
         timer.cancel()
     assert rc == EXIT_KILLED
@@ -102,11 +133,16 @@ def test_longhaul_sft_run_runs_its_steps_supervised(tmp_path: Path, monkeypatch:
     from longhaul.cli import app
     from longhaul.sft.overrides import SFTStep
 
-    steps = [SFTStep("collect", _py("print('collected')")), SFTStep("train", _py("import sys; sys.exit(4)")),
-             SFTStep("export", _py("print('never')"))]
+    steps = [
+        SFTStep("collect", _py("print('collected')")),
+        SFTStep("train", _py("import sys; sys.exit(4)")),
+        SFTStep("export", _py("print('never')")),
+    ]
     monkeypatch.setattr("longhaul.sft.overrides.render_sft_steps", lambda exp, paths: steps)
     run_dir = tmp_path / "run"
-    res = CliRunner().invoke(app, ["sft", "run", "--spec", str(ROOT / "specs" / "smoke.yaml"), "--run-dir", str(run_dir)])
+    res = CliRunner().invoke(
+        app, ["sft", "run", "--spec", str(ROOT / "specs" / "smoke.yaml"), "--run-dir", str(run_dir)]
+    )
     assert res.exit_code == 4, res.output
     assert "collected" in (run_dir / "logs" / "sft-collect.log").read_text()
     assert (run_dir / "logs" / "sft-train.log").exists() and not (run_dir / "logs" / "sft-export.log").exists()

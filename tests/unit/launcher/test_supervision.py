@@ -61,8 +61,9 @@ def _stages(monkeypatch, grpo, ev=lambda ctx: None):
     monkeypatch.setattr(mod, "_grpo", grpo, raising=False)
     monkeypatch.setattr(mod, "_eval", ev, raising=False)
     # The stages are looked up by name: grpo and eval run in-process as stand-ins.
-    monkeypatch.setattr(supervisor, "STAGES", {"grpo": lambda ctx, _stage: mod._grpo(ctx),
-                                               "eval": lambda ctx, _stage: mod._eval(ctx)})
+    monkeypatch.setattr(
+        supervisor, "STAGES", {"grpo": lambda ctx, _stage: mod._grpo(ctx), "eval": lambda ctx, _stage: mod._eval(ctx)}
+    )
 
 
 def _crash_simulator(log: Path) -> None:
@@ -116,8 +117,7 @@ def test_crashes_past_the_budget_fail_cleanly_with_how_to_resume(setup, capsys):
 
 def test_a_subprocess_stage_is_stopped_as_soon_as_a_server_dies(setup):
     s = setup
-    plan = render_plan(load_spec(s["spec"]), "local", str(s["run_dir"]),
-                       server_python=s["env"]["LONGHAUL_VLLM_PYTHON"])
+    plan = render_plan(load_spec(s["spec"]), "local", str(s["run_dir"]), server_python=s["env"]["LONGHAUL_VLLM_PYTHON"])
     server = ManagedServer(plan.servers[0], s["env"], s["tmp"] / "logs").start()
     server.wait_healthy()
     child = s["tmp"] / "stage.py"
@@ -125,9 +125,17 @@ def test_a_subprocess_stage_is_stopped_as_soon_as_a_server_dies(setup):
     threading.Timer(1.0, server.process.send_signal, (signal.SIGKILL,)).start()
     t0 = time.monotonic()
     try:
-        with pytest.raises(supervisor.ServerCrashed, match=r"simulator server .* exited \(killed by SIGKILL\) during stage 'grpo'"):
-            run_command(StagePlan("grpo", (sys.executable, str(child))), dict(s["env"]), s["tmp"], StopControl(),
-                        sys.stdout, servers=[server])
+        with pytest.raises(
+            supervisor.ServerCrashed, match=r"simulator server .* exited \(killed by SIGKILL\) during stage 'grpo'"
+        ):
+            run_command(
+                StagePlan("grpo", (sys.executable, str(child))),
+                dict(s["env"]),
+                s["tmp"],
+                StopControl(),
+                sys.stdout,
+                servers=[server],
+            )
     finally:
         server.stop()
     assert time.monotonic() - t0 < 30
@@ -135,8 +143,7 @@ def test_a_subprocess_stage_is_stopped_as_soon_as_a_server_dies(setup):
 
 def test_a_policy_server_restarted_after_a_crash_serves_the_reloaded_weights(setup):
     s = setup
-    plan = render_plan(load_spec(s["spec"]), "local", str(s["run_dir"]),
-                       server_python=s["env"]["LONGHAUL_VLLM_PYTHON"])
+    plan = render_plan(load_spec(s["spec"]), "local", str(s["run_dir"]), server_python=s["env"]["LONGHAUL_VLLM_PYTHON"])
     server = PolicyServer(plan.policy_server, s["env"], s["tmp"] / "logs")
     model = s["tmp"] / "step1"
     model.mkdir()
@@ -166,14 +173,22 @@ def test_the_run_directory_lock_refuses_a_second_launcher_and_dies_with_its_hold
                 pass
         assert supervisor.launch(setup["spec"], "local", tmp_path / "run", environ=setup["env"]) == EXIT_FAILED
         assert "refused: run directory" in capsys.readouterr().out
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {str(ROOT / 'pipelines')!r})
+        sys.path.insert(0, {str(ROOT / "pipelines")!r})
         from longhaul.launcher.files import exclusive_lock
         with exclusive_lock({str(lock)!r}, "x"):
             print("held", flush=True)
             time.sleep(60)
-    """)], stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(LockBusy):
@@ -210,8 +225,11 @@ time.sleep(120)
 def test_children_die_with_a_killed_launcher_and_leftovers_are_reaped(tmp_path):
     run_dir = tmp_path / "run"
     log = tmp_path / "stage.log"
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(run_dir), str(log), CHILD, str(ROOT / "pipelines")],
-                                stdout=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(run_dir), str(log), CHILD, str(ROOT / "pipelines")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     child = int(launcher.stdout.readline())
     assert _wait(lambda: log.is_file() and log.read_text().strip())
     grandchild = int(log.read_text().split()[0])
@@ -234,14 +252,15 @@ def test_a_launch_reaps_the_leftovers_of_a_killed_launcher(setup, capsys):
     s = setup
     run_dir = s["run_dir"].absolute()
     env = {**os.environ, ENV_SUPERVISED_BY: str(run_dir)}
-    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env,
-                              start_new_session=True)
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env, start_new_session=True)
     try:
         _stages(s["monkeypatch"], lambda ctx: None)
         assert supervisor.launch(s["spec"], "local", run_dir, environ=s["env"]) == EXIT_OK
         assert orphan.wait(timeout=10) == -signal.SIGKILL
-        assert f"killed 1 leftover processes of an earlier launcher of this run (it died without stopping them): " \
-               f"pids {orphan.pid}" in capsys.readouterr().out
+        assert (
+            f"killed 1 leftover processes of an earlier launcher of this run (it died without stopping them): "
+            f"pids {orphan.pid}" in capsys.readouterr().out
+        )
     finally:
         orphan.kill()
         orphan.wait()
@@ -254,8 +273,9 @@ def test_a_log_that_cannot_be_written_does_not_block_the_child(tmp_path):
     """/dev/full answers every write with ENOSPC: the child's output is still drained (no blocked pipe), the tail
     kept, the full disk noticed."""
     script = "import sys\nfor i in range(20000): print('x' * 40, i)\nprint('done')\n"
-    p = ManagedProcess("stage", [sys.executable, "-c", script], dict(os.environ), log_path="/dev/full",
-                       echo=open(os.devnull, "w")).start()  # noqa: SIM115 - a sink
+    p = ManagedProcess(
+        "stage", [sys.executable, "-c", script], dict(os.environ), log_path="/dev/full", echo=open(os.devnull, "w")
+    ).start()  # noqa: SIM115 - a sink
     assert p.wait(timeout=60) == 0
     assert p.tail().endswith("done") and p.no_space_seen
     assert "No space left on device" in str(p.log_error)
@@ -273,8 +293,10 @@ def test_a_full_disk_is_named_with_the_run_directory_and_what_to_do(setup, capsy
     (d / "huggingface").mkdir(parents=True)
     (d / "huggingface" / "config.json").write_text("{}")
     (d / "fsdp_config.json").write_text('{"FSDP_version": 2, "world_size": 1}')
-    for f in (*(d / f"{k}_world_size_1_rank_0.pt" for k in ("model", "optim", "extra_state")),
-              step_dir(ckpt, 1) / "data.pt"):
+    for f in (
+        *(d / f"{k}_world_size_1_rank_0.pt" for k in ("model", "optim", "extra_state")),
+        step_dir(ckpt, 1) / "data.pt",
+    ):
         with zipfile.ZipFile(f, "w") as zf:
             zf.writestr("archive/data.pkl", b"x")
     (ckpt / TRACKER_FILE).write_text("1")

@@ -21,14 +21,18 @@ def test_refuses_without_tracking_and_writes_nothing(tmp_path: Path) -> None:
         prepare_verl_inputs(exp, plan.paths, {}, print)
     assert not (tmp_path / "run").exists()
     with pytest.raises(TrackingConfigError, match="fallback"):
-        prepare_verl_inputs(exp, plan.paths, {"MLFLOW_TRACKING_URI": "sqlite:////tmp/mlruns.db", "MLFLOW_RUN_ID": "x"}, print)
+        prepare_verl_inputs(
+            exp, plan.paths, {"MLFLOW_TRACKING_URI": "sqlite:////tmp/mlruns.db", "MLFLOW_RUN_ID": "x"}, print
+        )
 
 
 def test_writes_the_inputs_the_overrides_reference(tmp_path: Path) -> None:
     exp = load_spec(ROOT / "specs" / "lata.yaml")
     plan = render_plan(exp, "slurm", str(tmp_path / "run"))
     said: list[str] = []
-    prepare_verl_inputs(exp, plan.paths, {"MLFLOW_TRACKING_URI": "http://127.0.0.1:5000", "MLFLOW_RUN_ID": "abc"}, said.append)
+    prepare_verl_inputs(
+        exp, plan.paths, {"MLFLOW_TRACKING_URI": "http://127.0.0.1:5000", "MLFLOW_RUN_ID": "abc"}, said.append
+    )
     grpo = next(s for s in plan.stages if s.name == "grpo")
     for key in ("data.train_files=", "data.val_files=", "actor_rollout_ref.rollout.agent.agent_loop_config_path="):
         path = next(a for a in grpo.argv if a.startswith(key)).split("=", 1)[1].strip("'")

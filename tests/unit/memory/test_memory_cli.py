@@ -25,11 +25,22 @@ def test_plan_prints_every_phase_per_gpu() -> None:
     res = CliRunner().invoke(app, ["plan", str(SPECS_DIR / "prm_lite_lata.yaml")])
     assert res.exit_code == 0, res.output
     out = res.stdout
-    for needle in ("a800, 80.0 GiB each", "rollout: policy engine generating", "weight sync: training → rollout",
-                   "training: policy engine asleep (level 1)", "evaluation: policy server and simulator",
-                   "user simulator vLLM (0.40 × GPU, TP 2)", "policy rollout vLLM (0.50 × GPU, TP 1)",
-                   "activations (2 × 20,480 tokens, checkpointing on)", "without gradient checkpointing",
-                   "KV cache", "tokens × 56 KiB", "sleep ", "verdict", "headroom"):
+    for needle in (
+        "a800, 80.0 GiB each",
+        "rollout: policy engine generating",
+        "weight sync: training → rollout",
+        "training: policy engine asleep (level 1)",
+        "evaluation: policy server and simulator",
+        "user simulator vLLM (0.40 × GPU, TP 2)",
+        "policy rollout vLLM (0.50 × GPU, TP 1)",
+        "activations (2 × 20,480 tokens, checkpointing on)",
+        "without gradient checkpointing",
+        "KV cache",
+        "tokens × 56 KiB",
+        "sleep ",
+        "verdict",
+        "headroom",
+    ):
         assert needle in out, needle
     assert "DOES NOT FIT" not in out
 

@@ -81,7 +81,7 @@ def test_over_capacity_names_the_phase_and_field() -> None:
     plan = compute_memory_plan(exp, POLICY, SIMULATOR)
     fields = {i.field for i in plan.blocking}
     assert "spec.algorithm.ppo_micro_batch_size_per_gpu" in fields  # training
-    assert "spec.user_simulator.gpu_memory_utilization" in fields   # 72B AWQ does not fit in 0.4 × 45 GiB
+    assert "spec.user_simulator.gpu_memory_utilization" in fields  # 72B AWQ does not fit in 0.4 × 45 GiB
     assert not _phase(plan, "training").fits and "OVER" in _phase(plan, "training").verdicts()
     text = render_memory_plan(plan)
     assert "DOES NOT FIT spec.algorithm.ppo_micro_batch_size_per_gpu: the training phase needs more than" in text
@@ -94,8 +94,10 @@ def test_checkpointing_off_is_named_as_the_fix() -> None:
     assert "turn on policy.gradient_checkpointing" in issue.hint
 
 
-@pytest.mark.parametrize(("share", "field"), [(0.24, "spec.policy.rollout.max_model_len"),
-                                              (0.2, "spec.policy.rollout.gpu_memory_utilization")])
+@pytest.mark.parametrize(
+    ("share", "field"),
+    [(0.24, "spec.policy.rollout.max_model_len"), (0.2, "spec.policy.rollout.gpu_memory_utilization")],
+)
 def test_engine_that_cannot_hold_one_sequence_is_refused(share: float, field: str) -> None:
     # 0.24 × 80 GiB leaves KV cache for fewer than max_model_len tokens; 0.2 × 80 GiB not even the weights.
     plan = compute_memory_plan(spec_variant("lata", policy__rollout__gpu_memory_utilization=share), POLICY, SIMULATOR)
@@ -137,7 +139,8 @@ def test_unknown_model_without_a_local_config(tmp_path: Path) -> None:
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(
         '{"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, '
-        '"num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 100, "tie_word_embeddings": true}')
+        '"num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 100, "tie_word_embeddings": true}'
+    )
     shape = load_model_shape(ModelRef(name="acme/mystery", path="m"), field="spec.policy.model", cwd=tmp_path)
     assert shape.source.endswith("m/config.json") and shape.qkv_bias and shape.tie_word_embeddings
     # A local config wins over the built-in table.
@@ -146,8 +149,23 @@ def test_unknown_model_without_a_local_config(tmp_path: Path) -> None:
 
 
 PURE = ["shapes", "gpus", "estimate", "plan"]
-IO_MODULES = {"os", "pathlib", "io", "subprocess", "socket", "shutil", "tempfile", "time", "random", "httpx",
-              "requests", "longhaul.bounded", "longhaul.submit", "longhaul.launcher", "longhaul.memory.load"}
+IO_MODULES = {
+    "os",
+    "pathlib",
+    "io",
+    "subprocess",
+    "socket",
+    "shutil",
+    "tempfile",
+    "time",
+    "random",
+    "httpx",
+    "requests",
+    "longhaul.bounded",
+    "longhaul.submit",
+    "longhaul.launcher",
+    "longhaul.memory.load",
+}
 
 
 @pytest.mark.parametrize("module", PURE)
@@ -177,8 +195,12 @@ def test_the_originals_measured_peak_is_covered_by_its_plan() -> None:
     gradient checkpointing, fused kernels, sequences of ~20k tokens): the plan of the same configuration is at or
     above it and within 15%, whether "GB" meant 10^9 or 2^30 bytes. Published breakdown: vLLM pool 40, FSDP
     parameters/all-gather 14, activations ~12, fused-kernel temporaries ~2, fragmentation ~5."""
-    exp = spec_variant("vanilla", user_simulator__placement="external", user_simulator__url="http://sim:8001/v1",
-                       policy__rollout__free_cache_engine=False)
+    exp = spec_variant(
+        "vanilla",
+        user_simulator__placement="external",
+        user_simulator__url="http://sim:8001/v1",
+        policy__rollout__free_cache_engine=False,
+    )
     training = _phase(compute_memory_plan(exp, POLICY, None), "training")
     total = training.totals()[0]
     for unit in (10**9, GiB):

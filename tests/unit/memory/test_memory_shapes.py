@@ -55,8 +55,14 @@ def test_lora_parameter_count() -> None:
 
 
 def test_shape_from_config_reads_a_config_and_refuses_what_it_cannot_model() -> None:
-    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-           "num_attention_heads": 2, "vocab_size": 100}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "vocab_size": 100,
+    }
     shape = shape_from_config(cfg, "x/config.json")
     assert shape.num_kv_heads == 2 and shape.head_dim == 32 and not shape.qkv_bias and not shape.tie_word_embeddings
     with pytest.raises(ShapeError, match="model_type 'qwen3_moe' is not modelled.*supported: qwen2"):
@@ -75,29 +81,74 @@ def test_gpu_capacities() -> None:
 
 
 def test_engine_preallocates_its_share_and_the_rest_is_kv() -> None:
-    e = estimate_engine(QWEN7B, capacity=80 * GiB, gpu_memory_utilization=0.5, tp=1, dtype_size=2, quantization="none",
-                        max_model_len=24576, max_num_seqs=12, batched_tokens=24576, enforce_eager=False)
+    e = estimate_engine(
+        QWEN7B,
+        capacity=80 * GiB,
+        gpu_memory_utilization=0.5,
+        tp=1,
+        dtype_size=2,
+        quantization="none",
+        max_model_len=24576,
+        max_num_seqs=12,
+        batched_tokens=24576,
+        enforce_eager=False,
+    )
     assert e.footprint == 40 * GiB
     assert e.weights + e.lora_slot + e.overhead + e.kv_cache == e.footprint
     assert e.kv_tokens == e.kv_cache // 57_344 and e.starts and e.demanded_tokens == 12 * 24576
-    small = estimate_engine(QWEN7B, capacity=80 * GiB, gpu_memory_utilization=0.2, tp=1, dtype_size=2,
-                            quantization="none", max_model_len=24576, max_num_seqs=12, batched_tokens=24576,
-                            enforce_eager=True)
+    small = estimate_engine(
+        QWEN7B,
+        capacity=80 * GiB,
+        gpu_memory_utilization=0.2,
+        tp=1,
+        dtype_size=2,
+        quantization="none",
+        max_model_len=24576,
+        max_num_seqs=12,
+        batched_tokens=24576,
+        enforce_eager=True,
+    )
     assert small.kv_cache < 0 and not small.starts and small.cuda_graphs == 0
 
 
 def test_trainer_full_finetune_is_16_bytes_per_parameter_and_checkpointing_saves_activations() -> None:
-    t = estimate_trainer(QWEN7B, world=1, lora_rank=0, lora_targets="all-linear", master_size=4, compute_size=2,
-                         micro_batch=1, seq_len=4096, checkpointing=True, eager_attention=False, fused_kernels=True,
-                         separate_reference=True, reference_size=4)
+    t = estimate_trainer(
+        QWEN7B,
+        world=1,
+        lora_rank=0,
+        lora_targets="all-linear",
+        master_size=4,
+        compute_size=2,
+        micro_batch=1,
+        seq_len=4096,
+        checkpointing=True,
+        eager_attention=False,
+        fused_kernels=True,
+        separate_reference=True,
+        reference_size=4,
+    )
     assert t.params + t.grads + t.optimizer == 16 * QWEN7B.total_params()
     assert t.activations < t.activations_other / 5 and t.logits == 0 and t.gathered == 0
     assert t.reference_host == 4 * QWEN7B.total_params() and 0 < t.reference_step < t.update
-    lora = estimate_trainer(QWEN7B, world=2, lora_rank=16, lora_targets="all-linear", master_size=4, compute_size=2,
-                            micro_batch=1, seq_len=4096, checkpointing=True, eager_attention=True, fused_kernels=False,
-                            separate_reference=False, reference_size=4)
+    lora = estimate_trainer(
+        QWEN7B,
+        world=2,
+        lora_rank=16,
+        lora_targets="all-linear",
+        master_size=4,
+        compute_size=2,
+        micro_batch=1,
+        seq_len=4096,
+        checkpointing=True,
+        eager_attention=True,
+        fused_kernels=False,
+        separate_reference=False,
+        reference_size=4,
+    )
     assert lora.grads == 40_370_176 * 4 // 2 and lora.optimizer == 2 * lora.grads
     assert lora.params == (QWEN7B.total_params() + 40_370_176) * 4 // 2
     assert lora.attention_scores > 0 and lora.logits == logits_bytes(QWEN7B, 4096, 2, fused=False) > 0
     # Activations scale with tokens.
-    assert activation_bytes(QWEN7B, 2048, 2, checkpointing=True) * 2 == activation_bytes(QWEN7B, 4096, 2, checkpointing=True)
+    assert activation_bytes(QWEN7B, 2048, 2, checkpointing=True) * 2 == activation_bytes(
+        QWEN7B, 4096, 2, checkpointing=True
+    )

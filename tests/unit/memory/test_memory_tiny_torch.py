@@ -50,8 +50,10 @@ def test_planner_bytes_match_torch_for_the_tiny_policy() -> None:
     optimizer.step()
     states = _storage_bytes(t for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t))
 
-    for name, plan_bytes, torch_bytes in (("parameters", planned("actor parameters"), params),
-                                          ("gradients", planned("actor gradients"), grads),
-                                          ("AdamW states", planned("actor AdamW states"), states)):
+    for name, plan_bytes, torch_bytes in (
+        ("parameters", planned("actor parameters"), params),
+        ("gradients", planned("actor gradients"), grads),
+        ("AdamW states", planned("actor AdamW states"), states),
+    ):
         assert torch_bytes > 0
         assert abs(plan_bytes - torch_bytes) <= TOLERANCE * torch_bytes, (name, plan_bytes, torch_bytes)

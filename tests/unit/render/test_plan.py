@@ -12,8 +12,6 @@ from support.specs import spec_variant
 ROOT = Path(__file__).resolve().parents[3]
 
 
-
-
 def _flag(argv: tuple[str, ...], name: str) -> str:
     return argv[argv.index(name) + 1]
 

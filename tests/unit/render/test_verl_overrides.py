@@ -37,7 +37,11 @@ def test_overrides_compose_and_validate(path: Path) -> None:
     assert cfg.trainer.default_local_dir == paths.checkpoint_dir
     assert cfg.data.max_response_length == s.environment.max_response_tokens
     assert cfg.algorithm.longhaul.alpha == s.algorithm.alpha
-    expected = "grpo" if (s.algorithm.advantage == "grpo" and s.reward.credit == "trajectory") else f"longhaul_{s.algorithm.advantage}"
+    expected = (
+        "grpo"
+        if (s.algorithm.advantage == "grpo" and s.reward.credit == "trajectory")
+        else f"longhaul_{s.algorithm.advantage}"
+    )
     assert cfg.algorithm.adv_estimator == expected
     # The trainer whose estimator receives per-token rewards (credit: turn) is pinned in the rendered list, not
     # left to veRL's default (which may change; on the v0 trainer turn credit silently became trajectory credit).
@@ -70,9 +74,14 @@ def test_cpu_branch_runs_on_the_cpu_platform() -> None:
     """The smoke spec (gpus_per_node: 0) renders veRL's CPU platform: the CPU rollout, FSDP2 without
     compilation, one logical Ray GPU for the trainer rank."""
     overrides = render_verl_overrides(load_spec(ROOT / "specs" / "smoke.yaml"), Paths.under("/r"))
-    for expected in ("trainer.device=cpu", "trainer.n_gpus_per_node=1", "actor_rollout_ref.rollout.name=longhaul_cpu",
-                     "+ray_kwargs.ray_init.num_gpus=1", "actor_rollout_ref.actor.strategy=fsdp2",
-                     "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false"):
+    for expected in (
+        "trainer.device=cpu",
+        "trainer.n_gpus_per_node=1",
+        "actor_rollout_ref.rollout.name=longhaul_cpu",
+        "+ray_kwargs.ray_init.num_gpus=1",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
+    ):
         assert expected in overrides
 
 
@@ -81,7 +90,11 @@ def test_registered_estimator_is_resolvable_by_verl() -> None:
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
     exp = load_spec(ROOT / "specs" / "prm_lite_lata.yaml")
-    name = next(o.split("=", 1)[1] for o in render_verl_overrides(exp, Paths.under("/r")) if o.startswith("algorithm.adv_estimator="))
+    name = next(
+        o.split("=", 1)[1]
+        for o in render_verl_overrides(exp, Paths.under("/r"))
+        if o.startswith("algorithm.adv_estimator=")
+    )
     assert callable(get_adv_estimator_fn(name))
 
 
@@ -90,6 +103,11 @@ def test_invalid_override_is_caught_by_verl() -> None:
     from support.verl_config import validate_verl
 
     exp = load_spec(ROOT / "specs" / "lata.yaml")
-    overrides = [o if not o.startswith("actor_rollout_ref.actor.loss_agg_mode=") else "actor_rollout_ref.actor.loss_agg_mode=seq-mean" for o in render_verl_overrides(exp, Paths.under("/r"))]
+    overrides = [
+        o
+        if not o.startswith("actor_rollout_ref.actor.loss_agg_mode=")
+        else "actor_rollout_ref.actor.loss_agg_mode=seq-mean"
+        for o in render_verl_overrides(exp, Paths.under("/r"))
+    ]
     with pytest.raises(Exception, match="loss_agg_mode|seq-mean"):
         validate_verl(overrides)

@@ -32,15 +32,19 @@ def fired(history, rule, seed_compat):
 
 #: Argument pairs that are different calls: the original's lower-cased sorted-key JSON differs.
 DIFFERENT = {
-    "float vs string, with a list argument": ({"total_baggages": 1.0, "passengers": PAX},
-                                              {"total_baggages": "1.0", "passengers": PAX}),
+    "float vs string, with a list argument": (
+        {"total_baggages": 1.0, "passengers": PAX},
+        {"total_baggages": "1.0", "passengers": PAX},
+    ),
     "float vs string": ({"total_baggages": 1.0}, {"total_baggages": "1.0"}),
     "int vs float": ({"total_baggages": 1}, {"total_baggages": 1.0}),
     "bool vs string": ({"nonfree_baggages": 0, "insurance": True}, {"nonfree_baggages": 0, "insurance": "true"}),
     "null vs string": ({"payment_id": None}, {"payment_id": "null"}),
     "list vs its JSON text": ({"flights": ["HAT001"]}, {"flights": '["hat001"]'}),
-    "list vs its JSON text, with another list": ({"flights": ["HAT001"], "passengers": PAX},
-                                                 {"flights": '["hat001"]', "passengers": PAX}),
+    "list vs its JSON text, with another list": (
+        {"flights": ["HAT001"], "passengers": PAX},
+        {"flights": '["hat001"]', "passengers": PAX},
+    ),
     "float vs string inside a list": ({"passengers": [{"n": 1.0}]}, {"passengers": [{"n": "1.0"}]}),
 }
 #: Pairs the original treats as the same call: letter case and key order are ignored.
@@ -54,7 +58,10 @@ CONTEXTS = {
     "alone": lambda a, b: ([a, b], 1),
     "after an implicit_think": lambda a, b: ([IMPLICIT, a, b], 2),
     "before an implicit_think": lambda a, b: ([a, b, IMPLICIT], 1),
-    "after an entry with its own param_str": lambda a, b: ([E("calculate", {"expression": "1+1"}, param_str="1+1"), a, b], 2),
+    "after an entry with its own param_str": lambda a, b: (
+        [E("calculate", {"expression": "1+1"}, param_str="1+1"), a, b],
+        2,
+    ),
 }
 TOOL = "update_reservation_passengers"
 
@@ -123,10 +130,17 @@ def _short_texts() -> Trajectory:
     turns = [
         Turn(0, "ok", [ToolCall("get_user_details", {"user_id": U}, "", "c0", result='{"user_id": "mia_li_3668"}')]),
         Turn(1, "checking", [ToolCall("list_all_airports", {}, "", "c1", result="JFK LAX")]),
-        Turn(2, "Let me look at the reservation in detail now.",
-             [ToolCall("get_reservation_details", {"reservation_id": "ABC123"}, "", "c2", result='{"id": "ABC123"}')]),
-        Turn(3, "Your reservation ABC123 is confirmed for May 20; the checked bag is included at no charge. "
-                "Anything else?", [], to_user=True),
+        Turn(
+            2,
+            "Let me look at the reservation in detail now.",
+            [ToolCall("get_reservation_details", {"reservation_id": "ABC123"}, "", "c2", result='{"id": "ABC123"}')],
+        ),
+        Turn(
+            3,
+            "Your reservation ABC123 is confirmed for May 20; the checked bag is included at no charge. Anything else?",
+            [],
+            to_user=True,
+        ),
     ]
     return Trajectory("2", 0, 0, [], turns, "user_stop", Grade(True, 1.0, True, True), 3, 0)
 
@@ -171,7 +185,10 @@ def _random_history(rng: random.Random) -> list[ActionEntry]:
     calls = [
         ("get_user_details", lambda: {"user_id": rng.choice([U, "ann_lee_12", "unknown"])}),
         ("get_reservation_details", lambda: {"reservation_id": rng.choice(["ABC123", "XYZ789", "previous"])}),
-        ("search_direct_flight", lambda: {"origin": "JFK", "destination": rng.choice(["LAX", "SFO"]), "date": "2024-05-20"}),
+        (
+            "search_direct_flight",
+            lambda: {"origin": "JFK", "destination": rng.choice(["LAX", "SFO"]), "date": "2024-05-20"},
+        ),
         ("list_all_airports", dict),
         ("cancel_reservation", lambda: {"reservation_id": rng.choice(["ABC123", "XYZ789"])}),
         ("calculate", lambda: {"expression": rng.choice(["1+1", "2*3"])}),
@@ -182,8 +199,15 @@ def _random_history(rng: random.Random) -> list[ActionEntry]:
     for _ in range(rng.randint(1, 24)):
         tool, args = rng.choice(calls)
         err = rng.random() < 0.2
-        out.append(E(tool, args(), is_error=err, entities={} if err else {"reservation_id": ("ABC123", "XYZ789")},
-                     content=rng.choice(["", "ok", "Let me check the reservation details for you."])))
+        out.append(
+            E(
+                tool,
+                args(),
+                is_error=err,
+                entities={} if err else {"reservation_id": ("ABC123", "XYZ789")},
+                content=rng.choice(["", "ok", "Let me check the reservation details for you."]),
+            )
+        )
     return out
 
 

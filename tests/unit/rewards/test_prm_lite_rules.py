@@ -28,52 +28,69 @@ def fired(history, rule, seed_compat, **kw):
 CASES = {
     # rule: (positive history, index that must fire (-1 = trajectory level), negative history)
     "placeholder": (
-        [E("get_reservation_details", {"reservation_id": "unknown"})], 0,
+        [E("get_reservation_details", {"reservation_id": "unknown"})],
+        0,
         [E("get_reservation_details", {"reservation_id": "ABC123"})],
     ),
     "redundancy": (
-        [E("get_user_details", {"user_id": U}), E("get_user_details", {"user_id": U})], 1,
+        [E("get_user_details", {"user_id": U}), E("get_user_details", {"user_id": U})],
+        1,
         [E("get_user_details", {"user_id": U}), E("get_user_details", {"user_id": "ann_lee_1"})],
     ),
     "error_repetition": (
-        [E("cancel_reservation", {"reservation_id": "ABC123"}, is_error=True), E("cancel_reservation", {"reservation_id": "ABC123"})], 1,
+        [
+            E("cancel_reservation", {"reservation_id": "ABC123"}, is_error=True),
+            E("cancel_reservation", {"reservation_id": "ABC123"}),
+        ],
+        1,
         [E("cancel_reservation", {"reservation_id": "ABC123"}), E("cancel_reservation", {"reservation_id": "ABC123"})],
     ),
     "recovery": (
-        [E("cancel_reservation", {"reservation_id": "ABC123"}, is_error=True), E("get_user_details", {"user_id": U})], 1,
+        [E("cancel_reservation", {"reservation_id": "ABC123"}, is_error=True), E("get_user_details", {"user_id": U})],
+        1,
         [E("cancel_reservation", {"reservation_id": "ABC123"}), E("get_user_details", {"user_id": U})],
     ),
     "escalation": (
-        [E("transfer_to_human_agents", {"summary": "wants a refund"})], 0,
+        [E("transfer_to_human_agents", {"summary": "wants a refund"})],
+        0,
         [E("get_user_details", {"user_id": U})],
     ),
     "data_chain": (
-        [E("get_user_details", {"user_id": U}, entities={"reservation_id": ("ABC123",)}),
-         E("cancel_reservation", {"reservation_id": "ABC123"})], 1,
+        [
+            E("get_user_details", {"user_id": U}, entities={"reservation_id": ("ABC123",)}),
+            E("cancel_reservation", {"reservation_id": "ABC123"}),
+        ],
+        1,
         [E("get_user_details", {"user_id": U}), E("cancel_reservation", {"reservation_id": "ABC123"})],
     ),
     "first_read": (
-        [E("get_user_details", {"user_id": U})], 0,
+        [E("get_user_details", {"user_id": U})],
+        0,
         [E("cancel_reservation", {"reservation_id": "ABC123"})],
     ),
     "think_bonus": (
-        [E("think", {"thought": "look up the user"}), E("get_user_details", {"user_id": U})], 0,
+        [E("think", {"thought": "look up the user"}), E("get_user_details", {"user_id": U})],
+        0,
         [E("get_user_details", {"user_id": U}), E("think", {"thought": "y"})],  # a think as the last entry
     ),
     "cheap_reasoning": (
-        [E("get_user_details", {"user_id": U}, content="ok")], 0,
+        [E("get_user_details", {"user_id": U}, content="ok")],
+        0,
         [E("get_user_details", {"user_id": U}, content="Let me look up your profile to find the booking.")],
     ),
     "no_reasoning": (
-        [E("get_user_details", {"user_id": U}), E("list_all_airports"), E("calculate", {"expression": "1+1"})], -1,
+        [E("get_user_details", {"user_id": U}), E("list_all_airports"), E("calculate", {"expression": "1+1"})],
+        -1,
         [E("think", {"thought": "plan"}), E("get_user_details", {"user_id": U}), E("list_all_airports")],
     ),
     "read_diversity": (
-        [E("get_user_details", {"user_id": U}), E("list_all_airports"), E("calculate", {"expression": "1+1"})], -1,
+        [E("get_user_details", {"user_id": U}), E("list_all_airports"), E("calculate", {"expression": "1+1"})],
+        -1,
         [E("get_user_details", {"user_id": U}), E("list_all_airports"), E("list_all_airports")],
     ),
     "length_penalty": (
-        [E("calculate", {"expression": f"{i}+1"}) for i in range(9)], -1,
+        [E("calculate", {"expression": f"{i}+1"}) for i in range(9)],
+        -1,
         [E("calculate", {"expression": f"{i}+1"}) for i in range(8)],
     ),
 }
@@ -117,7 +134,9 @@ def test_default_mode_fixes_substring_placeholder():
     assert fired(summary, "placeholder", True) == [0]
     assert fired(summary, "placeholder", False) == []
     # Real placeholders still fire.
-    assert fired([E("get_reservation_details", {"reservation_id": "previous_reservation"})], "placeholder", False) == [0]
+    assert fired([E("get_reservation_details", {"reservation_id": "previous_reservation"})], "placeholder", False) == [
+        0
+    ]
 
 
 def test_default_mode_window_ignores_think_entries():
@@ -163,18 +182,69 @@ def test_clip_override():
 
 def make_trajectory():
     turns = [
-        Turn(0, "Let me look up your profile first, please hold on.", [
-            ToolCall("get_user_details", {"user_id": U}, '{"user_id": "mia_li_3668"}', "c0",
-                     result='{"user_id": "mia_li_3668", "reservations": ["ABC123"]}')]),
-        Turn(1, "", [ToolCall("update_reservation_detailz", {"x": 1}, '{"x": 1}', "c1", result="Error: unknown tool",
-                              is_error=True, known_tool=False)]),
-        Turn(2, "", [ToolCall("cancel_reservation", None, "{bad", "c2", result="Error: bad JSON", is_error=True,
-                              parse_error="Expecting property name")]),
-        Turn(3, "I will cancel it now.", [
-            ToolCall("cancel_reservation", {"reservation_id": "ABC123"}, '{"reservation_id": "ABC123"}', "c3",
-                     result='{"status": "cancelled"}')]),
-        Turn(4, "Your reservation ABC123 has been cancelled. The refund goes back to the original payment "
-                "method within 5 to 7 business days. Anything else?", [], to_user=True),
+        Turn(
+            0,
+            "Let me look up your profile first, please hold on.",
+            [
+                ToolCall(
+                    "get_user_details",
+                    {"user_id": U},
+                    '{"user_id": "mia_li_3668"}',
+                    "c0",
+                    result='{"user_id": "mia_li_3668", "reservations": ["ABC123"]}',
+                )
+            ],
+        ),
+        Turn(
+            1,
+            "",
+            [
+                ToolCall(
+                    "update_reservation_detailz",
+                    {"x": 1},
+                    '{"x": 1}',
+                    "c1",
+                    result="Error: unknown tool",
+                    is_error=True,
+                    known_tool=False,
+                )
+            ],
+        ),
+        Turn(
+            2,
+            "",
+            [
+                ToolCall(
+                    "cancel_reservation",
+                    None,
+                    "{bad",
+                    "c2",
+                    result="Error: bad JSON",
+                    is_error=True,
+                    parse_error="Expecting property name",
+                )
+            ],
+        ),
+        Turn(
+            3,
+            "I will cancel it now.",
+            [
+                ToolCall(
+                    "cancel_reservation",
+                    {"reservation_id": "ABC123"},
+                    '{"reservation_id": "ABC123"}',
+                    "c3",
+                    result='{"status": "cancelled"}',
+                )
+            ],
+        ),
+        Turn(
+            4,
+            "Your reservation ABC123 has been cancelled. The refund goes back to the original payment "
+            "method within 5 to 7 business days. Anything else?",
+            [],
+            to_user=True,
+        ),
     ]
     return Trajectory("7", 0, 1, [], turns, "user_stop", Grade(True, 1.0, True, True), 4, 2)
 
@@ -195,8 +265,10 @@ def test_history_from_trajectory():
     # Penalising unknown/unparsable calls is opt-in (default mode only).
     pen = score_trajectory(traj, build_rule_params({"unknown_tool": {"weight": -0.05}}))
     assert pen.process == pytest.approx(res.process - 0.10)
-    assert score_trajectory(traj, build_rule_params({"unknown_tool": {"weight": -0.05}}), seed_compat=True).process == \
-        score_trajectory(traj, seed_compat=True).process
+    assert (
+        score_trajectory(traj, build_rule_params({"unknown_tool": {"weight": -0.05}}), seed_compat=True).process
+        == score_trajectory(traj, seed_compat=True).process
+    )
 
 
 def test_implicit_think_duplicates_dropped():
@@ -213,10 +285,10 @@ def test_entity_scan_equals_separate_patterns():
     from longhaul.rewards.prm_lite import ENTITY_PATTERNS, extract_entities
 
     rng = random.Random(1)
-    alphabet = "ABCXYZ0123456789abcxyz_- ,:\"[]{}"
+    alphabet = 'ABCXYZ0123456789abcxyz_- ,:"[]{}'
     for _ in range(5000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
         if rng.random() < 0.5:
-            text += ' {"flight": "HAT123", "res": "ABC123", "user": "mia_li_3668", "pay": "credit_card_7", "d": "2024-05-20"}'
+            text += ' {"flight": "HAT123", "res": "ABC123", "user": "mia_li_3668", "pay": "credit_card_7", "d": "2024-05-20"}'  # noqa: E501 - a string literal kept whole
         want = {k: sorted(p.findall(text)) for k, p in ENTITY_PATTERNS.items() if p.findall(text)}
         assert {k: sorted(v) for k, v in extract_entities(text).items()} == want, text

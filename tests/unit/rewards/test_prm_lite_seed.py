@@ -38,24 +38,33 @@ ORIGINAL_CASES = {
         -0.01,
     ),
     "error_repetition": (
-        [act("get_reservation_details", {"reservation_id": "BAD"}, is_error=True),
-         act("get_reservation_details", {"reservation_id": "BAD"})],
+        [
+            act("get_reservation_details", {"reservation_id": "BAD"}, is_error=True),
+            act("get_reservation_details", {"reservation_id": "BAD"}),
+        ],
         -0.045,
     ),
     "recovery": (
-        [act("get_reservation_details", {"reservation_id": "BAD"}, is_error=True),
-         act("get_user_details", {"user_id": "john_doe_123"})],
+        [
+            act("get_reservation_details", {"reservation_id": "BAD"}, is_error=True),
+            act("get_user_details", {"user_id": "john_doe_123"}),
+        ],
         0.02,
     ),
     "escalation_premature": ([act("transfer_to_human_agents")], -0.10),
     "escalation_late": ([act("get_user_details", {"user_id": "john_doe_123"}), act("transfer_to_human_agents")], -0.02),
     "data_chain_write": (
-        [act("get_user_details", {"user_id": "john_doe_123"}, entities={"reservation_id": ["ABC123"]}),
-         act("cancel_reservation", {"reservation_id": "ABC123"})],
+        [
+            act("get_user_details", {"user_id": "john_doe_123"}, entities={"reservation_id": ["ABC123"]}),
+            act("cancel_reservation", {"reservation_id": "ABC123"}),
+        ],
         0.045,
     ),
     "first_read": (
-        [act("get_user_details", {"user_id": "john_doe_123"}), act("get_reservation_details", {"reservation_id": "ABC123"})],
+        [
+            act("get_user_details", {"user_id": "john_doe_123"}),
+            act("get_reservation_details", {"reservation_id": "ABC123"}),
+        ],
         0.01,
     ),
     "read_diversity": (
@@ -75,12 +84,14 @@ ORIGINAL_CASES = {
     ),
     "length_penalty": ([act("transfer_to_human_agents") for _ in range(10)], -0.197),
     "task49_like_test_convention": (
-        [act("get_reservation_details", {"reservation_id": "MDCLVA"}, entities={"reservation_id": ["MDCLVA"]}),
-         act("cancel_reservation", {"reservation_id": "MDCLVA"}),
-         act("get_reservation_details", {"reservation_id": "previous_reservation"}),
-         act("get_user_details", {"user_id": "emma_kim_9957"}),
-         act("get_user_details", {"user_id": "emma_kim_9957"}),
-         act("get_reservation_details", {"reservation_id": "previous_reservation"})],
+        [
+            act("get_reservation_details", {"reservation_id": "MDCLVA"}, entities={"reservation_id": ["MDCLVA"]}),
+            act("cancel_reservation", {"reservation_id": "MDCLVA"}),
+            act("get_reservation_details", {"reservation_id": "previous_reservation"}),
+            act("get_user_details", {"user_id": "emma_kim_9957"}),
+            act("get_user_details", {"user_id": "emma_kim_9957"}),
+            act("get_reservation_details", {"reservation_id": "previous_reservation"}),
+        ],
         -0.043333333333333335,
     ),
 }
@@ -147,7 +158,10 @@ def test_doc_worked_example_minus_0_04():
     res = score_prm_lite(doc_example_history(), seed_compat=True)
     assert [round(s.score, 10) for s in res.steps] == [0.01, 0.08, -0.02, 0.06, -0.03, -0.07, 0.09, 0.04, 0.04]
     assert res.mean_step_score == pytest.approx(0.2 / 9, abs=1e-9)
-    assert {h.rule: round(h.weight, 10) for h in res.trajectory_hits} == {"no_reasoning": -0.05, "length_penalty": -0.01}
+    assert {h.rule: round(h.weight, 10) for h in res.trajectory_hits} == {
+        "no_reasoning": -0.05,
+        "length_penalty": -0.01,
+    }
     assert res.process == pytest.approx(-0.0377777777, abs=1e-6)
     assert round(res.process, 2) == -0.04
 

@@ -22,8 +22,13 @@ def test_turn_start_positions():
 
 
 def test_combine_outcome_plus_weighted_process():
-    res = score_prm_lite([ActionEntry("get_user_details", {"user_id": "a_b_1"}, turn=0),
-                          ActionEntry("transfer_to_human_agents", {"summary": "s"}, turn=1)], num_turns=2)
+    res = score_prm_lite(
+        [
+            ActionEntry("get_user_details", {"user_id": "a_b_1"}, turn=0),
+            ActionEntry("transfer_to_human_agents", {"summary": "s"}, turn=1),
+        ],
+        num_turns=2,
+    )
     r = combine_reward(1.0, res, weight=0.3)
     assert r.score == pytest.approx(1.0 + 0.3 * res.process)
     assert sum(r.turn_rewards) == pytest.approx(0.3 * res.process)
@@ -40,7 +45,9 @@ def decode(row, mask):
 
 
 def test_token_layout_trajectory_and_turn():
-    r = RewardBreakdown(score=1.0 + 0.3 * 0.05, outcome=1.0, process=0.05, weight=0.3, turn_rewards=(0.3 * 0.02, 0.3 * 0.03))
+    r = RewardBreakdown(
+        score=1.0 + 0.3 * 0.05, outcome=1.0, process=0.05, weight=0.3, turn_rewards=(0.3 * 0.02, 0.3 * 0.03)
+    )
     mask = [1, 1, 0, 0, 1, 1, 0]
     traj = build_token_rewards(r, mask, "trajectory")
     assert traj == [0, 0, 0, 0, 0, 0, pytest.approx(r.score)]
@@ -55,26 +62,31 @@ def test_token_layout_trajectory_and_turn():
         build_token_rewards(r, mask, "step")
 
 
-@pytest.mark.parametrize("mask", [
-    [1, 1, 0, 0, 1, 1, 0],   # ends on a tool/user token
-    [1, 1, 0, 1, 1],         # ends on the final assistant turn (the usual case)
-    [1, 1, 0, 0, 1],         # final turn of one token at the last position: the outcome moves back one
-    [0, 1, 0, 1],            # the same, response starting with a masked token
-    [1, 0, 1, 0, 1, 0, 1],
-    [1],                     # a single token: only the sum survives (documented)
-])
+@pytest.mark.parametrize(
+    "mask",
+    [
+        [1, 1, 0, 0, 1, 1, 0],  # ends on a tool/user token
+        [1, 1, 0, 1, 1],  # ends on the final assistant turn (the usual case)
+        [1, 1, 0, 0, 1],  # final turn of one token at the last position: the outcome moves back one
+        [0, 1, 0, 1],  # the same, response starting with a masked token
+        [1, 0, 1, 0, 1, 0, 1],
+        [1],  # a single token: only the sum survives (documented)
+    ],
+)
 @pytest.mark.parametrize("outcome", [0.0, 1.0])
 def test_turn_layout_decodes_exactly(mask, outcome):
     shares = (0.3 * 0.02, -0.3 * 0.05, 0.3 * 0.01, 0.3 * 0.04)
     runs = sum(1 for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1]))
-    r = RewardBreakdown(score=outcome + sum(shares), outcome=outcome, process=sum(shares) / 0.3, weight=0.3, turn_rewards=shares)
+    r = RewardBreakdown(
+        score=outcome + sum(shares), outcome=outcome, process=sum(shares) / 0.3, weight=0.3, turn_rewards=shares
+    )
     row = build_token_rewards(r, mask, "turn")
     assert len(row) == len(mask) and sum(row) == pytest.approx(r.score)
     q, o = decode(row, mask)
     if len(mask) == 1:
         assert q == pytest.approx([r.score]) and o == pytest.approx(0.0)
         return
-    want = list(shares[: runs - 1]) + [sum(shares[runs - 1:])]
+    want = list(shares[: runs - 1]) + [sum(shares[runs - 1 :])]
     assert q == pytest.approx(want, abs=1e-7)
     assert o == pytest.approx(outcome, abs=1e-6)
     # The trajectory layout decodes as no per-turn shares (turn credit falls back to trajectory credit).

@@ -35,8 +35,9 @@ def test_every_reader_gets_the_same_settings(process: str) -> None:
 
 
 def test_the_process_reward_counts_only_when_it_is_on() -> None:
-    prm = PrmLiteResult(steps=(), trajectory_hits=(), mean_step_score=0.5, raw=0.5, process=0.5,
-                        turn_scores=(0.25, 0.25))
+    prm = PrmLiteResult(
+        steps=(), trajectory_hits=(), mean_step_score=0.5, raw=0.5, process=0.5, turn_scores=(0.25, 0.25)
+    )
     on, off = RewardSettings.from_spec(_exp("prm_lite")), RewardSettings.from_spec(_exp("none"))
     assert on.combine(1.0, prm) == combine_reward(1.0, prm, 0.3) == RewardBreakdown(1.15, 1.0, 0.5, 0.3, (0.075, 0.075))
     # explain scores PRM-Lite for display even when it is off; the reward stays the outcome

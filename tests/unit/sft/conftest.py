@@ -37,14 +37,40 @@ def conversation(system_prompt) -> list[dict]:
     return [
         {"role": "system", "content": system_prompt},
         {"role": "user", "content": "Hi, I want to cancel reservation ABC123. My user id is mia_li_3668."},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0_0", "type": "function", "function": {
-            "name": "get_user_details", "arguments": '{"user_id": "mia_li_3668"}'}}]},
-        {"role": "tool", "tool_call_id": "call_0_0", "name": "get_user_details",
-         "content": '{"user_id": "mia_li_3668", "reservations": ["ABC123"]}'},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1_0", "type": "function", "function": {
-            "name": "get_reservation_details", "arguments": '{"reservation_id": "ABC123"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1_0", "name": "get_reservation_details",
-         "content": '{"reservation_id": "ABC123", "cabin": "economy", "insurance": "no"}'},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_0_0",
+                    "type": "function",
+                    "function": {"name": "get_user_details", "arguments": '{"user_id": "mia_li_3668"}'},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_0_0",
+            "name": "get_user_details",
+            "content": '{"user_id": "mia_li_3668", "reservations": ["ABC123"]}',
+        },
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_1_0",
+                    "type": "function",
+                    "function": {"name": "get_reservation_details", "arguments": '{"reservation_id": "ABC123"}'},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_1_0",
+            "name": "get_reservation_details",
+            "content": '{"reservation_id": "ABC123", "cabin": "economy", "insurance": "no"}',
+        },
         {"role": "assistant", "content": "Your reservation ABC123 cannot be cancelled for a refund."},
         {"role": "user", "content": "OK, thanks. ###STOP###"},
     ]

@@ -26,9 +26,17 @@ def _write_spec(tmp_path: Path, url: str) -> Path:
     s["environment"]["max_response_tokens"] = 100_000
     s["environment"]["max_prompt_tokens"] = 100_000
     s["user_simulator"].update({"placement": "external", "url": url, "model": {"name": "user"}})
-    s["sft"] = {"teacher": {"model": {"name": "flaky"}, "url": url, "samples_per_task": 4,
-                            "temperatures": [0.0, 0.5, 0.8, 1.0], "max_tokens": 256},
-                "max_length": 20000, "min_label_tokens": 5}
+    s["sft"] = {
+        "teacher": {
+            "model": {"name": "flaky"},
+            "url": url,
+            "samples_per_task": 4,
+            "temperatures": [0.0, 0.5, 0.8, 1.0],
+            "max_tokens": 256,
+        },
+        "max_length": 20000,
+        "min_label_tokens": 5,
+    }
     path = tmp_path / "sft-spec.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -40,8 +48,9 @@ def test_collect_build_inspect(tmp_path, tokenizer):
     tokenizer.save_pretrained(tok_dir)
     with StubServer(airline_scripts("airline-flaky")) as srv:
         spec = _write_spec(tmp_path, srv.base_url)
-        res = runner.invoke(app, ["sft", "collect", "--spec", str(spec), "--run-dir", str(tmp_path / "run"),
-                                  "--concurrency", "4"])
+        res = runner.invoke(
+            app, ["sft", "collect", "--spec", str(spec), "--run-dir", str(tmp_path / "run"), "--concurrency", "4"]
+        )
         assert res.exit_code == 0, res.output
         requests = list(srv.requests)
     traj = tmp_path / "run" / "sft" / "trajectories.jsonl"
@@ -62,8 +71,10 @@ def test_collect_build_inspect(tmp_path, tokenizer):
     assert {r["temperature"] for r in records} <= {0.0, 0.5, 0.8, 1.0} and all("seed" in r for r in records)
 
     dataset = tmp_path / "run" / "sft" / "dataset.parquet"
-    res = runner.invoke(app, ["sft", "build-dataset", str(traj), "--spec", str(spec), "--tokenizer", str(tok_dir),
-                              "--out", str(dataset)])
+    res = runner.invoke(
+        app,
+        ["sft", "build-dataset", str(traj), "--spec", str(spec), "--tokenizer", str(tok_dir), "--out", str(dataset)],
+    )
     assert res.exit_code == 0, res.output
     stats = json.loads(res.stdout.strip().splitlines()[-1])
     assert stats["kept"] == len(records) and stats["dropped"] == {}
@@ -85,7 +96,19 @@ def test_build_dataset_refuses_test_tasks(tmp_path, tokenizer, conversation, air
     spec = _write_spec(tmp_path, "http://127.0.0.1:9/v1")
     traj = tmp_path / "t.jsonl"
     traj.write_text(json.dumps({"task_id": "3", "attempt": 0, "messages": conversation, "tools": airline_tools}) + "\n")
-    res = CliRunner().invoke(app, ["sft", "build-dataset", str(traj), "--spec", str(spec), "--tokenizer",
-                                   str(tok_dir), "--out", str(tmp_path / "d.parquet")])
+    res = CliRunner().invoke(
+        app,
+        [
+            "sft",
+            "build-dataset",
+            str(traj),
+            "--spec",
+            str(spec),
+            "--tokenizer",
+            str(tok_dir),
+            "--out",
+            str(tmp_path / "d.parquet"),
+        ],
+    )
     assert res.exit_code == 1 and "test task" in res.output
     assert not (tmp_path / "d.parquet").exists()

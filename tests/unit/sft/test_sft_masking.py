@@ -36,8 +36,9 @@ def test_labels_cover_exactly_assistant_content_tool_call_json_and_end_of_turn(t
 
 def test_nothing_of_system_user_or_tool_turns_is_labelled(tokenizer, conversation, airline_tools):
     ex = build_supervised_example(tokenizer, conversation, airline_tools, max_length=100_000)
-    unlabelled = tokenizer.decode([t for t, m in zip(ex.input_ids, ex.loss_mask, strict=True) if m == 0],
-                                  skip_special_tokens=False)
+    unlabelled = tokenizer.decode(
+        [t for t, m in zip(ex.input_ids, ex.loss_mask, strict=True) if m == 0], skip_special_tokens=False
+    )
     labelled = "".join(_labelled_text(tokenizer, ex))
     for m in conversation:
         if m["role"] in ("user", "tool"):

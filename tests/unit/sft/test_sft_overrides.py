@@ -44,8 +44,14 @@ def test_steps_in_order_with_sft_model_handed_to_grpo():
     sp = SFTPaths.under(paths)
     assert steps[0].argv[:3] == ("longhaul", "sft", "collect") and sp.trajectories in steps[0].argv
     assert steps[1].argv[3] == sp.trajectories and steps[1].argv[-1] == sp.dataset
-    assert steps[2].argv[:6] == ("torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=2", "-m",
-                                 "verl.trainer.sft_trainer")
+    assert steps[2].argv[:6] == (
+        "torchrun",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc_per_node=2",
+        "-m",
+        "verl.trainer.sft_trainer",
+    )
     assert steps[3].argv[-1] == sp.model == policy_model_path(exp, paths)
 
 
@@ -81,8 +87,14 @@ def tiny_model_dir(tmp_path_factory):
     from longhaul.tiny.tokenizer import build_hf_tokenizer
 
     tok = build_hf_tokenizer(["Hello airline agent. <tool_call> reservation"] * 50, vocab_size=300)
-    arch = TinyArch(hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=2,
-                    num_key_value_heads=1, max_position_embeddings=2048)
+    arch = TinyArch(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+    )
     model = build_model(arch, vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, seed=0)
     out = tmp_path_factory.mktemp("tiny-base")
     model.save_pretrained(out)
@@ -119,11 +131,16 @@ def test_verl_dataset_factory_loads_render_twice_diff_parquet(tiny_model_dir, tm
     from support.verl_config import compose_verl
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    record = {"task_id": "1", "attempt": 0, "tools": None, "messages": [
-        {"role": "system", "content": "Hello airline agent."},
-        {"role": "user", "content": "reservation please"},
-        {"role": "assistant", "content": "Hello, which reservation?"},
-    ]}
+    record = {
+        "task_id": "1",
+        "attempt": 0,
+        "tools": None,
+        "messages": [
+            {"role": "system", "content": "Hello airline agent."},
+            {"role": "user", "content": "reservation please"},
+            {"role": "assistant", "content": "Hello, which reservation?"},
+        ],
+    }
     rows, dropped, stats = build_sft_rows(tok, [record], max_length=512, min_label_tokens=1)
     assert len(rows) == 1 and not dropped
     path = tmp_path / "sft" / "dataset.parquet"

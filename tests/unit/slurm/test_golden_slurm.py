@@ -31,15 +31,36 @@ def _smoke_with_seeds(seeds: list[int]) -> Experiment:
 
 
 CASES = {
-    "lata-nodes2-apptainer": lambda: render_slurm(spec_variant(
-        "lata", resources__nodes=2,
-        backends__slurm={"partition": "gpu", "account": "proj", "setup": ["module load cuda/12.4"],
-                         "container": {"runtime": "apptainer", "image": "/shared/images/longhaul-0.1.0.sif",
-                                       "binds": ["/shared/hf"]}})),
-    "lata-nodes2-pyxis": lambda: render_slurm(spec_variant(
-        "lata", resources__nodes=2, backends__slurm={"container": {"runtime": "pyxis", "image": "ghcr.io/longhaul-dev/trainer+0.1.0"}})),
-    "lata-nodes2-venv": lambda: render_slurm(spec_variant(
-        "lata", resources__nodes=2, backends__slurm={"container": {"runtime": "none"}, "venv": "/shared/venvs/longhaul"})),
+    "lata-nodes2-apptainer": lambda: render_slurm(
+        spec_variant(
+            "lata",
+            resources__nodes=2,
+            backends__slurm={
+                "partition": "gpu",
+                "account": "proj",
+                "setup": ["module load cuda/12.4"],
+                "container": {
+                    "runtime": "apptainer",
+                    "image": "/shared/images/longhaul-0.1.0.sif",
+                    "binds": ["/shared/hf"],
+                },
+            },
+        )
+    ),
+    "lata-nodes2-pyxis": lambda: render_slurm(
+        spec_variant(
+            "lata",
+            resources__nodes=2,
+            backends__slurm={"container": {"runtime": "pyxis", "image": "ghcr.io/longhaul-dev/trainer+0.1.0"}},
+        )
+    ),
+    "lata-nodes2-venv": lambda: render_slurm(
+        spec_variant(
+            "lata",
+            resources__nodes=2,
+            backends__slurm={"container": {"runtime": "none"}, "venv": "/shared/venvs/longhaul"},
+        )
+    ),
     "smoke-eval-after": lambda: render_slurm(spec_variant("smoke"), stage="eval", dependency="afterok:1234"),
     "smoke-seeds": lambda: render_slurm(_smoke_with_seeds([7, 8])),
 }

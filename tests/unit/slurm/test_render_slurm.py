@@ -55,8 +55,9 @@ def test_every_spec_renders_valid_bash(spec: Path, tmp_path: Path) -> None:
     assert d["signal"] == f"B:USR1@{exp.spec.backends.slurm.signal_lead_s}"
     assert d["time"] == exp.spec.resources.time_limit
     assert d["nodes"] == str(exp.spec.resources.nodes)
-    launch = (f"longhaul launch --spec {slurm_run_dir(exp)}/experiment.yaml --backend slurm "
-              f"--run-dir {slurm_run_dir(exp)} &")
+    launch = (
+        f"longhaul launch --spec {slurm_run_dir(exp)}/experiment.yaml --backend slurm --run-dir {slurm_run_dir(exp)} &"
+    )
     assert launch in script
 
 
@@ -74,8 +75,16 @@ def test_cpu_spec_has_no_gres_and_untyped_gpus_have_no_type() -> None:
 
 
 def test_site_fields_and_no_requeue() -> None:
-    exp = _exp(spec__backends__slurm={"partition": "gpu", "account": "proj-1", "qos": "high", "requeue": False,
-                                      "container": {"runtime": "none"}, "signal_lead_s": 120})
+    exp = _exp(
+        spec__backends__slurm={
+            "partition": "gpu",
+            "account": "proj-1",
+            "qos": "high",
+            "requeue": False,
+            "container": {"runtime": "none"},
+            "signal_lead_s": 120,
+        }
+    )
     script = render_slurm(exp)
     d = sbatch_directives(script)
     assert (d["partition"], d["account"], d["qos"]) == ("gpu", "proj-1", "high")
@@ -83,8 +92,18 @@ def test_site_fields_and_no_requeue() -> None:
     assert "scontrol requeue" not in script and "requeue is off" in script
 
 
-@pytest.mark.parametrize("quantity,mib", [("512Gi", 524288), ("8Gi", 8192), ("64G", 61036), ("1Ti", 1048576),
-                                          ("1500Mi", 1500), ("1048576", 1), ("0.5Gi", 512)])
+@pytest.mark.parametrize(
+    "quantity,mib",
+    [
+        ("512Gi", 524288),
+        ("8Gi", 8192),
+        ("64G", 61036),
+        ("1Ti", 1048576),
+        ("1500Mi", 1500),
+        ("1048576", 1),
+        ("0.5Gi", 512),
+    ],
+)
 def test_memory_mib(quantity: str, mib: int) -> None:
     assert memory_mib(quantity) == mib
 
@@ -103,12 +122,20 @@ def test_stage_and_dependency() -> None:
 
 
 def test_runtime_apptainer_and_pyxis(tmp_path: Path) -> None:
-    app = render_slurm(_exp("lata", spec__backends__slurm={
-        "container": {"runtime": "apptainer", "image": "/sif/longhaul.sif", "binds": ["/data"]}}))
+    app = render_slurm(
+        _exp(
+            "lata",
+            spec__backends__slurm={
+                "container": {"runtime": "apptainer", "image": "/sif/longhaul.sif", "binds": ["/data"]}
+            },
+        )
+    )
     _bash_n(app, tmp_path)
     assert "CONTAINER=(apptainer exec --nv --containall" in app and "-B /data" in app
     assert '--env "HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-}"' in app and "/sif/longhaul.sif)" in app
-    pyx = render_slurm(_exp("lata", spec__backends__slurm={"container": {"runtime": "pyxis", "image": "nvcr.io/x/y+1"}}))
+    pyx = render_slurm(
+        _exp("lata", spec__backends__slurm={"container": {"runtime": "pyxis", "image": "nvcr.io/x/y+1"}})
+    )
     _bash_n(pyx, tmp_path)
     assert "PYXIS=(--container-image=nvcr.io/x/y+1" in pyx
     assert 'srun --overlap --nodes=1 --ntasks=1 "${PYXIS[@]}" longhaul launch' in pyx
@@ -118,8 +145,11 @@ def test_runtime_apptainer_and_pyxis(tmp_path: Path) -> None:
 
 
 def test_multi_node_ray_layout(tmp_path: Path) -> None:
-    exp = _exp("lata", spec__resources__nodes=2, spec__backends__slurm={
-        "container": {"runtime": "apptainer", "image": "/sif/l.sif"}})
+    exp = _exp(
+        "lata",
+        spec__resources__nodes=2,
+        spec__backends__slurm={"container": {"runtime": "apptainer", "image": "/sif/l.sif"}},
+    )
     script = render_slurm(exp)
     _bash_n(script, tmp_path)
     assert sbatch_directives(script)["nodes"] == "2"
@@ -144,15 +174,37 @@ def test_protocol_constant_matches_launcher() -> None:
 
 # ---------------------------------------------------------------------------------------------- hostile input
 
-HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "a;touch PWNED", "a && touch PWNED", "a|touch PWNED", "a\ntouch PWNED",
-           "a b", "'", '"', "a$HOME", "a>PWNED", "a%j"]
+HOSTILE = [
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "a;touch PWNED",
+    "a && touch PWNED",
+    "a|touch PWNED",
+    "a\ntouch PWNED",
+    "a b",
+    "'",
+    '"',
+    "a$HOME",
+    "a>PWNED",
+    "a%j",
+]
 
 
 @pytest.mark.parametrize("value", HOSTILE)
-@pytest.mark.parametrize("field", ["metadata__name", "spec__backends__slurm__partition", "spec__backends__slurm__account",
-                                   "spec__backends__slurm__qos", "spec__backends__slurm__output_dir",
-                                   "spec__backends__slurm__venv", "spec__resources__gpu_type",
-                                   "spec__resources__time_limit", "spec__backends__slurm__container__image"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "metadata__name",
+        "spec__backends__slurm__partition",
+        "spec__backends__slurm__account",
+        "spec__backends__slurm__qos",
+        "spec__backends__slurm__output_dir",
+        "spec__backends__slurm__venv",
+        "spec__resources__gpu_type",
+        "spec__resources__time_limit",
+        "spec__backends__slurm__container__image",
+    ],
+)
 def test_hostile_values_are_rejected_at_the_door(field: str, value: str) -> None:
     with pytest.raises(ValidationError):
         _exp(**{field: value})
@@ -181,13 +233,20 @@ def test_script_passes_odd_but_valid_strings_verbatim(tmp_path: Path) -> None:
     dump = tmp_path / "argv.json"
     (odd / "bin" / "longhaul").write_text(
         f"#!{sys.executable}\nimport json, os, sys\n"
-        f"json.dump({{'argv': sys.argv[1:], 'env': {{k: v for k, v in os.environ.items() if k.startswith(('LONGHAUL_', 'HF_'))}}}},"
-        f" open({str(dump)!r}, 'w'))\n")
+        f"json.dump({{'argv': sys.argv[1:], 'env': {{k: v for k, v in os.environ.items() if k.startswith(('LONGHAUL_', 'HF_'))}}}},"  # noqa: E501 - a string literal kept whole
+        f" open({str(dump)!r}, 'w'))\n"
+    )
     (odd / "bin" / "longhaul").chmod(0o755)
     out_dir = f"{tmp_path}/o=1,x+y@z-"
     marker = tmp_path / "setup-ran"
-    exp = _exp(spec__backends__slurm={"container": {"runtime": "none"}, "venv": str(odd), "output_dir": out_dir,
-                                      "setup": [f"echo ok > {marker}"]})
+    exp = _exp(
+        spec__backends__slurm={
+            "container": {"runtime": "none"},
+            "venv": str(odd),
+            "output_dir": out_dir,
+            "setup": [f"echo ok > {marker}"],
+        }
+    )
     script = tmp_path / "job.sbatch"
     script.write_text(render_slurm(exp))
     env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "7", "SLURM_SUBMIT_DIR": str(tmp_path), "HOME": str(tmp_path)}

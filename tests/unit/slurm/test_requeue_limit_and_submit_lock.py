@@ -69,18 +69,25 @@ def _run_script(tmp_path: Path, exp: Experiment, restart: int) -> tuple[subproce
     Path(slurm_run_dir(exp)).mkdir(parents=True, exist_ok=True)
     script = tmp_path / "job.sbatch"
     script.write_text(render_slurm(exp))
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), "SLURM_SUBMIT_DIR": str(tmp_path),
-           "SLURM_JOB_ID": "600", "SLURM_RESTART_COUNT": str(restart)}
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SLURM_JOB_ID": "600",
+        "SLURM_RESTART_COUNT": str(restart),
+    }
     proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     return proc, calls.read_text() if calls.is_file() else ""
 
 
 #: A launcher that asks its batch shell for the pre-limit signal; the trap forwards it back; it "saves", exits 75.
-SAVE_AND_REQUEUE = ("import os, signal, sys, time\n"
-                    "open(os.environ['LONGHAUL_RUN_DIR'] + '/ran', 'a').write('x')\n"
-                    "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(75))\n"
-                    "os.kill(os.getppid(), signal.SIGUSR1)\n"
-                    "time.sleep(30)\nsys.exit(1)\n")
+SAVE_AND_REQUEUE = (
+    "import os, signal, sys, time\n"
+    "open(os.environ['LONGHAUL_RUN_DIR'] + '/ran', 'a').write('x')\n"
+    "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(75))\n"
+    "os.kill(os.getppid(), signal.SIGUSR1)\n"
+    "time.sleep(30)\nsys.exit(1)\n"
+)
 
 
 def test_own_requeue_stops_at_the_limit(tmp_path: Path) -> None:
@@ -91,8 +98,10 @@ def test_own_requeue_stops_at_the_limit(tmp_path: Path) -> None:
         assert proc.returncode == 0 and calls == "requeue 600\n", proc.stderr
     proc, calls = _run_script(tmp_path, exp, 2)
     assert proc.returncode == EXIT_REQUEUE_LIMIT and calls == "", proc.stderr
-    assert ("checkpoint saved; requeue limit reached: job 600 was already requeued 2 times "
-            "(spec.backends.slurm.max_requeues=2); not requeueing") in proc.stderr
+    assert (
+        "checkpoint saved; requeue limit reached: job 600 was already requeued 2 times "
+        "(spec.backends.slurm.max_requeues=2); not requeueing"
+    ) in proc.stderr
     assert (tmp_path / "runs" / run_name(exp) / "ran").read_text() == "xxx"  # the launcher ran (and saved) each time
     # Unlimited: requeues whatever the count.
     exp = _exp(max_requeues=None, venv=str(venv), output_dir=str(tmp_path / "runs"))
@@ -105,8 +114,10 @@ def test_requeued_past_the_limit_stops_before_running(tmp_path: Path) -> None:
     exp = _exp(max_requeues=1, venv=str(venv), output_dir=str(tmp_path / "runs"))
     proc, calls = _run_script(tmp_path, exp, 2)  # e.g. `scontrol requeue` twice from outside
     assert proc.returncode == EXIT_REQUEUE_LIMIT and calls == "", proc.stderr
-    assert ("requeue limit reached: job 600 was requeued 2 times, more than spec.backends.slurm.max_requeues=1; "
-            "stopping with exit code 79 without running") in proc.stderr
+    assert (
+        "requeue limit reached: job 600 was requeued 2 times, more than spec.backends.slurm.max_requeues=1; "
+        "stopping with exit code 79 without running"
+    ) in proc.stderr
     assert not (tmp_path / "runs" / run_name(exp) / "ran").exists()
     proc, calls = _run_script(tmp_path, exp, 1)  # at the limit: runs, saves, and does not requeue
     assert proc.returncode == EXIT_REQUEUE_LIMIT and calls == "" and "not requeueing" in proc.stderr
@@ -144,8 +155,10 @@ class FakeSlurm:
             job = argv[-1]
             array, _, task = job.partition("_")
             if array in self.jobs:
-                line = (f"JobId={array} ArrayJobId={array} ArrayTaskId={task} JobName=x JobState=RUNNING "
-                        "Reason=None Requeue=1 Restarts=0 ExitCode=0:0")
+                line = (
+                    f"JobId={array} ArrayJobId={array} ArrayTaskId={task} JobName=x JobState=RUNNING "
+                    "Reason=None Requeue=1 Restarts=0 ExitCode=0:0"
+                )
                 return subprocess.CompletedProcess(argv, 0, line + "\n", "")
             return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Invalid job id specified")
         return subprocess.CompletedProcess(argv, 1, "", "")
@@ -182,8 +195,9 @@ def test_concurrent_submits_make_one_job(tmp_path: Path, slurm_on_path: None, se
     expected = "is still queued or running" if seeds else "already has job 700 (RUNNING)"
     assert all(expected in str(e) for e in errors), errors
     lock = tmp_path / slurm_run_dir(exp) / LOCK_FILE  # an array: the group's directory
-    assert lock.is_file() and (not seeds or all(not (tmp_path / slurm_run_dir(r) / LOCK_FILE).exists()
-                                                 for r in seed_runs(exp)))
+    assert lock.is_file() and (
+        not seeds or all(not (tmp_path / slurm_run_dir(r) / LOCK_FILE).exists() for r in seed_runs(exp))
+    )
 
 
 def test_a_held_lock_times_out_naming_its_holder(tmp_path: Path) -> None:
@@ -191,8 +205,11 @@ def test_a_held_lock_times_out_naming_its_holder(tmp_path: Path) -> None:
     with submit_lock(run_dir, "run r"):
         assert f"pid {os.getpid()} on " in (run_dir / LOCK_FILE).read_text()
         t0 = time.monotonic()
-        with pytest.raises(SlurmError, match=rf"run r: another `longhaul submit` \(pid {os.getpid()} on .*\) has held "
-                                             r".*\.submit\.lock for more than 0 s; nothing was submitted"):
+        with pytest.raises(
+            SlurmError,
+            match=rf"run r: another `longhaul submit` \(pid {os.getpid()} on .*\) has held "
+            r".*\.submit\.lock for more than 0 s; nothing was submitted",
+        ):
             with submit_lock(run_dir, "run r", timeout_s=0.2):
                 pass
         assert time.monotonic() - t0 < 5
@@ -225,21 +242,28 @@ def test_unknown_state_of_the_recorded_job_refuses(tmp_path: Path, slurm_on_path
 # ------------------------------------------------------------------------------------------------- status
 
 
-@pytest.mark.parametrize("restarts,exit_code,limit,reason", [
-    ("2", "79:0", 1, "requeue limit reached after 2 requeues (spec.backends.slurm.max_requeues=1)"),
-    ("0", "79:0", None, "requeue limit reached (spec.backends.slurm.max_requeues)"),
-    ("1", "3:0", 1, "NonZeroExitCode"),
-])
-def test_status_says_the_requeue_limit_stopped_the_job(tmp_path: Path, slurm_on_path: None, restarts: str,
-                                                       exit_code: str, limit: int | None, reason: str) -> None:
+@pytest.mark.parametrize(
+    "restarts,exit_code,limit,reason",
+    [
+        ("2", "79:0", 1, "requeue limit reached after 2 requeues (spec.backends.slurm.max_requeues=1)"),
+        ("0", "79:0", None, "requeue limit reached (spec.backends.slurm.max_requeues)"),
+        ("1", "3:0", 1, "NonZeroExitCode"),
+    ],
+)
+def test_status_says_the_requeue_limit_stopped_the_job(
+    tmp_path: Path, slurm_on_path: None, restarts: str, exit_code: str, limit: int | None, reason: str
+) -> None:
     venv = fake_venv(tmp_path, "")
     exp = _exp(max_requeues=limit)
-    res = submit_run(exp, submit_dir=tmp_path, environ={**os.environ, "LONGHAUL_VENV": str(venv)},
-                     runner=FakeSlurm(sbatch_s=0))
+    res = submit_run(
+        exp, submit_dir=tmp_path, environ={**os.environ, "LONGHAUL_VENV": str(venv)}, runner=FakeSlurm(sbatch_s=0)
+    )
 
     def finished(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
-        line = (f"JobId=700 JobName=x JobState=FAILED Reason=NonZeroExitCode Requeue=1 Restarts={restarts} "
-                f"ExitCode={exit_code}")
+        line = (
+            f"JobId=700 JobName=x JobState=FAILED Reason=NonZeroExitCode Requeue=1 Restarts={restarts} "
+            f"ExitCode={exit_code}"
+        )
         return subprocess.CompletedProcess(argv, 0, line + "\n", "")
 
     job = fetch_status(res.run_dir, runner=finished)["job"]

@@ -101,12 +101,16 @@ def test_each_task_runs_its_seed_run_with_values_passed_verbatim(tmp_path: Path)
     the output directory reach argv unchanged), and an index without a seed stops before anything runs."""
     dump = tmp_path / "dump"
     dump.mkdir()
-    venv = fake_venv(tmp_path, (
-        "import json, os, sys, yaml\n"
-        "spec = yaml.safe_load(open(sys.argv[sys.argv.index('--spec') + 1]))\n"
-        f"json.dump({{'argv': sys.argv[1:], 'seed': spec['spec']['algorithm']['seed'],"
-        " 'env': {k: v for k, v in os.environ.items() if k.startswith('LONGHAUL_')}},"
-        f" open(os.path.join({str(dump)!r}, os.environ['SLURM_ARRAY_TASK_ID'] + '.json'), 'w'))\n"))
+    venv = fake_venv(
+        tmp_path,
+        (
+            "import json, os, sys, yaml\n"
+            "spec = yaml.safe_load(open(sys.argv[sys.argv.index('--spec') + 1]))\n"
+            f"json.dump({{'argv': sys.argv[1:], 'seed': spec['spec']['algorithm']['seed'],"
+            " 'env': {k: v for k, v in os.environ.items() if k.startswith('LONGHAUL_')}},"
+            f" open(os.path.join({str(dump)!r}, os.environ['SLURM_ARRAY_TASK_ID'] + '.json'), 'w'))\n"
+        ),
+    )
     out_dir = f"{tmp_path}/o=1,x+y@z-"
     exp = _exp([7, 8], venv=str(venv), output_dir=out_dir)
     runs = seed_runs(exp)
@@ -116,17 +120,30 @@ def test_each_task_runs_its_seed_run_with_values_passed_verbatim(tmp_path: Path)
     script = tmp_path / "job.sbatch"
     script.write_text(render_slurm(exp))
     for task, (r, seed) in enumerate(zip(runs, (7, 8), strict=True)):
-        proc = _bash(script, tmp_path, SLURM_JOB_ID=str(500 + task), SLURM_ARRAY_JOB_ID="500",
-                     SLURM_ARRAY_TASK_ID=str(task))
+        proc = _bash(
+            script, tmp_path, SLURM_JOB_ID=str(500 + task), SLURM_ARRAY_JOB_ID="500", SLURM_ARRAY_TASK_ID=str(task)
+        )
         assert proc.returncode == 0, proc.stderr
         got = json.loads((dump / f"{task}.json").read_text())
         run_dir = slurm_run_dir(r)
         assert run_dir == f"{out_dir}/{run_name(exp)}-s{seed}"
-        assert got["argv"] == ["launch", "--spec", f"{run_dir}/experiment.yaml", "--backend", "slurm",
-                               "--run-dir", run_dir]
+        assert got["argv"] == [
+            "launch",
+            "--spec",
+            f"{run_dir}/experiment.yaml",
+            "--backend",
+            "slurm",
+            "--run-dir",
+            run_dir,
+        ]
         assert got["seed"] == seed
-        assert got["env"] == {**got["env"], "LONGHAUL_RUN_NAME": run_name(r), "LONGHAUL_RUN_DIR": run_dir,
-                              "LONGHAUL_SPEC": f"{run_dir}/experiment.yaml", "LONGHAUL_JOB_ID": f"500_{task}"}
+        assert got["env"] == {
+            **got["env"],
+            "LONGHAUL_RUN_NAME": run_name(r),
+            "LONGHAUL_RUN_DIR": run_dir,
+            "LONGHAUL_SPEC": f"{run_dir}/experiment.yaml",
+            "LONGHAUL_JOB_ID": f"500_{task}",
+        }
         assert Path(run_dir, TASK_JOB_ID_FILE).read_text() == f"{500 + task}\n"
         assert f"array task {task}: training seed {seed}, run {run_name(r)} in {run_dir}" in proc.stderr
         assert f"longhaul: job 500_{task} restart 0" in proc.stderr and f"--run-dir {run_dir}" in proc.stderr
@@ -146,11 +163,15 @@ def test_checkpoint_signal_requeues_this_task_only(tmp_path: Path, array: bool) 
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
     (bin_dir / "scontrol").chmod(0o755)
     # The launcher asks its batch shell for the pre-limit signal, which the trap forwards back to it.
-    venv = fake_venv(tmp_path, (
-        "import os, signal, sys, time\n"
-        "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(75))\n"
-        "os.kill(os.getppid(), signal.SIGUSR1)\n"
-        "time.sleep(30)\nsys.exit(1)\n"))
+    venv = fake_venv(
+        tmp_path,
+        (
+            "import os, signal, sys, time\n"
+            "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(75))\n"
+            "os.kill(os.getppid(), signal.SIGUSR1)\n"
+            "time.sleep(30)\nsys.exit(1)\n"
+        ),
+    )
     exp = _exp([7, 8], venv=str(venv), output_dir=str(tmp_path / "runs"))
     if not array:
         exp = seed_runs(exp)[1]  # a seed run alone is a plain single-run script
@@ -158,8 +179,13 @@ def test_checkpoint_signal_requeues_this_task_only(tmp_path: Path, array: bool) 
         Path(slurm_run_dir(r)).mkdir(parents=True)
     script = tmp_path / "job.sbatch"
     script.write_text(render_slurm(exp))
-    proc = _bash(script, tmp_path, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID="600",
-                 **({"SLURM_ARRAY_JOB_ID": "599", "SLURM_ARRAY_TASK_ID": "1"} if array else {}))
+    proc = _bash(
+        script,
+        tmp_path,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        SLURM_JOB_ID="600",
+        **({"SLURM_ARRAY_JOB_ID": "599", "SLURM_ARRAY_TASK_ID": "1"} if array else {}),
+    )
     assert proc.returncode == 0, proc.stderr
     assert calls.read_text() == ("requeue 599_1\n" if array else "requeue 600\n")
     assert f"requeueing job {'599_1' if array else '600'}" in proc.stderr
@@ -183,13 +209,17 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (state / "bin").mkdir(parents=True)
     progs = {
         "sbatch": f'echo "sbatch $*" >> {state}/calls\ncat {state}/next_id\n',
-        "scontrol": (f'echo "scontrol $*" >> {state}/calls\nid="$4"\n'
-                     f'if [ -f "{state}/$id.scontrol" ]; then cat "{state}/$id.scontrol"; exit 0; fi\n'
-                     'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1\n'),
+        "scontrol": (
+            f'echo "scontrol $*" >> {state}/calls\nid="$4"\n'
+            f'if [ -f "{state}/$id.scontrol" ]; then cat "{state}/$id.scontrol"; exit 0; fi\n'
+            'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1\n'
+        ),
         "squeue": f'echo "squeue $*" >> {state}/calls\nexit 1\n',
-        "sacct": (f'echo "sacct $*" >> {state}/calls\n'
-                  'case "$1" in -X) echo "Slurm accounting storage is disabled" >&2; exit 1;; esac\n'
-                  f'id="$5"; [ -f "{state}/$id.sacct" ] && cat "{state}/$id.sacct"; exit 0\n'),
+        "sacct": (
+            f'echo "sacct $*" >> {state}/calls\n'
+            'case "$1" in -X) echo "Slurm accounting storage is disabled" >&2; exit 1;; esac\n'
+            f'id="$5"; [ -f "{state}/$id.sacct" ] && cat "{state}/$id.sacct"; exit 0\n'
+        ),
     }
     for name, body in progs.items():
         (state / "bin" / name).write_text(f"#!/bin/sh\n{body}")
@@ -201,8 +231,10 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _scontrol_line(job: str, state: str, raw: str | None = None) -> str:
     array, _, task = job.partition("_")
-    return (f"JobId={raw or array} ArrayJobId={array} ArrayTaskId={task} JobName=x JobState={state} Reason=None "
-            "Requeue=1 Restarts=0 ExitCode=0:0 RunTime=00:00:05 TimeLimit=00:30:00 StdOut=/x.out\n")
+    return (
+        f"JobId={raw or array} ArrayJobId={array} ArrayTaskId={task} JobName=x JobState={state} Reason=None "
+        "Requeue=1 Restarts=0 ExitCode=0:0 RunTime=00:00:05 TimeLimit=00:30:00 StdOut=/x.out\n"
+    )
 
 
 def _submit(exp: Experiment, cwd: Path, venv: Path):
@@ -227,9 +259,18 @@ def test_submit_prepares_every_seed_run_and_submits_once(tmp_path: Path, fake_sl
         mounted = load_spec(run_dir / "experiment.yaml")
         assert mounted.spec.algorithm.seed == seed and run_name(mounted) == run_dir.name
         rec = json.loads((run_dir / "submit.json").read_text())
-        assert rec == {**rec, "backend": "slurm", "run_name": run_dir.name, "job_id": f"4242_{i}",
-                       "history": [f"4242_{i}"], "seed": seed, "seed_group": group, "array_job_id": "4242",
-                       "array_task": i, "log": str(tmp_path / "runs" / group / f"slurm-4242_{i}.out")}
+        assert rec == {
+            **rec,
+            "backend": "slurm",
+            "run_name": run_dir.name,
+            "job_id": f"4242_{i}",
+            "history": [f"4242_{i}"],
+            "seed": seed,
+            "seed_group": group,
+            "array_job_id": "4242",
+            "array_task": i,
+            "log": str(tmp_path / "runs" / group / f"slurm-4242_{i}.out"),
+        }
         assert (run_dir / rec["script"]).resolve() == Path(res.script_path)
         assert not list(run_dir.glob("*.sbatch"))
     assert f"{group}-s7 (task 0), {group}-s8 (task 1)" in res.message
@@ -289,8 +330,9 @@ def _cli(*args: str) -> tuple[int, str, str]:
     return res.exit_code, res.stdout, res.stderr
 
 
-def test_cli_status_lists_seed_runs_and_logs_asks_for_one(tmp_path: Path, fake_slurm: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_status_lists_seed_runs_and_logs_asks_for_one(
+    tmp_path: Path, fake_slurm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     spec = tmp_path / "seeds.yaml"
     spec.write_text(_seeds_spec([7, 8, 9]))

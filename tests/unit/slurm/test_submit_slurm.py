@@ -39,12 +39,23 @@ def test_reason_with_spaces_is_kept_whole() -> None:
     assert kv["Reason"] == "launch failed requeued held" and kv["Dependency"] == "(null)"
 
 
-@pytest.mark.parametrize("state,phase,terminal", [
-    ("PENDING", "Pending", False), ("RUNNING", "Running", False), ("COMPLETING", "Running", False),
-    ("REQUEUED", "Pending", False), ("COMPLETED", "Succeeded", True), ("FAILED", "Failed", True),
-    ("TIMEOUT", "Failed", True), ("CANCELLED", "Failed", True), ("CANCELLED by 0", "Failed", True),
-    ("OUT_OF_MEMORY", "Failed", True), ("NODE_FAIL", "Failed", True), ("FOO", "Unknown", False),
-])
+@pytest.mark.parametrize(
+    "state,phase,terminal",
+    [
+        ("PENDING", "Pending", False),
+        ("RUNNING", "Running", False),
+        ("COMPLETING", "Running", False),
+        ("REQUEUED", "Pending", False),
+        ("COMPLETED", "Succeeded", True),
+        ("FAILED", "Failed", True),
+        ("TIMEOUT", "Failed", True),
+        ("CANCELLED", "Failed", True),
+        ("CANCELLED by 0", "Failed", True),
+        ("OUT_OF_MEMORY", "Failed", True),
+        ("NODE_FAIL", "Failed", True),
+        ("FOO", "Unknown", False),
+    ],
+)
 def test_phase_of(state: str, phase: str, terminal: bool) -> None:
     assert phase_of(state) == (phase, terminal)
 

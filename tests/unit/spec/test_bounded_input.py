@@ -49,10 +49,13 @@ def _refuse(path: Path) -> tuple[str, float, int]:
     return str(first.value), seconds, peak
 
 
-@pytest.mark.parametrize(("name", "text", "line", "needle"), [
-    ("recursive.yaml", RECURSIVE_ALIAS, 4, "spec: YAML anchors are not allowed (got '&a')"),
-    ("laughs.yaml", _billion_laughs(), 4, "a0: YAML anchors are not allowed (got '&a0')"),
-])
+@pytest.mark.parametrize(
+    ("name", "text", "line", "needle"),
+    [
+        ("recursive.yaml", RECURSIVE_ALIAS, 4, "spec: YAML anchors are not allowed (got '&a')"),
+        ("laughs.yaml", _billion_laughs(), 4, "a0: YAML anchors are not allowed (got '&a0')"),
+    ],
+)
 def test_alias_bombs_are_refused_fast_in_one_line(tmp_path: Path, name: str, text: str, line: int, needle: str) -> None:
     path = tmp_path / name
     path.write_text(text)
@@ -86,27 +89,36 @@ def test_launcher_revalidation_refuses_an_alias_bomb(tmp_path: Path) -> None:
     assert f"{path}:4 a0: YAML anchors are not allowed" in echo.getvalue()
 
 
-@pytest.mark.parametrize(("text", "line", "path", "needle"), [
-    # an alias without its anchor, and a merge key (needs an alias)
-    (HEAD + "spec: *nowhere\n", 4, "spec", "YAML aliases are not allowed (got '*nowhere')"),
-    (HEAD + "base: &b {seed: 1}\nspec:\n  algorithm: {<<: *b}\n", 4, "base", "anchors are not allowed"),
-    # block nesting past 32 levels: refused with the field path, before the 33rd level is built
-    (HEAD + "spec:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 40)) + "  " * 40 + "v: 1\n", 35,
-     "spec.k1.k2", "nested deeper than the 32 levels allowed in an Experiment spec"),
-    # flow nesting: refused by the scanner (its look-ahead would be quadratic in the depth)
-    (HEAD + "spec: " + "[" * 30_000 + "]" * 30_000 + "\n", 4, "", "nested deeper than the 32 levels"),
-    (HEAD + "spec: " + "{a: " * 10_000 + "}" * 10_000 + "\n", 4, "spec.a.a.a", "nested deeper than the 32 levels"),
-    # nested explicit keys do not lengthen the field path, but count as depth
-    (HEAD + "spec:\n  " + "? " * 3_000 + "a\n", 5, "spec", "nested deeper than the 32 levels"),
-    # an integer Python refuses to convert (over 4,300 digits) is a one-line problem, not a ValueError
-    (HEAD + "spec: {seed: " + "9" * 5_000 + "}\n", 4, "spec.seed", "value cannot be read as int"),
-    # too many nodes: counted while composing, refused at node 5,001
-    (HEAD + "spec:\n  x: [" + ",".join(["1"] * 20_000) + "]\n", 5, "spec.x[4987]", "more than 5,000 YAML nodes"),
-    (HEAD + "spec:\n  x:\n" + "  - 1\n" * 9_000, 4993, "spec.x[4987]", "more than 5,000 YAML nodes"),
-    # thousands of documents: refused at the second
-    (HEAD + "---\n" * 10_000, 4, "", "expected one YAML document, found a second one"),
-])
-def test_deep_wide_and_multi_document_specs_refused(tmp_path: Path, text: str, line: int, path: str, needle: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "line", "path", "needle"),
+    [
+        # an alias without its anchor, and a merge key (needs an alias)
+        (HEAD + "spec: *nowhere\n", 4, "spec", "YAML aliases are not allowed (got '*nowhere')"),
+        (HEAD + "base: &b {seed: 1}\nspec:\n  algorithm: {<<: *b}\n", 4, "base", "anchors are not allowed"),
+        # block nesting past 32 levels: refused with the field path, before the 33rd level is built
+        (
+            HEAD + "spec:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 40)) + "  " * 40 + "v: 1\n",
+            35,
+            "spec.k1.k2",
+            "nested deeper than the 32 levels allowed in an Experiment spec",
+        ),
+        # flow nesting: refused by the scanner (its look-ahead would be quadratic in the depth)
+        (HEAD + "spec: " + "[" * 30_000 + "]" * 30_000 + "\n", 4, "", "nested deeper than the 32 levels"),
+        (HEAD + "spec: " + "{a: " * 10_000 + "}" * 10_000 + "\n", 4, "spec.a.a.a", "nested deeper than the 32 levels"),
+        # nested explicit keys do not lengthen the field path, but count as depth
+        (HEAD + "spec:\n  " + "? " * 3_000 + "a\n", 5, "spec", "nested deeper than the 32 levels"),
+        # an integer Python refuses to convert (over 4,300 digits) is a one-line problem, not a ValueError
+        (HEAD + "spec: {seed: " + "9" * 5_000 + "}\n", 4, "spec.seed", "value cannot be read as int"),
+        # too many nodes: counted while composing, refused at node 5,001
+        (HEAD + "spec:\n  x: [" + ",".join(["1"] * 20_000) + "]\n", 5, "spec.x[4987]", "more than 5,000 YAML nodes"),
+        (HEAD + "spec:\n  x:\n" + "  - 1\n" * 9_000, 4993, "spec.x[4987]", "more than 5,000 YAML nodes"),
+        # thousands of documents: refused at the second
+        (HEAD + "---\n" * 10_000, 4, "", "expected one YAML document, found a second one"),
+    ],
+)
+def test_deep_wide_and_multi_document_specs_refused(
+    tmp_path: Path, text: str, line: int, path: str, needle: str
+) -> None:
     f = tmp_path / "hostile.yaml"
     f.write_text(text)
     msg, seconds, peak = _refuse(f)
@@ -140,8 +152,12 @@ def test_operator_bodies_are_bounded_before_they_are_copied() -> None:
     deep: dict = {"v": 1}
     for _ in range(5_000):  # deeper than copy.deepcopy or pydantic could recurse
         deep = {"a": deep}
-    body = {"apiVersion": "longhaul.dev/v1alpha1", "kind": "Experiment",
-            "metadata": {"name": "x", "namespace": "team"}, "spec": deep}
+    body = {
+        "apiVersion": "longhaul.dev/v1alpha1",
+        "kind": "Experiment",
+        "metadata": {"name": "x", "namespace": "team"},
+        "spec": deep,
+    }
     msg = validate_body(body)
     assert isinstance(msg, str) and msg.startswith("team/x spec.a.a") and "nested deeper than the 32 levels" in msg
     wide = dict(body, spec={"environment": {"split": {"preset": "explicit", "train": list(range(6_000))}}})

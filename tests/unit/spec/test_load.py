@@ -41,7 +41,11 @@ def test_run_name_is_deterministic_and_ignores_annotations() -> None:
 
 
 def test_kubernetes_qualified_names_accepted() -> None:
-    doc = _set(BASE, "spec.backends.kubernetes.tolerations", [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    doc = _set(
+        BASE,
+        "spec.backends.kubernetes.tolerations",
+        [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    )
     doc = _set(doc, "spec.backends.kubernetes.node_selector", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
     exp = parse_spec_text(yaml.safe_dump(doc))
     assert exp.spec.backends.kubernetes.tolerations[0].key == "nvidia.com/gpu"
@@ -90,7 +94,12 @@ BAD_CASES: list[tuple[str, Any, str, str]] = [
     ("spec.algorithm.discount_unit", "turns", "spec.algorithm.discount_unit", "did you mean 'turn'"),
     ("spec.user_simulator.tensor_parallel_size", 4, "spec.user_simulator.tensor_parallel_size", "exceeds"),
     ("spec.user_simulator.gpu_memory_utilization", 0.6, "spec.user_simulator.gpu_memory_utilization", "above 0.90"),
-    ("spec.user_simulator.gpu_memory_utilization", 1.5, "spec.user_simulator.gpu_memory_utilization", "less than or equal to 1"),
+    (
+        "spec.user_simulator.gpu_memory_utilization",
+        1.5,
+        "spec.user_simulator.gpu_memory_utilization",
+        "less than or equal to 1",
+    ),
     ("spec.user_simulator.placement", "external", "spec.user_simulator.url", "needs `url`"),
     ("spec.user_simulator.url", "http://sim:8001/v1", "spec.user_simulator.url", "placement: external"),
     ("spec.policy.rollout.tensor_parallel_size", 3, "spec.policy.rollout.tensor_parallel_size", "exceeds"),
@@ -106,7 +115,12 @@ BAD_CASES: list[tuple[str, Any, str, str]] = [
     ("spec.reward.process", "prm", "spec.reward.process", "valid"),
     ("spec.reward.credit", "step", "spec.reward.credit", "valid"),
     ("spec.reward.rules", {"placeholdr": {"weight": 1}}, "spec.reward.rules.placeholdr", "did you mean 'placeholder'"),
-    ("spec.reward.rules", {"redundancy": {"wieght": 1}}, "spec.reward.rules.redundancy.wieght", "did you mean 'weight'"),
+    (
+        "spec.reward.rules",
+        {"redundancy": {"wieght": 1}},
+        "spec.reward.rules.redundancy.wieght",
+        "did you mean 'weight'",
+    ),
     ("spec.reward.rules", {"redundancy": {"enabled": 3}}, "spec.reward.rules.redundancy.enabled", "boolean"),
     ("spec.evaluation.k", [1, 16], "spec.evaluation.samples_per_task", "max k"),
     ("spec.evaluation.select_on", "test", "spec.evaluation.select_on", "must not be 'test'"),
@@ -119,23 +133,50 @@ BAD_CASES: list[tuple[str, Any, str, str]] = [
     ("spec.resources.time_limit", "3 days", "spec.resources.time_limit", "not allowed"),
     ("spec.resources.memory", "512GB", "spec.resources.memory", "not allowed"),
     ("spec.resources.gpus_per_node", 0, "spec.policy.lora.rank", "does not take LoRA adapters"),
-    ("spec.algorithm.ppo_micro_batch_size_per_gpu", 3, "spec.algorithm.ppo_micro_batch_size_per_gpu", "micro-batches of 3"),
+    (
+        "spec.algorithm.ppo_micro_batch_size_per_gpu",
+        3,
+        "spec.algorithm.ppo_micro_batch_size_per_gpu",
+        "micro-batches of 3",
+    ),
     ("spec.backends.slurm.partition", "gpu; rm -rf /", "spec.backends.slurm.partition", "not allowed"),
     ("spec.backends.slurm.account", "$(whoami)", "spec.backends.slurm.account", "not allowed"),
     ("spec.backends.slurm.output_dir", "runs/`id`", "spec.backends.slurm.output_dir", "not allowed"),
-    ("spec.backends.slurm.setup", ["module load cuda", "echo ok\nrm -rf /"], "spec.backends.slurm.setup[1]", "control characters"),
+    (
+        "spec.backends.slurm.setup",
+        ["module load cuda", "echo ok\nrm -rf /"],
+        "spec.backends.slurm.setup[1]",
+        "control characters",
+    ),
     ("spec.backends.slurm.setup", ["#SBATCH --exclusive"], "spec.backends.slurm.setup[0]", "#SBATCH"),
     ("spec.backends.slurm.container.runtime", "docker", "spec.backends.slurm.container.runtime", "valid"),
     ("spec.backends.slurm.container.image", "/img.sif && reboot", "spec.backends.slurm.container.image", "not allowed"),
     ("spec.backends.kubernetes.image", "Evil Image:latest", "spec.backends.kubernetes.image", "not allowed"),
     ("spec.backends.kubernetes.namespace", "Prod_NS", "spec.backends.kubernetes.namespace", "not allowed"),
-    ("spec.backends.kubernetes.node_selector", {"gpu": "a b"}, "spec.backends.kubernetes.node_selector.gpu", "not allowed"),
-    ("spec.backends.kubernetes.node_selector", {"bad key;": "x"}, "spec.backends.kubernetes.node_selector.bad key;", "not allowed"),
-    ("spec.backends.kubernetes.tolerations", [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "Evil"}], "spec.backends.kubernetes.tolerations[0].effect", "valid"),
+    (
+        "spec.backends.kubernetes.node_selector",
+        {"gpu": "a b"},
+        "spec.backends.kubernetes.node_selector.gpu",
+        "not allowed",
+    ),
+    (
+        "spec.backends.kubernetes.node_selector",
+        {"bad key;": "x"},
+        "spec.backends.kubernetes.node_selector.bad key;",
+        "not allowed",
+    ),
+    (
+        "spec.backends.kubernetes.tolerations",
+        [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "Evil"}],
+        "spec.backends.kubernetes.tolerations[0].effect",
+        "valid",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("path", "value", "where", "fragment"), BAD_CASES, ids=[c[0] + ":" + str(i) for i, c in enumerate(BAD_CASES)])
+@pytest.mark.parametrize(
+    ("path", "value", "where", "fragment"), BAD_CASES, ids=[c[0] + ":" + str(i) for i, c in enumerate(BAD_CASES)]
+)
 def test_bad_spec_rejected_with_field_path(tmp_path: Path, path: str, value: Any, where: str, fragment: str) -> None:
     spec_file = tmp_path / "bad.yaml"
     spec_file.write_text(yaml.safe_dump(_set(BASE, path, value), sort_keys=False))
@@ -151,12 +192,18 @@ def test_bad_spec_rejected_with_field_path(tmp_path: Path, path: str, value: Any
 
 
 RAW_CASES = [
-    ("apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: a}\nspec: !!python/object/apply:os.system ['id']\n", "tags"),
+    (
+        "apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: a}\nspec: !!python/object/apply:os.system ['id']\n",  # noqa: E501 - a string literal kept whole
+        "tags",
+    ),
     ("apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata:\n  name: a\n  name: b\n", "duplicate key"),
     ("apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: a\n", "invalid YAML"),
     ("- just\n- a list\n", "must be a mapping"),
     ("", "empty document"),
-    ("apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: a}\n---\napiVersion: x\n", "one YAML document"),
+    (
+        "apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: a}\n---\napiVersion: x\n",
+        "one YAML document",
+    ),
 ]
 
 
@@ -180,7 +227,9 @@ def test_line_numbers_point_at_the_field(tmp_path: Path) -> None:
 
 
 def test_every_problem_reported_at_once(tmp_path: Path) -> None:
-    doc = _set(_set(_set(BASE, "spec.algorithm.advantage", "x"), "spec.environment.max_turns", -1), "metadata.name", "A")
+    doc = _set(
+        _set(_set(BASE, "spec.algorithm.advantage", "x"), "spec.environment.max_turns", -1), "metadata.name", "A"
+    )
     f = tmp_path / "multi.yaml"
     f.write_text(yaml.safe_dump(doc))
     with pytest.raises(SpecError) as info:

@@ -53,15 +53,20 @@ def _problem(tmp_path: Path, text: str, path: str) -> str:
 def test_thinking_family_is_read_from_the_model_name() -> None:
     for name in ("Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B", "qwen/qwen3-0.6b", "longhaul/tiny-qwen3-policy"):
         assert model_thinks(name), name
-    for name in ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen3-4B-Thinking-2507",
-                 "Qwen/Qwen3.5-9B", "longhaul/tiny-qwen2-policy", "meta-llama/Llama-3.1-8B-Instruct"):
+    for name in (
+        "Qwen/Qwen2.5-7B-Instruct",
+        "Qwen/Qwen3-4B-Instruct-2507",
+        "Qwen/Qwen3-4B-Thinking-2507",
+        "Qwen/Qwen3.5-9B",
+        "longhaul/tiny-qwen2-policy",
+        "meta-llama/Llama-3.1-8B-Instruct",
+    ):
         assert not model_thinks(name), name
 
 
 def test_a_model_without_thinking_refuses_keep_and_strip(tmp_path: Path) -> None:
     for mode in ("keep", "strip"):
-        msg = _problem(tmp_path, _spec(mode, model="Qwen/Qwen2.5-7B-Instruct", stages=["eval"]),
-                       "spec.policy.thinking")
+        msg = _problem(tmp_path, _spec(mode, model="Qwen/Qwen2.5-7B-Instruct", stages=["eval"]), "spec.policy.thinking")
         assert f"'{mode}' needs a Qwen3 hybrid-thinking policy" in msg and "use thinking: disabled" in msg
     exp = parse_spec_text(_spec("disabled", model="Qwen/Qwen2.5-7B-Instruct"))
     assert chat_template_kwargs(exp.spec.policy) == {} and chat_template_override(exp.spec.policy) is None
@@ -91,10 +96,13 @@ def test_every_shipped_spec_without_a_thinking_model_renders_as_before() -> None
 
 
 @pytest.mark.verl
-@pytest.mark.parametrize("mode, kwargs", [
-    ("disabled", {"enable_thinking": False, "preserve_thinking": True}),
-    ("keep", {"enable_thinking": True, "preserve_thinking": True}),
-])
+@pytest.mark.parametrize(
+    "mode, kwargs",
+    [
+        ("disabled", {"enable_thinking": False, "preserve_thinking": True}),
+        ("keep", {"enable_thinking": True, "preserve_thinking": True}),
+    ],
+)
 def test_template_and_kwargs_reach_verl_and_the_policy_server(mode: str, kwargs: dict) -> None:
     """veRL's own Hydra composition receives longhaul's template byte for byte (Hydra keeps the template's
     backslashes) and the keyword arguments as booleans; the policy server gets the same template and kwargs."""

@@ -43,7 +43,9 @@ def test_build_reuse_force_and_determinism(tmp_path):
     assert res.exit_code == 0 and json.loads(res.stdout)["cached"] is True
     assert (policy / "model.safetensors").stat().st_mtime_ns == mtime
 
-    res = runner.invoke(app, ["tiny", "build", "--out", str(out), "--steps", "3", "--check-prompts", "0", "--force", "--json"])
+    res = runner.invoke(
+        app, ["tiny", "build", "--out", str(out), "--steps", "3", "--check-prompts", "0", "--force", "--json"]
+    )
     assert res.exit_code == 0 and json.loads(res.stdout)["cached"] is False
     assert _digest(policy) == first  # seeded: the same inputs give the same weights
 
@@ -56,4 +58,3 @@ def test_build_key_sees_config_and_inputs_but_not_the_check():
     assert compute_build_key(TinyBuildConfig(check_prompts=0), inputs) == key
     assert compute_build_key(TinyBuildConfig(steps=7), inputs) != key
     assert compute_build_key(TinyBuildConfig(), {**inputs, "corpus": ["b"]}) != key
-

@@ -20,8 +20,9 @@ def test_gold_conversation_matches_runner_message_shapes():
     task = get_task("1").raw
     actions = gold_actions(task)
     assert actions and actions[0][0] == "get_user_details"
-    initial = build_initial_messages(policy_text(), "The current date is 2024-05-15 (Wednesday).",
-                                     first_user_message(task))
+    initial = build_initial_messages(
+        policy_text(), "The current date is 2024-05-15 (Wednesday).", first_user_message(task)
+    )
     results = [f"result {i}" for i in range(len(actions))]
     conv = build_gold_conversation(initial, actions, results, closing_message(task))
     assert conv[:2] == initial and "raj_sanchez_7340" in conv[1]["content"]
@@ -36,10 +37,12 @@ def test_gold_conversation_matches_runner_message_shapes():
 
 def test_parse_tool_calls_counts_only_well_formed_known_calls():
     names = ["get_user_details"]
-    text = ('<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "a"}}\n</tool_call>'
-            '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
-            '<tool_call>{"name": "get_user_details", "arguments": "x"}</tool_call>'
-            '<tool_call>{"name": "get_user_details", "arguments": {</tool_call>')
+    text = (
+        '<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "a"}}\n</tool_call>'
+        '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
+        '<tool_call>{"name": "get_user_details", "arguments": "x"}</tool_call>'
+        '<tool_call>{"name": "get_user_details", "arguments": {</tool_call>'
+    )
     assert parse_tool_calls(text, names) == (1, 4)
     assert parse_tool_calls("no call here", names) == (0, 0)
 

@@ -77,9 +77,16 @@ def test_template_renders_like_qwen3_unless_preserving(built: Path) -> None:
         if m["role"] == "assistant":
             assert "<|im_start|>assistant\n" + m["content"] in kept  # every turn verbatim
     assert render(msgs[:2], add_generation_prompt=True, enable_thinking=False).endswith(
-        "<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    off = [msgs[0], msgs[1], {"role": "assistant", "content": "", "tool_calls": [call]}, msgs[3],
-           {"role": "assistant", "content": "Ok?"}, msgs[5]]
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
+    off = [
+        msgs[0],
+        msgs[1],
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        msgs[3],
+        {"role": "assistant", "content": "Ok?"},
+        msgs[5],
+    ]
     no_think = render(off, enable_thinking=False, preserve_thinking=True)
     assert no_think.count("<|im_start|>assistant\n<think>\n\n</think>\n\n") == 2  # the empty block, every turn
     assert "<think>\n\n</think>\n\n<tool_call>" in no_think

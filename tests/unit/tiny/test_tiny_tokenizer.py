@@ -23,10 +23,12 @@ def saved(tmp_path_factory):
     tok = build_hf_tokenizer(CORPUS, vocab_size=600)
     out = tmp_path_factory.mktemp("tiny")
     tok.save_pretrained(out)
-    arch = TinyArch(hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=2,
-                    num_key_value_heads=1)
-    build_qwen2_config(arch, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
-                       pad_token_id=tok.pad_token_id).save_pretrained(out)
+    arch = TinyArch(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+    )
+    build_qwen2_config(
+        arch, vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    ).save_pretrained(out)
     return tok, out
 
 
@@ -52,8 +54,9 @@ def test_auto_tokenizer_round_trip_gives_identical_ids(saved):
         assert loaded(text, add_special_tokens=False)["input_ids"] == tok(text, add_special_tokens=False)["input_ids"]
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
-    assert loaded.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True) == \
-        tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
+    assert loaded.apply_chat_template(
+        msgs, tools=tools, tokenize=False, add_generation_prompt=True
+    ) == tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
 
 
 def test_chat_template_renders_tools_in_system_and_hermes_calls(saved):
@@ -62,17 +65,31 @@ def test_chat_template_renders_tools_in_system_and_hermes_calls(saved):
     msgs = [
         {"role": "system", "content": "POLICY"},
         {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c", "type": "function", "function": {"name": "get_user_details", "arguments": '{"user_id": "x"}'}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c",
+                    "type": "function",
+                    "function": {"name": "get_user_details", "arguments": '{"user_id": "x"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "c", "content": "R1"},
         {"role": "tool", "tool_call_id": "d", "content": "R2"},
     ]
     text = tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
     assert text.startswith("<|im_start|>system\nPOLICY\n\n# Tools\n")
     assert json.dumps(tools[0]) in text
-    assert ('<|im_start|>assistant\n<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "x"}}\n'
-            "</tool_call><|im_end|>\n") in text
-    assert "<|im_start|>user\n<tool_response>\nR1\n</tool_response>\n<tool_response>\nR2\n</tool_response><|im_end|>\n" in text
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "x"}}\n'
+        "</tool_call><|im_end|>\n"
+    ) in text
+    assert (
+        "<|im_start|>user\n<tool_response>\nR1\n</tool_response>\n<tool_response>\nR2\n</tool_response><|im_end|>\n"
+        in text
+    )
     assert text.endswith("<|im_start|>assistant\n")
     assert "# Tools" not in tok.apply_chat_template(msgs[:2], tokenize=False)
     assert load_chat_template() == tok.chat_template

@@ -19,9 +19,16 @@ from longhaul.tracking.figures import build_comparison_figure, build_progression
 
 
 def point(step, overall, train, test, gen=None, **extra):
-    m = {"eval/pass_hat_k/1": overall, "eval/train/pass_hat_k/1": train, "eval/test/pass_hat_k/1": test,
-         "eval/pass_hat_k/2": overall / 2, "eval/pass_at_k/2": min(1.0, overall * 1.5),
-         "eval/ci/pass_hat_k/1/lo": overall - 0.05, "eval/ci/pass_hat_k/1/hi": overall + 0.05, **extra}
+    m = {
+        "eval/pass_hat_k/1": overall,
+        "eval/train/pass_hat_k/1": train,
+        "eval/test/pass_hat_k/1": test,
+        "eval/pass_hat_k/2": overall / 2,
+        "eval/pass_at_k/2": min(1.0, overall * 1.5),
+        "eval/ci/pass_hat_k/1/lo": overall - 0.05,
+        "eval/ci/pass_hat_k/1/hi": overall + 0.05,
+        **extra,
+    }
     if gen is not None:
         m["eval/generalisation_pass_hat_1"] = gen
     return EvalPoint(step, m, f"e{step}")
@@ -41,13 +48,20 @@ RECORDS = [
 def test_selection_uses_select_on_never_test_and_ties_go_to_the_earlier_step():
     assert select_point(RECORDS[0]).step == 50  # train 0.30 beats 0.25 although test is higher at 100
     assert select_point(RECORDS[1]).step == 200  # tie on train → earlier step
-    no_subset = record("x", "grpo", "none", [EvalPoint(1, {"eval/pass_hat_k/1": 0.1}), EvalPoint(2, {"eval/pass_hat_k/1": 0.3})])
+    no_subset = record(
+        "x", "grpo", "none", [EvalPoint(1, {"eval/pass_hat_k/1": 0.1}), EvalPoint(2, {"eval/pass_hat_k/1": 0.3})]
+    )
     assert select_point(no_subset) is None  # never the overall pass^1: it includes the test tasks
     assert select_point(record("y", "grpo", "none", [])) is None
     # 'unseen' is the test split under another name (the spec accepts it): nothing is selected.
     unseen = {"eval/unseen/pass_hat_k/1": 0.1}
-    on_unseen = record("u", "grpo", "none", [point(50, 0.2, 0.3, 0.1, **unseen), point(60, 0.2, 0.3, 0.2, **unseen)],
-                       select_on="unseen")
+    on_unseen = record(
+        "u",
+        "grpo",
+        "none",
+        [point(50, 0.2, 0.3, 0.1, **unseen), point(60, 0.2, 0.3, 0.2, **unseen)],
+        select_on="unseen",
+    )
     assert select_point(on_unseen) is None
 
 
@@ -55,12 +69,21 @@ def test_rows_columns_markdown_and_csv():
     cols, rows = build_rows(RECORDS)
     keys = [c.key for c in cols]
     assert keys[:4] == ["experiment", "run", "method", "step"]
-    assert {"pass_hat_1", "train_pass_hat_1", "test_pass_hat_1", "generalisation_pass_hat_1", "pass_hat_2",
-            "pass_at_2", "selected"} <= set(keys)
+    assert {
+        "pass_hat_1",
+        "train_pass_hat_1",
+        "test_pass_hat_1",
+        "generalisation_pass_hat_1",
+        "pass_hat_2",
+        "pass_at_2",
+        "selected",
+    } <= set(keys)
     assert "tool_error_rate" not in keys  # not logged by any record → no empty column
     assert [(r["run"], r["step"], r["selected"]) for r in rows] == [
-        ("joint-0123abcd", 200, "yes"), ("joint-0123abcd", 250, ""),
-        ("vanilla-0123abcd", 50, "yes"), ("vanilla-0123abcd", 100, ""),
+        ("joint-0123abcd", 200, "yes"),
+        ("joint-0123abcd", 250, ""),
+        ("vanilla-0123abcd", 50, "yes"),
+        ("vanilla-0123abcd", 100, ""),
     ]
     assert rows[0]["method"] == "lata + prm_lite" and rows[2]["method"] == "grpo"
     md = render_markdown(cols, rows)

@@ -36,11 +36,18 @@ def test_spec_uri_wins_everywhere(backend):
 
 def test_secret_reference_reads_the_injected_variable():
     e = exp({"uri_secret": {"name": "mlflow", "key": "tracking-uri"}})
-    assert resolve_tracking_uri(e, "kubernetes", None, environ={"MLFLOW_TRACKING_URI": "http://m:5000"}) == "http://m:5000"
+    assert (
+        resolve_tracking_uri(e, "kubernetes", None, environ={"MLFLOW_TRACKING_URI": "http://m:5000"}) == "http://m:5000"
+    )
     with pytest.raises(TrackingConfigError) as err:
         resolve_tracking_uri(e, "kubernetes", None, environ={})
     msg = str(err.value)
-    assert "spec.tracking.uri_secret" in msg and "'mlflow'" in msg and "'tracking-uri'" in msg and "MLFLOW_TRACKING_URI" in msg
+    assert (
+        "spec.tracking.uri_secret" in msg
+        and "'mlflow'" in msg
+        and "'tracking-uri'" in msg
+        and "MLFLOW_TRACKING_URI" in msg
+    )
 
 
 def test_local_default_is_sqlite_under_the_run_dir(tmp_path):

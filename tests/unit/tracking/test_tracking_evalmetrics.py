@@ -15,8 +15,17 @@ def _summary(ks=(1, 2)):
     for t in range(6):
         subsets = ["train", "uncovered_seen"] if t < 4 else ["test", "unseen"]
         for trial in range(2):
-            recs.append(TrialRecord(str(t), trial, success=(t + trial) % 3 == 0, subsets=tuple(subsets),
-                                    aborted=t == 5 and trial == 1, num_tool_calls=3, num_tool_errors=int(t == 1)))
+            recs.append(
+                TrialRecord(
+                    str(t),
+                    trial,
+                    success=(t + trial) % 3 == 0,
+                    subsets=tuple(subsets),
+                    aborted=t == 5 and trial == 1,
+                    num_tool_calls=3,
+                    num_tool_errors=int(t == 1),
+                )
+            )
     return compute_summary(recs, ks, rng=random.Random(0), bootstrap_samples=50)
 
 
@@ -39,9 +48,16 @@ def test_real_summary_flattens_to_documented_keys():
 
 
 def test_wrappers_and_sanitising():
-    m = build_eval_metrics({"overall": {"pass^k": {"1": 0.5}}, "metrics": {"avg@turns": 3},
-                            "per_subset": {"odd name!": {"pass_hat_k": {"1": 0.25}}}, "flag": True,
-                            "nan": float("nan"), "none": None})
+    m = build_eval_metrics(
+        {
+            "overall": {"pass^k": {"1": 0.5}},
+            "metrics": {"avg@turns": 3},
+            "per_subset": {"odd name!": {"pass_hat_k": {"1": 0.25}}},
+            "flag": True,
+            "nan": float("nan"),
+            "none": None,
+        }
+    )
     assert m == {"eval/pass_hat_k/1": 0.5, "eval/avg_at_turns": 3.0, "eval/odd name_/pass_hat_k/1": 0.25}
     assert sanitize_key("pass^4") == "pass_hat_4"
     assert headline_key("pass_at_k", 4, "test") == "eval/test/pass_at_k/4"

@@ -76,8 +76,12 @@ def test_compare_writes_its_table_into_the_comparison_runs_description(local_run
 
     exp, run_dir, uri, tracked, _ = local_run
     rng = random.Random(7)
-    outcomes = [{"task_id": str(t), "trial": i, "success": rng.random() < 0.5, "subset": s, "subsets": [s],
-                 "num_turns": 3} for s, ts in TASKS.items() for t in ts for i in range(TRIALS)]
+    outcomes = [
+        {"task_id": str(t), "trial": i, "success": rng.random() < 0.5, "subset": s, "subsets": [s], "num_turns": 3}
+        for s, ts in TASKS.items()
+        for t in ts
+        for i in range(TRIALS)
+    ]
     jsonl = tmp_path / "eval.jsonl"
     jsonl.write_text("".join(json.dumps(o) + "\n" for o in outcomes), encoding="utf-8")
     log_evaluation(tracked.run_id, 2, build_summary(outcomes, seed=2), jsonl, tracking_uri=uri)
@@ -96,7 +100,9 @@ def test_compare_writes_its_table_into_the_comparison_runs_description(local_run
 
 
 def _table(rows: int) -> str:
-    return "| run | step | pass^1 |\n|---|---:|---:|\n" + "".join(f"| run-{i:04d} | {i} | 0.500 |\n" for i in range(rows))
+    return "| run | step | pass^1 |\n|---|---:|---:|\n" + "".join(
+        f"| run-{i:04d} | {i} | 0.500 |\n" for i in range(rows)
+    )
 
 
 def test_comparison_note_holds_table_and_statistics_when_they_fit():
@@ -123,8 +129,10 @@ def test_ui_hint_for_a_local_store_is_an_absolute_command_and_a_runs_page(tmp_pa
 
 
 def test_ui_hint_for_a_server_is_a_link_without_credentials():
-    assert build_ui_hint("https://bob:s3cr3t@mlflow.example:8443/", "5") == \
-        f"open https://mlflow.example:8443/#/experiments/5/runs?{T.UI_WORKFLOW_QUERY}"
+    assert (
+        build_ui_hint("https://bob:s3cr3t@mlflow.example:8443/", "5")
+        == f"open https://mlflow.example:8443/#/experiments/5/runs?{T.UI_WORKFLOW_QUERY}"
+    )
     assert "s3cr3t" not in build_ui_hint("postgresql://bob:s3cr3t@db/mlflow")
 
 

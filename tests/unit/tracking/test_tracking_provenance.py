@@ -27,10 +27,15 @@ def exp(annotations=None, tags=None):
 
 def test_provenance_tags():
     e = exp(tags={"team": "rl"})
-    env = {"LONGHAUL_GIT_COMMIT": "c" * 40, "LONGHAUL_IMAGE": "reg/img@sha256:" + "a" * 64,
-           "LONGHAUL_BACKEND": "slurm", "LONGHAUL_JOB_ID": "4242"}
-    t = build_provenance(e, backend="local", environ=env, versions={"verl": "0.9.1", "vllm": NOT_INSTALLED},
-                         dataset_sha256="d" * 64)
+    env = {
+        "LONGHAUL_GIT_COMMIT": "c" * 40,
+        "LONGHAUL_IMAGE": "reg/img@sha256:" + "a" * 64,
+        "LONGHAUL_BACKEND": "slurm",
+        "LONGHAUL_JOB_ID": "4242",
+    }
+    t = build_provenance(
+        e, backend="local", environ=env, versions={"verl": "0.9.1", "vllm": NOT_INSTALLED}, dataset_sha256="d" * 64
+    )
     assert t[T.SPEC_HASH] == spec_hash(e) and t[T.RUN_NAME] == run_name(e)
     assert t[T.FAMILY] == experiment_family(e) == "longhaul/prov"
     assert t[T.GIT_COMMIT] == "c" * 40
@@ -45,12 +50,17 @@ def test_provenance_tags():
 
 def test_git_commit_annotation_beats_environment_and_unknowns_are_explicit():
     e = exp(annotations={"longhaul.dev/git-commit": "b" * 40})
-    t = build_provenance(e, backend="kubernetes", environ={"LONGHAUL_GIT_COMMIT": "c" * 40}, versions={},
-                         dataset_sha256="x")
+    t = build_provenance(
+        e, backend="kubernetes", environ={"LONGHAUL_GIT_COMMIT": "c" * 40}, versions={}, dataset_sha256="x"
+    )
     assert t[T.GIT_COMMIT] == "b" * 40
     bare = build_provenance(exp(), backend="kubernetes", environ={}, versions={}, dataset_sha256="x")
     assert (bare[T.GIT_COMMIT], bare[T.IMAGE], bare[T.JOB_ID], bare[T.BACKEND]) == (
-        "unknown", "unknown", "unknown", "kubernetes")
+        "unknown",
+        "unknown",
+        "unknown",
+        "kubernetes",
+    )
 
 
 def test_params_are_flat_strings_under_spec_prefix():
@@ -69,7 +79,9 @@ def test_dataset_hash_is_order_independent_and_content_sensitive(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "tasks.json").write_bytes(b"[1]")
     (tmp_path / "sub" / "db.json").write_bytes(b"{}")
-    lines = sorted(f"{n}\0{hashlib.sha256(d).hexdigest()}\n" for n, d in [("tasks.json", b"[1]"), ("sub/db.json", b"{}")])
+    lines = sorted(
+        f"{n}\0{hashlib.sha256(d).hexdigest()}\n" for n, d in [("tasks.json", b"[1]"), ("sub/db.json", b"{}")]
+    )
     assert fetch_dataset_hash(tmp_path) == hashlib.sha256("".join(lines).encode()).hexdigest()
 
 

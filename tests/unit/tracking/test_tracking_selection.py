@@ -76,7 +76,10 @@ def test_check_select_on_refuses_test_tasks_under_any_name():
 def test_tags_and_console_line():
     sel = Selection("train", 100, 0.4375, 3)
     assert build_selection_tags("train", sel) == {
-        T.SELECT_ON: "train", T.SELECTED_STEP: "100", T.SELECTED_PASS_HAT_1: "0.4375"}
+        T.SELECT_ON: "train",
+        T.SELECTED_STEP: "100",
+        T.SELECTED_PASS_HAT_1: "0.4375",
+    }
     assert build_selection_tags("unseen", None, "why") == {T.SELECT_ON: "unseen", T.SELECTION_NOTE: "why"}
     line = build_selection_message(sel, "train")
     assert line.startswith("selected step 100 on train: pass^1 0.438 (best of 3 checkpoints")

@@ -24,8 +24,7 @@ from support.episodes import gold_episode
 def test_the_span_tree_follows_the_transcript():
     traj = gold_episode(0, bad_call=True)
     hits, process = prm_rule_hits(traj)
-    t = build_episode_trace(traj, run_name="r-1", step=2, run_id="abc", subset="train", rule_hits=hits,
-                            process=process)
+    t = build_episode_trace(traj, run_name="r-1", step=2, run_id="abc", subset="train", rule_hits=hits, process=process)
     root = t.root
     assert root.span_type == "AGENT" and root.attributes["task_id"] == "5" and root.attributes["outcome"] == 1.0
     assert root.attributes["termination"] == "user_stop" and root.attributes["process_score"] == process
@@ -88,8 +87,12 @@ def test_a_full_queue_or_a_dead_store_drops_and_counts_never_blocks(tmp_path: Pa
 
 @pytest.mark.parametrize("termination", ["endpoint_error"])
 def test_an_unscored_episode_says_so(termination: str):
-    traj = {**gold_episode(0), "termination": termination, "grade": None,
-            "metadata": {"endpoint_error": "policy endpoint http://x/v1 failed after 3 attempts"}}
+    traj = {
+        **gold_episode(0),
+        "termination": termination,
+        "grade": None,
+        "metadata": {"endpoint_error": "policy endpoint http://x/v1 failed after 3 attempts"},
+    }
     t = build_episode_trace(traj, run_name="r", step=0, run_id="r")
     assert t.root.attributes["scored"] is False and t.root.attributes["outcome"] is None
     assert "failed after 3 attempts" in t.root.attributes["endpoint_error"] and t.tags["longhaul.outcome"] == "unscored"
@@ -144,15 +147,34 @@ def test_a_sample_of_training_episodes_is_traced_on_the_training_run(tmp_path: P
         for pid, uids in ((11, ["b", "a"]), (12, ["c"])):
             f = rollouts / f"step_{step}" / f"{pid}.jsonl"
             f.parent.mkdir(parents=True, exist_ok=True)
-            f.write_text("".join(json.dumps({"step": step, "uid": u, "session": s, "trajectory": gold_episode(s),
-                                             "reward": {"score": 1.25, "process": 0.8}}) + "\n"
-                                 for u in uids for s in (1, 0)))
+            f.write_text(
+                "".join(
+                    json.dumps(
+                        {
+                            "step": step,
+                            "uid": u,
+                            "session": s,
+                            "trajectory": gold_episode(s),
+                            "reward": {"score": 1.25, "process": 0.8},
+                        }
+                    )
+                    + "\n"
+                    for u in uids
+                    for s in (1, 0)
+                )
+            )
         (rollouts / f"val_step_{step}").mkdir()
         (rollouts / f"val_step_{step}" / "1.jsonl").write_text(json.dumps({"trajectory": gold_episode(9)}) + "\n")
         (rollouts / f"step_{step}" / "failures").mkdir()
     picked = sample_training_records(rollouts, 3)
-    assert [(s, r["uid"], r["session"]) for s, r in picked] == [(1, "a", 0), (1, "a", 1), (1, "b", 0),
-                                                                 (2, "a", 0), (2, "a", 1), (2, "b", 0)]
+    assert [(s, r["uid"], r["session"]) for s, r in picked] == [
+        (1, "a", 0),
+        (1, "a", 1),
+        (1, "b", 0),
+        (2, "a", 0),
+        (2, "a", 1),
+        (2, "b", 0),
+    ]
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -161,8 +183,9 @@ def test_a_sample_of_training_episodes_is_traced_on_the_training_run(tmp_path: P
     exp = load_spec(SPECS_DIR / "smoke.yaml")
     assert exp.spec.tracking.training_traces_per_step == 2
     said: list[str] = []
-    counts = log_training_traces(SimpleNamespace(tracking_uri=uri, experiment_id=eid, run_id=train, exp=exp),
-                                 str(rollouts), said.append)
+    counts = log_training_traces(
+        SimpleNamespace(tracking_uri=uri, experiment_id=eid, run_id=train, exp=exp), str(rollouts), said.append
+    )
     assert counts == {"logged": 4, "dropped": 0}, said
     traces = mlflow.search_traces(locations=[eid], run_id=train, return_type="list")
     assert sorted(t.info.tags["longhaul.checkpoint_step"] for t in traces) == ["1", "1", "2", "2"]

@@ -49,15 +49,19 @@ def test_saturated_groups_from_the_saturation_diagnostics():
 
 
 def test_saturated_groups_from_zero_advantages():
-    h = {"critic/advantages/max": series([1.0] * 3 + [0.0] * 10),
-         "critic/advantages/min": series([-1.0] * 3 + [0.0] * 10)}
+    h = {
+        "critic/advantages/max": series([1.0] * 3 + [0.0] * 10),
+        "critic/advantages/min": series([-1.0] * 3 + [0.0] * 10),
+    }
     alerts = compute_alerts(h)
     assert [a.code for a in alerts] == ["saturated_groups"] and alerts[0].value == 10
 
 
 def test_val_eval_gap_uses_the_latest_validation_at_or_before_the_checkpoint():
-    h = {"val-core/tau2_airline/reward/mean_at_1": [(50, 0.2), (100, 0.8), (150, 0.9)],
-         "eval/pass_hat_k/1": [(100, 0.125)]}
+    h = {
+        "val-core/tau2_airline/reward/mean_at_1": [(50, 0.2), (100, 0.8), (150, 0.9)],
+        "eval/pass_hat_k/1": [(100, 0.125)],
+    }
     alerts = compute_alerts(h)
     assert [a.code for a in alerts] == ["val_eval_gap"]
     assert alerts[0].value == pytest.approx(0.8 - 0.125) and not alerts[0].collapse
@@ -73,6 +77,12 @@ def test_early_stop_only_when_configured_and_only_for_collapses():
 
 
 def test_watched_keys():
-    keys = ["response_length/mean", "actor/pg_loss", "val-core/x/reward/mean_at_4", "eval/pass_hat_k/1",
-            "saturation/frac_all_fail", "critic/advantages/max"]
+    keys = [
+        "response_length/mean",
+        "actor/pg_loss",
+        "val-core/x/reward/mean_at_4",
+        "eval/pass_hat_k/1",
+        "saturation/frac_all_fail",
+        "critic/advantages/max",
+    ]
     assert watched_metric_keys(keys) == sorted(set(keys) - {"actor/pg_loss"})

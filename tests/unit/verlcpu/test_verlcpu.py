@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_import_verl_activates_the_cpu_platform_only_when_selected() -> None:
@@ -154,8 +155,9 @@ async def test_generation_log_probs_match_a_teacher_forced_forward(tiny_policy) 
     reported token by token."""
     server = _server(tiny_policy)
     prompt = list(range(10, 60))
-    out = await server.generate("r1", prompt, {"temperature": 0.3, "top_p": 1.0, "top_k": -1, "logprobs": True,
-                                               "max_tokens": 12})
+    out = await server.generate(
+        "r1", prompt, {"temperature": 0.3, "top_p": 1.0, "top_k": -1, "logprobs": True, "max_tokens": 12}
+    )
     assert 1 <= len(out.token_ids) <= 12 and len(out.log_probs) == len(out.token_ids)
     ids = torch.tensor([prompt + out.token_ids])
     with torch.inference_mode():

@@ -139,7 +139,11 @@ class EpisodeDB:
         self.reservations = CowTable(base.reservations)
 
     def get_statistics(self) -> dict[str, int]:
-        return {"num_flights": len(self.flights), "num_users": len(self.users), "num_reservations": len(self.reservations)}
+        return {
+            "num_flights": len(self.flights),
+            "num_users": len(self.users),
+            "num_reservations": len(self.reservations),
+        }
 
     def touched(self) -> dict[str, set[str]]:
         return {t: getattr(self, t).touched() for t in TABLES}
@@ -173,4 +177,8 @@ def diff_records(a: EpisodeDB, b: EpisodeDB) -> list[str]:
 
 def full_db_json(view: Any) -> str:
     """Canonical JSON of a whole database (slow; for tests comparing against the naive full-hash method)."""
-    return json.dumps({t: {k: v.model_dump(warnings=False) for k, v in getattr(view, t).items()} for t in TABLES}, sort_keys=True, default=str)
+    return json.dumps(
+        {t: {k: v.model_dump(warnings=False) for k, v in getattr(view, t).items()} for t in TABLES},
+        sort_keys=True,
+        default=str,
+    )

@@ -97,8 +97,10 @@ def build_split(split_spec: Any = None, *, known_ids: list[str] | None = None) -
         elif split_spec == "tau2_official":
             split = build_tau2_official()
         else:
-            raise ValueError(f"unknown split preset {split_spec!r}; valid: seed_40_10, tau2_official "
-                             "(explicit lists need a spec: environment.split.preset: explicit)")
+            raise ValueError(
+                f"unknown split preset {split_spec!r}; valid: seed_40_10, tau2_official "
+                "(explicit lists need a spec: environment.split.preset: explicit)"
+            )
     else:
         preset = str(getattr(split_spec.preset, "value", split_spec.preset))
         if preset == "explicit":

@@ -120,7 +120,9 @@ def load_tasks() -> dict[str, AirlineTask]:
     raw = json.loads((data_dir() / "tasks.json").read_text(encoding="utf-8"))
     for d in raw:
         if d.get("initial_state"):
-            raise NotImplementedError(f"task {d['id']}: initial_state is not supported (none in the pinned airline data)")
+            raise NotImplementedError(
+                f"task {d['id']}: initial_state is not supported (none in the pinned airline data)"
+            )
     tasks = [_parse_task(d) for d in raw]
     return {t.id: t for t in tasks}
 

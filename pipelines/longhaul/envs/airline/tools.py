@@ -56,7 +56,12 @@ def _doc_parts(doc: str) -> tuple[str, dict[str, str]]:
             desc.append(line)
         elif section == "args":
             m = re.match(r"^\s*(\w+)\s*(\([^)]*\))?:\s*(.*)$", line)
-            if m and (line.startswith("    ") or not line.startswith(" ")) and m.group(1) and not line.startswith("        "):
+            if (
+                m
+                and (line.startswith("    ") or not line.startswith(" "))
+                and m.group(1)
+                and not line.startswith("        ")
+            ):
                 current = m.group(1)
                 args[current] = m.group(3).strip()
             elif current and stripped:
@@ -106,7 +111,9 @@ def _schemas_json() -> str:
         params.pop("title", None)
         for prop in params.get("properties", {}).values():
             prop.pop("title", None)
-        out.append({"type": "function", "function": {"name": spec.name, "description": spec.description, "parameters": params}})
+        out.append(
+            {"type": "function", "function": {"name": spec.name, "description": spec.description, "parameters": params}}
+        )
     return json.dumps(out)
 
 
@@ -146,7 +153,9 @@ class ToolResult:
 _TOOL_SET = frozenset(TOOL_NAMES)
 
 
-def execute_tool(toolkit: Any, name: str, arguments: dict[str, Any] | None, parse_error: str | None = None) -> ToolResult:
+def execute_tool(
+    toolkit: Any, name: str, arguments: dict[str, Any] | None, parse_error: str | None = None
+) -> ToolResult:
     """Run one tool against an episode's toolkit as τ² does: the raw arguments as keyword arguments.
 
     Never raises for policy mistakes: unknown tools, unparseable arguments, wrong, unknown or missing arguments
