@@ -10,6 +10,8 @@ that counts nodes and nesting as the parser emits them and refuses anchors and a
 alias bomb or a recursive alias never expands, and nothing recurses past the depth limit).
 
 Pure apart from reading the one local file it is given: no network, subprocess, clock or randomness.
+
+Size: over 400 lines because one bounded reader per kind of input file, sharing the same limits and error format.
 """
 
 from __future__ import annotations

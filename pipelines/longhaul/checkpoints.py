@@ -60,6 +60,9 @@ checkpoint tree, because veRL owns that tree: its retention deletes old step dir
 inside one would vanish with it, or keep a half-deleted step looking alive), `default_hdfs_dir` uploads whole
 step directories (the merged copy would be uploaded too), and eval of a step that retention later removes
 still finds its merge.
+
+Size: over 400 lines because veRL's checkpoint layout, the completeness rules and the merge are one protocol, read
+together.
 """
 
 from __future__ import annotations

@@ -37,6 +37,8 @@ grade), the limits (turns, response tokens, repeated calls, `max_tool_errors` to
 makes its core validation metric instead of the shaped reward; process, tool-call counts, unknown/unparsable
 calls, abort flag), the task id, the termination, `rollout_seed` and veRL's weights-version tags
 (`global_steps`, `min_global_steps`, `max_global_steps`, always integers).
+
+Size: over 400 lines because the hooks of veRL's ToolAgentLoop interface this class implements must sit together.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ scores 0); a transfer to a human agent ends it only under `EpisodeLimits.transfe
 As in τ²'s orchestrator, `EpisodeLimits.max_tool_errors` error observations in an episode end it
 (`too_many_errors`, scored 0), checked once the assistant turn's tool calls have all run.
 Token-level details stay in the `Policy` adapter; the runner only sees messages and token counts.
+
+Size: over 400 lines because one episode loop with its termination rules, kept together so they can be read against
+τ²'s orchestrator.
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ arm has ≥ 2 seeds; `verdict` therefore asks for both p < α and a CI that excl
 Power (`power`, `mde`, `required_design`): the paired two-arm design of pass^1 on the same T tasks, each arm
 S seeds × N samples per task. The model, its parameters and where the defaults come from are documented at
 `difference_variance`; the numbers below are the only defaults in this module.
+
+Size: over 400 lines because the estimators, tests and power analysis share the bootstrap and carry their
+calibration notes.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ aggregates them (`status.build_group_status`).
 A spec edit while a run is active follows the Experiment's spec-change policy (`spec_change_policy`): refused
 (the default), or the run is stopped (its unfinished stage workloads deleted, `stop_run`) and the edited spec
 starts as a new run, the stopped one ending Superseded in `status.history`.
+
+Size: over 400 lines because the reconcile sequence (decide, stop a superseded run, create children, write status)
+reads top to bottom.
 """
 
 from __future__ import annotations

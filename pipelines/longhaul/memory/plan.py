@@ -14,6 +14,8 @@ rendered veRL overrides) and sums them per phase:
 
 A CPU spec (`resources.gpus_per_node: 0`) gets the trainer's host figures only. Figures are per node; with
 several nodes the plan is that of the first node, which also runs the simulator.
+
+Size: over 400 lines because the formulas of every component and phase form one table, checked together.
 """
 
 from __future__ import annotations

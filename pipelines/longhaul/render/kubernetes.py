@@ -13,6 +13,9 @@ The runs of a multi-seed Experiment are independent stage chains (`<group>-s<see
 …) whose children also carry the label `longhaul.dev/seed-group=<group run name>`. Every other function here
 renders one run. Names derive from `run_name(exp)` only (not from the owner), so a re-render after an operator
 restart yields the same objects and creation stays idempotent.
+
+Size: over 400 lines because one renderer for every workload kind (Job, RayJob, JobSet, ConfigMap), sharing the pod
+template.
 """
 
 from __future__ import annotations

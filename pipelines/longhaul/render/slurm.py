@@ -35,6 +35,8 @@ writes its raw job id to `<run dir>/slurm-task-job-id` (the only id a job-comple
 
 Every value that comes from the spec is shell-quoted (`shlex.quote`) or, on `#SBATCH` lines (parsed by sbatch,
 not by a shell), checked against a strict pattern; setup lines are the one deliberate exception.
+
+Size: over 400 lines because the sbatch script is rendered top to bottom in the order it runs.
 """
 
 from __future__ import annotations

@@ -46,6 +46,8 @@ four different arguments; only letter case and key order are ignored) and a prop
 of the other entries of the history.
 
 Pure: no I/O, no clock, no randomness.
+
+Size: over 400 lines because every PRM-Lite rule with its parameters and its reference to method.md, in one place.
 """
 
 from __future__ import annotations

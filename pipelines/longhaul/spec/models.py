@@ -2,6 +2,9 @@
 
 Every default lives here and nowhere else. Models are frozen and forbid unknown keys. Field descriptions
 become the CRD's `kubectl explain` text and the README's field reference, so write them for users.
+
+Size: over 400 lines because the single schema (CRD, JSON schema, docs); its cross-field validators need every model
+in reach.
 """
 
 from __future__ import annotations

@@ -29,6 +29,8 @@ with the limit recorded in submit.json.
 
 No Python binding to Slurm is used on purpose (pyslurm does not build against Slurm 22.05): the CLI behaves
 the same on CI and on real clusters, and sbatch's own error text becomes our error message.
+
+Size: over 400 lines because submit, status, logs and cancel against the Slurm CLI share its locking protocol.
 """
 
 from __future__ import annotations

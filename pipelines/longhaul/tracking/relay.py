@@ -53,6 +53,8 @@ counted (`params_rejected`), named in the launcher's log, and skipped.
 Local stores (sqlite, file) need no relay: `start_relay` returns a pass-through that changes nothing.
 Multi-node: the trainer's TaskRunner writes the buffer, so the run directory must be on a filesystem it shares
 with the launcher (as the checkpoints already are).
+
+Size: over 400 lines because the relay's write-ahead log, replay and server-health logic are one protocol.
 """
 
 from __future__ import annotations

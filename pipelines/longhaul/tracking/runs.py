@@ -2,6 +2,8 @@
 
 Every function takes an explicit tracking URI (or an `MlflowClient`): nothing relies on MLflow's global
 active-run state, so the launcher, the evaluator and `longhaul compare` can talk to different stores.
+
+Size: over 400 lines because every MLflow run read and write, so the tag schema lives in one module.
 """
 
 from __future__ import annotations
