@@ -21,35 +21,54 @@ def register(app: typer.Typer) -> None:
     @tiny.command("build")
     def build(
         out_dir: Annotated[
-            Path, typer.Option("--out", help="Output directory (holds tiny-policy/ and tiny-user/).")
-        ] = Path(".cache/longhaul/models"),
-        steps: Annotated[int, typer.Option("--steps", min=0, help="Warm-start steps of the policy.")] = 400,
-        seed: Annotated[int, typer.Option("--seed", help="Seed of initialisation and data order.")] = 7,
+            Path | None, typer.Option("--out", help="Output directory (holds tiny-policy/ and tiny-user/).")
+        ] = None,
+        steps: Annotated[int | None, typer.Option("--steps", min=1, help="Warm-start steps of the policy.")] = None,
+        seed: Annotated[int | None, typer.Option("--seed", help="Seed of initialisation and data order.")] = None,
         check_prompts: Annotated[
-            int,
+            int | None,
             typer.Option(
                 "--check-prompts",
                 min=0,
                 help="Held-out first turns generated to count well-formed tool calls (0 = skip).",
             ),
-        ] = 10,
+        ] = None,
+        user_steps: Annotated[
+            int | None, typer.Option("--user-steps", min=1, help="Warm-start steps of the user simulator.")
+        ] = None,
+        check_user_tasks: Annotated[
+            int | None,
+            typer.Option(
+                "--check-user-tasks",
+                min=0,
+                help="Held-out tasks the user simulator's greedy replies are checked on (0 = skip).",
+            ),
+        ] = None,
         force: Annotated[bool, typer.Option("--force", help="Rebuild even when the cache key matches.")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print the build report as JSON.")] = False,
     ) -> None:
         """Build the tokenizer, chat template and tiny Qwen2 models, warm-start the policy on gold-action
-        conversations, and cache the result (a rerun with the same inputs reuses it)."""
+        conversations and the user simulator on scripted conversations, and cache the result (a rerun with the
+        same inputs reuses it)."""
         from dataclasses import asdict
 
-        from longhaul.tiny.build import TinyBuildConfig, ensure_tiny_models
+        from longhaul.tiny.build import DEFAULT_OUT_DIR, TinyBuildConfig, ensure_tiny_models
 
         t0 = time.monotonic()
 
         def log(msg: str) -> None:
             err.print(f"[{time.monotonic() - t0:6.1f}s] {msg}")
 
-        report = ensure_tiny_models(
-            out_dir, TinyBuildConfig(steps=steps, seed=seed, check_prompts=check_prompts), force=force, log=log
-        )
+        # Unset options take the recipe's defaults (`TinyBuildConfig`, `DEFAULT_OUT_DIR`): one place for each.
+        given = {
+            "steps": steps,
+            "seed": seed,
+            "check_prompts": check_prompts,
+            "user_steps": user_steps,
+            "check_user_tasks": check_user_tasks,
+        }
+        config = TinyBuildConfig(**{k: v for k, v in given.items() if v is not None})
+        report = ensure_tiny_models(out_dir or DEFAULT_OUT_DIR, config, force=force, log=log)
         if as_json:
             out.print(json.dumps(asdict(report), indent=2))
         else:

@@ -3,7 +3,7 @@ the policy's warm start. No model hub is involved; the result is cached under a 
 
 Layout of `out_dir` (default `.cache/longhaul/models`, the paths specs/smoke.yaml uses):
   tiny-policy/   config.json, model.safetensors, tokenizer files, chat_template.jinja, longhaul-tiny.json
-  tiny-user/     the same files (random init, smaller)
+  tiny-user/     the same files (smaller; warm-started on scripted simulator conversations, `longhaul.tiny.simulator`)
   .longhaul-tiny.json   the build key and the build report; a matching key means "reuse"
 """
 
@@ -31,10 +31,16 @@ from longhaul.tiny.gold import (
     parse_tool_calls,
 )
 from longhaul.tiny.models import POLICY_ARCH, USER_ARCH, build_model
+from longhaul.tiny.simulator import (
+    judge_simulator_replies,
+    simulator_check_prompts,
+    simulator_conversations,
+    user_facts,
+)
 from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END, build_hf_tokenizer, load_chat_template
 
 #: Bump when the recipe changes in a way the key below cannot see (e.g. the training loop).
-RECIPE_VERSION = 3
+RECIPE_VERSION = 4
 DEFAULT_OUT_DIR = Path(".cache/longhaul/models")
 POLICY_DIRNAME = "tiny-policy"
 USER_DIRNAME = "tiny-user"
@@ -52,6 +58,9 @@ class TinyBuildConfig:
     max_length: int = 8192
     learning_rate: float = 3e-3
     check_prompts: int = 10  # held-out first turns generated after the warm start (0 = skip the check)
+    user_steps: int = 400  # warm-start steps of the user simulator
+    user_learning_rate: float = 1e-2  # the smaller user model learns its few lines faster at a higher rate
+    check_user_tasks: int = 30  # held-out tasks the user simulator is checked on (0 = skip the check)
     date_line: str | None = None  # None = the spec's default date line
 
 
@@ -66,6 +75,8 @@ class TinyBuildReport:
     system_prompt_tokens: int = 0
     warmstart: dict[str, Any] = field(default_factory=dict)
     tool_calls: dict[str, Any] = field(default_factory=dict)
+    user_warmstart: dict[str, Any] = field(default_factory=dict)
+    user_check: dict[str, Any] = field(default_factory=dict)  # held-out replies of the simulator (stop rate, …)
 
 
 def _default_date_line() -> str:
@@ -115,9 +126,22 @@ def _inputs(date_line: str) -> dict[str, Any]:
             # a tool call whatever the first user message looks like.
             for text in opening_variants(raw, noise_words, rng):
                 conversations.append(build_first_turn(build_initial_messages(policy, date_line, text), actions[0]))
-    held_prompts = [
-        build_initial_messages(policy, date_line, first_user_message(tasks[tid].raw))
-        for tid in sorted(held_out & set(tasks), key=int)
+    held_ids = sorted(held_out & set(tasks), key=int)
+    held_prompts = [build_initial_messages(policy, date_line, first_user_message(tasks[tid].raw)) for tid in held_ids]
+    # The user simulator learns from the same training tasks; its own rng keeps the policy's data unchanged.
+    user_rng = random.Random(1)
+    user_conversations = [
+        c
+        for tid in train_ids
+        for c in simulator_conversations(tasks[tid].raw, tasks[tid].user_instructions(), user_rng)
+    ]
+    user_checks = [
+        (
+            tid,
+            user_facts(tasks[tid].user_instructions())[0],
+            simulator_check_prompts(tasks[tid].raw, tasks[tid].user_instructions()),
+        )
+        for tid in held_ids
     ]
     corpus = [policy, *(json.dumps(t, ensure_ascii=False) for t in tools)]
     corpus += [json.dumps(t.user_scenario, ensure_ascii=False) for t in tasks.values()]
@@ -127,6 +151,8 @@ def _inputs(date_line: str) -> dict[str, Any]:
         "tools": tools,
         "conversations": conversations,
         "held_prompts": held_prompts,
+        "user_conversations": user_conversations,
+        "user_checks": user_checks,
         "corpus": corpus,
         "train_task_ids": train_ids,
     }
@@ -134,13 +160,15 @@ def _inputs(date_line: str) -> dict[str, Any]:
 
 def compute_build_key(config: TinyBuildConfig, inputs: dict[str, Any]) -> str:
     """Content key: recipe version, config, chat template, architectures and every input text."""
+    checks = ("check_prompts", "check_user_tasks")  # the checks change no weight
     payload = {
         "recipe": RECIPE_VERSION,
-        "config": {k: v for k, v in asdict(config).items() if k != "check_prompts"},  # the check changes no weight
+        "config": {k: v for k, v in asdict(config).items() if k not in checks},
         "template": load_chat_template(),
         "archs": [asdict(POLICY_ARCH), asdict(USER_ARCH)],
         "corpus": inputs["corpus"],
         "conversations": inputs["conversations"],
+        "user_conversations": inputs["user_conversations"],
         "tools": inputs["tools"],
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
@@ -153,6 +181,28 @@ def read_marker(out_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def _complete(
+    model: Any, tokenizer: Any, messages: list, tools: list | None, *, sample: bool, max_new_tokens: int
+) -> str:
+    """One assistant turn generated with transformers (greedy, or sampled at temperature 1), special tokens kept."""
+    import torch
+
+    text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        out = model.generate(
+            ids,
+            max_new_tokens=max_new_tokens,
+            do_sample=sample,
+            temperature=1.0 if sample else None,
+            top_p=None,
+            top_k=None,
+            eos_token_id=tokenizer.convert_tokens_to_ids(IM_END),
+            pad_token_id=tokenizer.convert_tokens_to_ids(ENDOFTEXT),
+        )
+    return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=False)
+
+
 def _count_tool_calls(
     model: Any, tokenizer: Any, prompts: list, tools: list, *, sample: bool, seed: int, max_new_tokens: int = 96
 ) -> dict[str, Any]:
@@ -162,25 +212,34 @@ def _count_tool_calls(
     good = total = first_turn_calls = 0
     torch.manual_seed(seed)
     for messages in prompts:
-        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-        ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
-        with torch.no_grad():
-            out = model.generate(
-                ids,
-                max_new_tokens=max_new_tokens,
-                do_sample=sample,
-                temperature=1.0 if sample else None,
-                top_p=None,
-                top_k=None,
-                eos_token_id=tokenizer.convert_tokens_to_ids(IM_END),
-                pad_token_id=tokenizer.convert_tokens_to_ids(ENDOFTEXT),
-            )
-        completion = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=False)
+        completion = _complete(model, tokenizer, messages, tools, sample=sample, max_new_tokens=max_new_tokens)
         g, n = parse_tool_calls(completion, names)
         good += g
         total += n
         first_turn_calls += 1 if n else 0
     return {"prompts": len(prompts), "with_tool_call": first_turn_calls, "well_formed": good, "blocks": total}
+
+
+def _check_user(model: Any, tokenizer: Any, checks: list, *, max_new_tokens: int = 24) -> dict[str, Any]:
+    """Greedy replies of the simulator on held-out tasks, judged by `judge_simulator_replies`: counts per
+    criterion, the stop rate after the agent's closing message, and the first opening as an example."""
+    counts: dict[str, int] = {}
+    example = ""
+    for _tid, user_id, prompts in checks:
+        replies = {
+            k: _complete(model, tokenizer, m, None, sample=False, max_new_tokens=max_new_tokens)
+            for k, m in prompts.items()
+        }
+        example = example or replies["opening"]
+        for k, ok in judge_simulator_replies(replies, user_id).items():
+            counts[k] = counts.get(k, 0) + int(ok)
+    n = len(checks)
+    return {
+        "tasks": n,
+        **counts,
+        "stop_rate": round(counts.get("stop_after_closing", 0) / n, 3) if n else 0.0,
+        "example_opening": example,
+    }
 
 
 def ensure_tiny_models(
@@ -261,8 +320,8 @@ def _ensure_locked(
     t = time.perf_counter()
     from longhaul.tiny.warmstart import warm_start
 
-    def _progress(step: int, loss: float) -> None:
-        if step % 50 == 0 or step == config.steps - 1:
+    def _progress(step: int, loss: float, total: int = config.steps) -> None:
+        if step % 50 == 0 or step == total - 1:
             log(f"  step {step:4d}  loss {loss:.3f}  ({time.perf_counter() - t:.0f}s)")
 
     result = warm_start(
@@ -286,6 +345,37 @@ def _ensure_locked(
         }
         report.timings_s["check"] = round(time.perf_counter() - t, 2)
         log(f"held-out first turns with a well-formed tool call: {report.tool_calls}")
+
+    # The user simulator: the same warm start on scripted conversations in its served prompt format (no tools).
+    user_examples, _, user_stats = build_supervised_dataset(
+        tokenizer, [(c, None) for c in inputs["user_conversations"]], max_length=config.max_length
+    )
+    log(
+        f"user warm start: {user_stats.kept} simulator conversations ({user_stats.label_tokens} label tokens; "
+        f"dropped {dict(user_stats.dropped)}), {config.user_steps} steps"
+    )
+    t = time.perf_counter()
+    user_result = warm_start(
+        user,
+        user_examples,
+        steps=config.user_steps,
+        seed=config.seed + 1,
+        learning_rate=config.user_learning_rate,
+        on_step=lambda step, loss: _progress(step, loss, config.user_steps),
+    )
+    report.timings_s["user_warmstart"] = round(time.perf_counter() - t, 2)
+    report.user_warmstart = {
+        **asdict(user_result),
+        "examples": user_stats.kept,
+        "dropped": dict(user_stats.dropped),
+        "label_tokens": user_stats.label_tokens,
+    }
+    checks = inputs["user_checks"][: config.check_user_tasks]
+    if checks:
+        t = time.perf_counter()
+        report.user_check = _check_user(user, tokenizer, checks)
+        report.timings_s["user_check"] = round(time.perf_counter() - t, 2)
+        log(f"held-out user simulator replies (greedy): {report.user_check}")
 
     tmp = out_dir / f".build-{key}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

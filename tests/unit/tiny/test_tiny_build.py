@@ -1,5 +1,5 @@
 """`longhaul tiny build` end to end through the CLI at a few warm-start steps: loadable models, the cache key
-(reuse without rewriting), `--force`, and a seeded, deterministic build."""
+(reuse without rewriting), `--force`, and a seeded, deterministic build of both models."""
 
 from __future__ import annotations
 
@@ -23,10 +23,11 @@ def test_build_reuse_force_and_determinism(tmp_path):
 
     runner = CliRunner()
     out = tmp_path / "models"
-    res = runner.invoke(app, ["tiny", "build", "--out", str(out), "--steps", "3", "--check-prompts", "0", "--json"])
+    fast = ["--steps", "3", "--check-prompts", "0", "--user-steps", "3", "--check-user-tasks", "0"]
+    res = runner.invoke(app, ["tiny", "build", "--out", str(out), *fast, "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
-    assert report["cached"] is False and report["warmstart"]["steps"] == 3
+    assert report["cached"] is False and report["warmstart"]["steps"] == 3 and report["user_warmstart"]["steps"] == 3
     assert report["warmstart"]["examples"] > 0
     policy, user = out / "tiny-policy", out / "tiny-user"
     tok = AutoTokenizer.from_pretrained(policy)
@@ -36,25 +37,26 @@ def test_build_reuse_force_and_determinism(tmp_path):
     assert model.config.vocab_size >= len(tok) and tok.chat_template and tok.eos_token == "<|im_end|>"
     ucfg = AutoModelForCausalLM.from_pretrained(user).config
     assert ucfg.hidden_size // ucfg.num_attention_heads >= 32
-    first = _digest(policy)
+    first, first_user = _digest(policy), _digest(user)
     mtime = (policy / "model.safetensors").stat().st_mtime_ns
 
-    res = runner.invoke(app, ["tiny", "build", "--out", str(out), "--steps", "3", "--check-prompts", "0", "--json"])
+    res = runner.invoke(app, ["tiny", "build", "--out", str(out), *fast, "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["cached"] is True
     assert (policy / "model.safetensors").stat().st_mtime_ns == mtime
 
-    res = runner.invoke(
-        app, ["tiny", "build", "--out", str(out), "--steps", "3", "--check-prompts", "0", "--force", "--json"]
-    )
+    res = runner.invoke(app, ["tiny", "build", "--out", str(out), *fast, "--force", "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["cached"] is False
-    assert _digest(policy) == first  # seeded: the same inputs give the same weights
+    assert (_digest(policy), _digest(user)) == (first, first_user)  # seeded: the same inputs give the same weights
 
 
 def test_build_key_sees_config_and_inputs_but_not_the_check():
     from longhaul.tiny.build import TinyBuildConfig, compute_build_key
 
-    inputs = {"corpus": ["a"], "conversations": [[{"role": "user", "content": "x"}]], "tools": []}
+    conv = [[{"role": "user", "content": "x"}]]
+    inputs = {"corpus": ["a"], "conversations": conv, "user_conversations": conv, "tools": []}
     key = compute_build_key(TinyBuildConfig(), inputs)
-    assert compute_build_key(TinyBuildConfig(check_prompts=0), inputs) == key
+    assert compute_build_key(TinyBuildConfig(check_prompts=0, check_user_tasks=0), inputs) == key
     assert compute_build_key(TinyBuildConfig(steps=7), inputs) != key
+    assert compute_build_key(TinyBuildConfig(user_steps=7), inputs) != key
     assert compute_build_key(TinyBuildConfig(), {**inputs, "corpus": ["b"]}) != key
+    assert compute_build_key(TinyBuildConfig(), {**inputs, "user_conversations": []}) != key
