@@ -62,16 +62,21 @@ def compose(tmp: Path):
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
-    from longhaul.agentloop.config import AGENT_LOOP_NAME, agent_loop_overrides, render_agent_loop_yaml
+    from longhaul.agentloop.config import AGENT_LOOP_NAME, render_agent_loop_yaml
+    from longhaul.layout import AGENT_LOOP_FILE, Paths
+    from longhaul.render.verl import render_verl_overrides
     from longhaul.spec.load import parse_spec_text
 
     exp = parse_spec_text(SPEC_YAML)
-    path = tmp / "agent_loops.yaml"
+    paths = Paths.under(str(tmp))
+    path = Path(paths.config_dir) / AGENT_LOOP_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_agent_loop_yaml(exp))
     with initialize_config_dir(
         config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None
     ):
-        cfg = hydra_compose("ppo_trainer", overrides=agent_loop_overrides(str(path), exp))
+        # The production override list, exactly as the renderer emits it.
+        cfg = hydra_compose("ppo_trainer", overrides=render_verl_overrides(exp, paths))
     entry = next(e for e in OmegaConf.load(path) if e.name == AGENT_LOOP_NAME)
     stock = OmegaConf.create({"_target_": "verl.experimental.agent_loop.tool_agent_loop.ToolAgentLoop"})
     return cfg, entry, stock
