@@ -354,8 +354,12 @@ def test_sigkill_of_real_verl_saves_never_chooses_a_half_written_checkpoint(verl
     assert len(verl_saves.kills) == KILLS
     assert not bad, json.dumps(bad, indent=1)[:4000]
     assert len(mid) >= 3, "too few kills landed inside a save to test it"
-    for rec in mid:  # the cut save was cleared out of veRL's way
-        assert any("a save cut short" in c for c in rec["changes"]), rec
+    # The interrupted save was cleared out of veRL's way: removed when its files were not whole, set aside
+    # (`.incomplete`) when the kill fell after its last file but before veRL recorded it in the tracker.
+    cleared = ("a save cut short", "whole but never recorded in the tracker")
+    for rec in mid:
+        assert any(why in c for c in rec["changes"] for why in cleared), rec
+    assert any("a save cut short" in c for rec in mid for c in rec["changes"]), "no kill cut a save's files"
 
 
 @pytest.mark.verl
