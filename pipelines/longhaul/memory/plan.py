@@ -431,23 +431,8 @@ def _gpu_plan(
     ]
 
     pdtype = dtype_bytes(str(pol.dtype))
-    rollout = estimate_engine(
-        policy,
-        capacity=cap.bytes,
-        gpu_memory_utilization=roll.gpu_memory_utilization,
-        tp=roll.tensor_parallel_size,
-        dtype_size=pdtype,
-        quantization="none",
-        max_model_len=roll.max_model_len,
-        max_num_seqs=roll.max_num_seqs,
-        batched_tokens=roll.max_num_batched_tokens,
-        enforce_eager=roll.enforce_eager,
-        lora_rank=pol.lora.rank,
-        lora_targets=pol.lora.target_modules,
-    )
-    # The evaluation server serves merged checkpoints (full weights, no adapter) with the same engine settings.
-    evaluation = estimate_engine(
-        policy,
+    # The evaluation server serves merged checkpoints (full weights, no adapter) with the rollout's engine settings.
+    engine = dict(
         capacity=cap.bytes,
         gpu_memory_utilization=roll.gpu_memory_utilization,
         tp=roll.tensor_parallel_size,
@@ -458,6 +443,8 @@ def _gpu_plan(
         batched_tokens=roll.max_num_batched_tokens,
         enforce_eager=roll.enforce_eager,
     )
+    rollout = estimate_engine(policy, **engine, lora_rank=pol.lora.rank, lora_targets=pol.lora.target_modules)
+    evaluation = estimate_engine(policy, **engine)
     simulated = None
     if lay.simulator and simulator is not None:
         quant = str(sim.quantization)
