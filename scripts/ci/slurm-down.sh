@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stop the one-node CI Slurm started by scripts/ci/slurm-up.sh: slurmd, slurmctld, munged, each by the PID in
+# Stop the CI Slurm started by scripts/ci/slurm-up.sh: every slurmd (one per node), slurmctld, munged, each by the PID in
 # its pid file (SIGTERM, wait up to 30 s on that PID, then SIGKILL). Idempotent; never kills by name.
 # LONGHAUL_SLURM_WIPE=1 also wipes the controller state (job ids restart at 1 on the next start).
 set -euo pipefail
@@ -29,7 +29,10 @@ stop() {  # stop PIDFILE COMM
   kill -KILL "$pid" 2>/dev/null || true
 }
 
-stop /run/slurmd.pid slurmd
+# One slurmd per node (SlurmdPidFile=/run/slurmd-%n.pid); /run/slurmd.pid: a cluster from an older slurm-up.sh.
+for pidfile in /run/slurmd-*.pid /run/slurmd.pid; do
+  if [ -e "$pidfile" ]; then stop "$pidfile" slurmd; fi
+done
 stop /run/slurmctld.pid slurmctld
 stop /run/munge/munged.pid munged
 if [ "${LONGHAUL_SLURM_WIPE:-0}" = 1 ]; then

@@ -419,9 +419,16 @@ printf '%s\0' "$@" > "$f"
 env -0 > "$f.env"
 """
 
+# `ray status` answers as Ray 2.60 does with both nodes of the job (scontrol's node1, node2) active: the
+# multi-node script waits for that before it starts the launcher.
 _FAKE_RAY = r"""#!/bin/bash
 f="$(mktemp "$LH_CALLS/ray.XXXXXX")"
 printf '%s\0' "$@" > "$f"
+if [ "$1" = status ]; then
+  printf '%s\n' '======== Autoscaler status: 2026-12-04 00:00:00 ========' 'Node status' \
+    '---------------------------------------------------------------' 'Active:' ' 1 node_0a1b' ' 1 node_2c3d' \
+    'Pending:' ' (no pending nodes)' 'Recent failures:' ' (no failures)'
+fi
 """
 
 

@@ -9,7 +9,9 @@ The script, top to bottom:
    script), then the offline
    environment and longhaul's own variables (set after setup so that setup cannot unset them).
 3. Multi-node (`resources.nodes > 1`): a Ray head on the first node and one Ray worker per other node, each
-   started with `srun`, the driver attached through `RAY_ADDRESS` — the layout veRL documents for Slurm.
+   started with `srun`, the driver attached through `RAY_ADDRESS` — the layout veRL documents for Slurm. The
+   script waits until every node has joined; on veRL's CPU platform each node advertises one trainer rank
+   (`render.verl.cpu_ray_start_resources`). Run for real on the CI cluster's two-node partition.
 4. `longhaul launch --spec <run_dir>/experiment.yaml --backend slurm --run-dir <run_dir>` in the background,
    inside the container runtime (apptainer, pyxis) or the activated virtualenv (runtime `none`).
 5. The checkpoint protocol with the launcher (`longhaul.protocol`): Slurm sends SIGUSR1 to the batch
@@ -51,6 +53,7 @@ from longhaul import protocol
 from longhaul.layout import default_run_dir
 from longhaul.protocol import EXIT_REQUEUE
 from longhaul.render.jobenv import job_env
+from longhaul.render.verl import cpu_ray_start_resources
 from longhaul.spec.models import ContainerRuntime, Experiment, Stage
 from longhaul.spec.naming import run_name, seed_runs
 
@@ -61,6 +64,10 @@ EXIT_REQUEUE_LIMIT = 79
 CHECKPOINT_SIGNAL = protocol.CHECKPOINT_SIGNAL.name.removeprefix("SIG")
 RAY_PORT = 6379
 RAY_HEAD_TIMEOUT_S = 300
+#: Prefix of the job's own Ray temporary root on each node (`<prefix>-<job id>`, see `_ray_env_block`).
+RAY_TMP_ROOT = "/tmp/longhaul-ray"
+#: Ray's default dashboard-agent port; node i of the job uses this + i (see `_ray_start_block`).
+RAY_AGENT_PORT = 52365
 LOG_NAME = "slurm-%j.out"
 #: Log of one array task (training seeds), in the group's directory: `%A` array job id, `%a` task index.
 ARRAY_LOG_NAME = "slurm-%A_%a.out"
@@ -291,7 +298,7 @@ def _runtime_block(exp: Experiment, stage: str | None = None) -> list[str]:
         # --containall: no host HOME or environment leaks in; pass the job variables, bind the submit directory.
         names = list(job_env("slurm", "", "", "", stage=stage, job_id=""))
         if exp.spec.resources.nodes > 1:
-            names += ["RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"]
+            names += ["RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_TMPDIR"]
         argv = ["apptainer", "exec"] + (["--nv"] if gpus > 0 else []) + ["--containall"]
         out = [
             "# Runtime 'apptainer': every command runs in the image with the submit directory bound.",
@@ -329,6 +336,10 @@ def _ray_env_block(exp: Experiment) -> list[str]:
         'LH_HEAD="${LH_NODES[0]}"',
         'LH_HEAD_IP="$(srun --overlap --nodes=1 --ntasks=1 -w "$LH_HEAD" hostname --ip-address | awk \'{print $1}\')"',
         f'export RAY_ADDRESS="$LH_HEAD_IP:{RAY_PORT}"',
+        "# Ray's temporary root, private to the job on every node: `ray start` records its cluster in",
+        "# <root>/ray/ray_current_cluster, where a later plain `ray.init()` on that node (another job, a one-node",
+        "# run) would find this job's cluster, long gone, and try to attach to it instead of starting its own.",
+        f'export RAY_TMPDIR="{RAY_TMP_ROOT}-${{SLURM_JOB_ID}}"',
         "export RAY_AUTH_MODE=token",
         f'export RAY_AUTH_TOKEN_PATH="${C.ENV_RUN_DIR}/.ray/auth_token"',
         'mkdir -p "$(dirname "$RAY_AUTH_TOKEN_PATH")"',
@@ -339,22 +350,46 @@ def _ray_env_block(exp: Experiment) -> list[str]:
 
 def _ray_start_block(exp: Experiment) -> list[str]:
     res = exp.spec.resources
-    ray_res = f"--num-cpus={res.cpus_per_node} --num-gpus={res.gpus_per_node}"
+    if res.gpus_per_node == 0:
+        # veRL's CPU platform: each node's trainer rank is one logical "GPU" (render.verl.render_cpu_overrides).
+        cpu_res = cpu_ray_start_resources()
+        ray_res = f"--num-cpus={cpu_res['num_cpus']} --num-gpus={cpu_res['num_gpus']}"
+    else:
+        ray_res = f"--num-cpus={res.cpus_per_node} --num-gpus={res.gpus_per_node}"
     return [
         'on_node() { local node="$1"; shift; srun --overlap --nodes=1 --ntasks=1 -w "$node" "${PYXIS[@]}" "${CONTAINER[@]}" "$@"; }',  # noqa: E501 - a string literal kept whole
         "LH_RAY_PIDS=()",
         'stop_ray() { for p in "${LH_RAY_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }',
         "trap stop_ray EXIT",
-        f'on_node "$LH_HEAD" ray start --head --node-ip-address="$LH_HEAD_IP" --port={RAY_PORT} {ray_res} --block &',
+        "# Each node's dashboard agent gets its own port (Ray's default plus the node's index): Slurm may place two",
+        "# of the job's nodes on one host (several slurmd per host), where the default port would clash.",
+        f'on_node "$LH_HEAD" ray start --head --node-ip-address="$LH_HEAD_IP" --port={RAY_PORT} {ray_res} '
+        f"--dashboard-agent-listen-port={RAY_AGENT_PORT} --block &",
         "LH_RAY_PIDS+=($!)",
         f"for _ in $(seq 1 {RAY_HEAD_TIMEOUT_S}); do",
         '  on_node "$LH_HEAD" ray status --address="$RAY_ADDRESS" >/dev/null 2>&1 && break',
         "  sleep 1",
         "done",
+        "LH_I=0",
         'for node in "${LH_NODES[@]:1}"; do',
-        f'  on_node "$node" ray start --address="$RAY_ADDRESS" {ray_res} --block &',
+        "  LH_I=$((LH_I + 1))",
+        f'  on_node "$node" ray start --address="$RAY_ADDRESS" {ray_res} '
+        f'--dashboard-agent-listen-port="$(({RAY_AGENT_PORT} + LH_I))" --block &',
         "  LH_RAY_PIDS+=($!)",
         "done",
+        "# The driver needs every node: veRL places one trainer rank group per node and fails when one is missing.",
+        "LH_RAY_UP=0",
+        f"for _ in $(seq 1 {RAY_HEAD_TIMEOUT_S}); do",
+        '  LH_RAY_UP="$(on_node "$LH_HEAD" ray status --address="$RAY_ADDRESS" 2>/dev/null '
+        "| awk '/^Active:/{a=1;next} /^[A-Za-z]/{a=0} a&&/node_/{n++} END{print n+0}')\"",
+        '  [ "$LH_RAY_UP" -ge "${#LH_NODES[@]}" ] && break',
+        "  sleep 2",
+        "done",
+        'echo "longhaul: Ray cluster at $RAY_ADDRESS: $LH_RAY_UP of ${#LH_NODES[@]} nodes up (${LH_NODES[*]})" >&2',
+        'if [ "$LH_RAY_UP" -lt "${#LH_NODES[@]}" ]; then',
+        f'  echo "longhaul: Ray nodes missing after {RAY_HEAD_TIMEOUT_S} s; see the ray start output above" >&2',
+        "  exit 1",
+        "fi",
         "",
     ]
 

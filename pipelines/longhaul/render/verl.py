@@ -13,6 +13,7 @@ from longhaul.agentloop.config import AGENT_LOOP_NAME, sampler_overrides
 from longhaul.algos import render_algorithm_overrides
 from longhaul.chat.thinking import chat_template_kwargs, chat_template_override
 from longhaul.layout import Paths
+from longhaul.redact import redact_value
 from longhaul.spec.models import Experiment, Stage
 from longhaul.spec.naming import experiment_family, run_name
 from longhaul.spec.placement import trainer_gpu_ids
@@ -144,6 +145,11 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"trainer.rollout_data_dir={_q(paths.logs_dir + '/' + VERL_ROLLOUT_DUMP_SUBDIR)}",
         f"trainer.device={'cpu' if cpu else 'cuda'}",
     ]
+    if s.resources.nodes == 1:
+        # One node: veRL's driver starts its own Ray. Without an address, `ray.init` would attach to whatever
+        # cluster the host's /tmp/ray/ray_current_cluster names: another job's, or one that died without
+        # `ray stop` (seen here: every local run failed while a finished multi-node test's file was left).
+        out.append("+ray_kwargs.ray_init.address=local")
     out += render_chat_overrides(exp)
     if cpu:
         out += render_cpu_overrides(exp)
@@ -169,7 +175,11 @@ def render_cpu_overrides(exp: Experiment) -> list[str]:
     """What veRL's CPU platform (`longhaul.verlcpu`, selected by VERL_PLATFORM=cpu in the stage environment)
     needs beyond the common list: FSDP2 without compilation or flash-attention padding removal, one agent-loop
     worker, one TransferQueue storage unit, and Ray started with one logical "GPU" (the trainer rank's slot,
-    which veRL's resource check counts)."""
+    which veRL's resource check counts).
+
+    One node: veRL starts its own local Ray with those resources. Several nodes: the job script has started a
+    Ray cluster whose every node advertises one "GPU" and `CPU_RAY_SLOTS` CPUs (`cpu_ray_start_resources`), and
+    veRL attaches to it through RAY_ADDRESS, where `ray.init` refuses resource arguments."""
     a = "actor_rollout_ref"
     dtype = str(exp.spec.policy.dtype)
     out = [
@@ -177,10 +187,13 @@ def render_cpu_overrides(exp: Experiment) -> list[str]:
         f"{a}.rollout.agent.num_workers=1",
         "reward.num_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        f"+ray_kwargs.ray_init.num_cpus={CPU_RAY_SLOTS}",
-        "+ray_kwargs.ray_init.num_gpus=1",
-        "+ray_kwargs.ray_init.include_dashboard=false",
     ]
+    if exp.spec.resources.nodes == 1:
+        out += [
+            f"+ray_kwargs.ray_init.num_cpus={CPU_RAY_SLOTS}",
+            "+ray_kwargs.ray_init.num_gpus=1",
+            "+ray_kwargs.ray_init.include_dashboard=false",
+        ]
     for role in ("actor", "ref"):
         out += [
             f"{a}.{role}.strategy=fsdp2",
@@ -190,3 +203,35 @@ def render_cpu_overrides(exp: Experiment) -> list[str]:
             f"{a}.{role}.use_torch_compile=false",
         ]
     return out
+
+
+def cpu_ray_start_resources() -> dict[str, int]:
+    """Logical resources each node's `ray start` advertises for a multi-node CPU run: one "GPU" (the node's
+    trainer rank, see `render_cpu_overrides`) and `CPU_RAY_SLOTS` CPU scheduling slots."""
+    return {"num_cpus": CPU_RAY_SLOTS, "num_gpus": 1}
+
+
+#: Set in the job environment when the veRL driver attaches to a Ray cluster the job started (multi-node).
+ENV_RAY_ADDRESS = "RAY_ADDRESS"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Variable names that look like credentials (API keys, tokens, passwords): never rendered into an override.
+_SECRET_NAME = re.compile(r"(?i)token|secret|passw|pwd|key|credential|auth")
+
+
+def ray_job_env_overrides(stage_env: dict[str, str], inherited: dict[str, str]) -> list[str]:
+    """Hydra overrides that hand veRL's Ray job the variables the launcher adds for its stage (`stage_env` minus
+    what it `inherited` from the job): `+ray_kwargs.ray_init.runtime_env.env_vars.<NAME>=<value>`.
+
+    A local Ray started by veRL's driver passes the driver's whole environment to every actor. When the driver
+    attaches to a cluster the job script started (RAY_ADDRESS, multi-node), actors get the environment of their
+    node's `ray start` instead — the job's, without the platform switch, the server URLs or the MLflow run the
+    launcher sets — so the job-level runtime environment carries them to every node.
+
+    Credentials never go this way: an override lands in veRL's printed config, its error messages and MLflow's
+    params. A variable whose name looks like one (`_SECRET_NAME`) or whose value holds a URI with one
+    (`longhaul.redact`) is left out; the job's own environment (every node's `ray start`) carries those."""
+    return [
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={_q(v)}"
+        for k, v in sorted(stage_env.items())
+        if inherited.get(k) != v and _ENV_NAME.match(k) and not _SECRET_NAME.search(k) and redact_value(v) == v
+    ]

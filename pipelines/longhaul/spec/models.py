@@ -1034,13 +1034,9 @@ class ExperimentSpec(_Model):
         return self
 
     def _check_cpu_platform(self) -> None:
-        """gpus_per_node: 0 runs veRL on its CPU platform (longhaul.verlcpu): one trainer rank on one node, the
-        CPU rollout replica (full weights, no tensor parallelism, no LoRA adapter sync)."""
-        if self.resources.nodes != 1:
-            raise FieldError(
-                "resources.nodes",
-                f"a CPU run (resources.gpus_per_node: 0) uses one node; got nodes: {self.resources.nodes}",
-            )
+        """gpus_per_node: 0 runs veRL on its CPU platform (longhaul.verlcpu): one trainer rank per node (gloo
+        across nodes when nodes > 1), the CPU rollout replica (full weights, no tensor parallelism, no LoRA
+        adapter sync)."""
         if self.policy.rollout.tensor_parallel_size != 1:
             raise FieldError(
                 "policy.rollout.tensor_parallel_size",
@@ -1059,7 +1055,8 @@ class ExperimentSpec(_Model):
         gpus = res.gpus_per_node
         if gpus == 0:
             self._check_cpu_platform()
-            self._check_micro_batches(world=1)
+            self._check_rollouts_divide(res.nodes, "CPU trainer rank(s), one per node")
+            self._check_micro_batches(world=res.nodes)
             return
         trainer_gpus = gpus
         if sim.placement == Placement.COLOCATED:
@@ -1095,14 +1092,18 @@ class ExperimentSpec(_Model):
                 f"{trainer_gpus} GPU(s) available to the trainer",
             )
         world = trainer_gpus * res.nodes
+        self._check_rollouts_divide(world, "GPU(s)")
+        self._check_micro_batches(world)
+
+    def _check_rollouts_divide(self, world: int, ranks: str) -> None:
+        """veRL splits each step's rollouts evenly over the trainer's ranks."""
         rollouts = self.algorithm.train_batch_size * self.algorithm.group_size
         if rollouts % world:
             raise FieldError(
                 "algorithm.train_batch_size",
                 f"train_batch_size × group_size = {rollouts} rollouts must be divisible by the trainer's "
-                f"{world} GPU(s)",
+                f"{world} {ranks}",
             )
-        self._check_micro_batches(world)
 
     def _check_micro_batches(self, world: int) -> None:
         """veRL splits each rank's share of a mini-batch (ppo_mini_batch_size × group_size / ranks sequences) into

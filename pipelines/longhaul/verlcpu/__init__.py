@@ -17,7 +17,8 @@ reference model on FSDP2    the forward-only engine pins host memory (``CPUOfflo
 process group               veRL builds ``"cpu:gloo,cpu:gloo"`` (rejected by torch); the platform       call order
                             starts a plain gloo group first, so veRL skips its own init
 resource accounting         veRL's resource check counts only GPU/NPU: Ray is started with one "GPU"    config
-                            per trainer rank (``+ray_kwargs.ray_init.num_gpus``, rendered)
+                            per trainer rank (``+ray_kwargs.ray_init.num_gpus``, rendered; several
+                            nodes: ``ray start --num-gpus=1`` per node, one rank each, gloo across)
 ==========================  ==========================================================================  ========
 
 Each patch is guarded: `longhaul.verlcpu.patches` checks that what it patches still looks as expected and

@@ -93,6 +93,21 @@ def init_default_process_group() -> None:
         world_size=int(os.environ["WORLD_SIZE"]),
         timeout=PROCESS_GROUP_TIMEOUT,
     )
+    # One line per rank in the trainer's log: where each rank runs (the multi-node tests read it).
+    print(
+        f"longhaul cpu platform: gloo rank {dist.get_rank()}/{dist.get_world_size()} on Ray node {_ray_node_id()}",
+        flush=True,
+    )
+
+
+def _ray_node_id() -> str:
+    """This process's Ray node id, or "-" outside Ray."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "-"
+    except Exception:  # diagnostics only: never fail the process group over it
+        return "-"
 
 
 class PlatformCPU(PlatformBase):

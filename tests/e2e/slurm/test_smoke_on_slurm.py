@@ -103,6 +103,19 @@ def _latest_step(run_dir: Path) -> int:
     return int(text) if text.isdigit() else 0
 
 
+def wait_first_checkpoint(job_id: str, run_dir: Path, timeout_s: float) -> str:
+    """Wait until step 1 is checkpointed and its metrics logged, the point where a test requeues the job (veRL logs
+    a step's metrics after its checkpoint; a stop inside that window is a separate, known gap); returns the run's
+    MLflow run id."""
+    wait_job(
+        job_id,
+        lambda i: _latest_step(run_dir) >= 1 and re.search(STEP_LINE, _log(run_dir, job_id)),
+        timeout_s,
+        "a first checkpoint",
+    )
+    return (run_dir / "mlflow_run_id").read_text().strip()
+
+
 def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
     spec = write_spec(
         "smoke",
@@ -125,15 +138,7 @@ def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
             phases.append(phase)
 
     try:
-        # Requeue once step 1 is checkpointed and its metrics logged (veRL logs a step's metrics after its
-        # checkpoint; a stop inside that window is a separate, known gap).
-        wait_job(
-            job_id,
-            lambda i: _latest_step(run_dir) >= 1 and re.search(STEP_LINE, _log(run_dir, job_id)),
-            RUN_TIMEOUT_S,
-            "a first checkpoint",
-        )
-        first_run_id = (run_dir / "mlflow_run_id").read_text().strip()
+        first_run_id = wait_first_checkpoint(job_id, run_dir, RUN_TIMEOUT_S)
         subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30)
         saved = _latest_step(run_dir)
         info = wait_job(job_id, lambda i: i.get("JobState") in TERMINAL, RUN_TIMEOUT_S, "a terminal state", record)

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from longhaul.layout import Paths
-from longhaul.render.verl import UNLIMITED_TOOL_CHARS, render_verl_overrides
+from longhaul.render.verl import UNLIMITED_TOOL_CHARS, ray_job_env_overrides, render_verl_overrides
 from longhaul.spec import load_spec
+from longhaul.spec.models import Experiment
 
 ROOT = Path(__file__).resolve().parents[3]
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
@@ -83,6 +84,50 @@ def test_cpu_branch_runs_on_the_cpu_platform() -> None:
         "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
     ):
         assert expected in overrides
+
+
+def test_cpu_multi_node_attaches_to_the_job_ray_cluster() -> None:
+    """nodes: 2 on CPU: one trainer rank per node, and no Ray resources in `ray.init` (it attaches through
+    RAY_ADDRESS to the cluster the job script started, where Ray refuses them); the composed config validates."""
+    from support.verl_config import validate_verl
+
+    doc = load_spec(ROOT / "specs" / "smoke.yaml").model_dump(mode="json", exclude_unset=True)
+    doc["spec"]["resources"]["nodes"] = 2
+    doc["spec"]["algorithm"]["ppo_micro_batch_size_per_gpu"] = 2
+    overrides = render_verl_overrides(Experiment.model_validate(doc), Paths.under("/r"))
+    assert "trainer.nnodes=2" in overrides and "trainer.n_gpus_per_node=1" in overrides
+    assert not [o for o in overrides if o.startswith("+ray_kwargs.ray_init.")], overrides
+    env = ray_job_env_overrides({"VERL_PLATFORM": "cpu", "MLFLOW_RUN_ID": "abc", "PATH": "/bin"}, {"PATH": "/bin"})
+    cfg = validate_verl([*overrides, *env])
+    assert dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars) == {"MLFLOW_RUN_ID": "abc", "VERL_PLATFORM": "cpu"}
+
+
+def test_ray_job_env_overrides_pass_only_what_the_launcher_added() -> None:
+    env = ray_job_env_overrides(
+        {"A": "1", "B": "it's $x", "SAME": "v", "bad-name": "x"},
+        {"SAME": "v", "A": "0"},
+    )
+    assert env == [
+        "+ray_kwargs.ray_init.runtime_env.env_vars.A='1'",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.B='it\\'s $x'",
+    ]
+
+
+def test_ray_job_env_overrides_never_carry_credentials() -> None:
+    """A credential in an override would be printed with veRL's config and logged as an MLflow param."""
+    env = ray_job_env_overrides(
+        {
+            "LONGHAUL_USER_SIM_API_KEY": "sk-1",
+            "HF_TOKEN": "hf_x",
+            "DB_PASSWORD": "p",
+            "MLFLOW_TRACKING_URI": "http://u:s3cret@mlflow:5000",
+            "SIM_URL": "http://sim:8001/v1?token=abc",
+            "MLFLOW_RUN_ID": "r1",
+        },
+        {},
+    )
+    assert env == ["+ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID='r1'"]
+    assert not any(secret in line for line in env for secret in ("sk-1", "hf_x", "s3cret", "abc"))
 
 
 def test_registered_estimator_is_resolvable_by_verl() -> None:

@@ -1,6 +1,6 @@
 """Golden sbatch scripts for the variants the per-spec goldens (tests/golden/<spec>/slurm.sbatch) do not cover:
-multi-node Ray on each container runtime, a single-stage script with a dependency, and the job array of a spec
-with training seeds.
+multi-node Ray on each container runtime and on veRL's CPU platform, a single-stage script with a dependency,
+and the job array of a spec with training seeds.
 
 `LONGHAUL_UPDATE_GOLDEN=1 pytest tests/unit/slurm` regenerates; review the diff.
 """
@@ -59,6 +59,16 @@ CASES = {
             "lata",
             resources__nodes=2,
             backends__slurm={"container": {"runtime": "none"}, "venv": "/shared/venvs/longhaul"},
+        )
+    ),
+    # veRL's CPU platform across 2 nodes (the CI cluster's partition `multi`): one logical "GPU" per node.
+    "smoke-nodes2-cpu": lambda: render_slurm(
+        spec_variant(
+            "smoke",
+            stages=["grpo"],
+            resources__nodes=2,
+            algorithm__ppo_micro_batch_size_per_gpu=2,
+            backends__slurm={"partition": "multi", "container": {"runtime": "none"}},
         )
     ),
     "smoke-eval-after": lambda: render_slurm(spec_variant("smoke"), stage="eval", dependency="afterok:1234"),

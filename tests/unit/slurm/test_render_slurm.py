@@ -161,6 +161,27 @@ def test_multi_node_ray_layout(tmp_path: Path) -> None:
     assert '--env "RAY_ADDRESS=${RAY_ADDRESS:-}"' in script  # exported before the container prefix is built
     assert script.index("export RAY_ADDRESS=") < script.index("CONTAINER=(")
     assert "ray start" not in render_slurm(_exp("lata"))
+    # Node i's dashboard agent on Ray's port + i (two nodes of a job may share a host); every node joins first.
+    assert "--dashboard-agent-listen-port=52365 --block" in script
+    assert '--dashboard-agent-listen-port="$((52365 + LH_I))"' in script
+    assert script.index("nodes up") < launch
+    # The job's own Ray temporary root (no stale /tmp/ray/ray_current_cluster for later plain `ray.init()`s).
+    assert script.index('export RAY_TMPDIR="/tmp/longhaul-ray-${SLURM_JOB_ID}"') < head
+    assert '--env "RAY_TMPDIR=${RAY_TMPDIR:-}"' in script
+
+
+def test_multi_node_cpu_ray_advertises_one_rank_slot_per_node(tmp_path: Path) -> None:
+    exp = _exp(
+        "smoke",
+        spec__stages=["grpo"],
+        spec__resources__nodes=2,
+        spec__algorithm__ppo_micro_batch_size_per_gpu=2,
+        spec__backends__slurm={"partition": "multi", "container": {"runtime": "none"}},
+    )
+    script = render_slurm(exp)
+    _bash_n(script, tmp_path)
+    # veRL's CPU platform: one logical "GPU" per node (its trainer rank) and the CPU platform's Ray slots.
+    assert script.count("--num-cpus=8 --num-gpus=1") == 2 and "--num-gpus=0" not in script
 
 
 def test_protocol_constant_matches_launcher() -> None:

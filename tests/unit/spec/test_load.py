@@ -265,3 +265,20 @@ def test_seed_compat_refuses_turn_credit(tmp_path: Path) -> None:
         load_spec(f)
     match = [p for p in info.value.problems if p.path == "spec.reward.credit"]
     assert match and "no per-turn credit" in match[0].render() and match[0].line is not None
+
+
+def test_cpu_run_spans_nodes_one_rank_per_node(tmp_path: Path) -> None:
+    """gpus_per_node: 0 with nodes > 1: one CPU trainer rank per node, so the rollouts and each rank's mini-batch
+    share must divide by the node count (specs/smoke.yaml: 2 tasks × 4 rollouts, mini-batch 1 × 4)."""
+    smoke = yaml.safe_load((ROOT / "specs" / "smoke.yaml").read_text())
+    ok = _set(_set(smoke, "spec.resources.nodes", 2), "spec.algorithm.ppo_micro_batch_size_per_gpu", 2)
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump(ok, sort_keys=False))
+    assert load_spec(tmp_path / "ok.yaml").spec.resources.nodes == 2
+    for nodes, where, fragment in (
+        (3, "spec.algorithm.train_batch_size", "3 CPU trainer rank(s), one per node"),
+        (2, "spec.algorithm.ppo_micro_batch_size_per_gpu", "each of the trainer's 2 rank(s)"),
+    ):
+        (tmp_path / "bad.yaml").write_text(yaml.safe_dump(_set(smoke, "spec.resources.nodes", nodes)))
+        with pytest.raises(SpecError) as info:
+            load_spec(tmp_path / "bad.yaml")
+        assert [p for p in info.value.problems if p.path == where and fragment in p.render()], info.value.problems
