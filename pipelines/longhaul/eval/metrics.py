@@ -193,6 +193,20 @@ def compute_block(
     return RateBlock(len(counts), sum(t.n for t in counts), sum(t.c for t in counts), hat, at, ci)
 
 
+#: The termination counted for an episode whose record names none.
+UNKNOWN_TERMINATION = "unknown"
+
+
+def count_terminations(reasons: Iterable[str | None]) -> dict[str, int]:
+    """How many episodes ended each way, by reason in sorted order; a missing reason counts as
+    `UNKNOWN_TERMINATION`. The evaluation summary and the training steps of the learning curve count alike."""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        key = str(reason or UNKNOWN_TERMINATION)
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def compute_summary(
     records: Sequence[TrialRecord],
     ks: Sequence[int],
@@ -237,9 +251,6 @@ def compute_summary(
     tool_calls = sum(r.num_tool_calls for r in records)
     tool_errors = sum(r.num_tool_errors for r in records)
     aborted = sum(1 for r in records if r.aborted)
-    terminations: dict[str, int] = {}
-    for r in records:
-        terminations[r.termination or "unknown"] = terminations.get(r.termination or "unknown", 0) + 1
     out: dict[str, Any] = {
         "k": [int(k) for k in ks],
         "tasks": len(counts),
@@ -258,7 +269,7 @@ def compute_summary(
         "unknown_tool_calls": sum(r.num_unknown_tool_calls for r in records),
         "aborted_trials": aborted,
         "abort_rate": aborted / trials,
-        "terminations": dict(sorted(terminations.items())),
+        "terminations": count_terminations(r.termination for r in records),
         "avg_turns": sum(r.num_turns for r in records) / trials,
         "per_task": [{"task_id": t.task_id, "n": t.n, "c": t.c, "subsets": list(t.subsets)} for t in counts],
         "unscored_trials": unscored,

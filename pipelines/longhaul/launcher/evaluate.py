@@ -114,8 +114,7 @@ def run_eval_stage(ctx: StageContext) -> None:
     # The weights already served go first (no reload needed).
     served = policy.serving
     steps.sort(key=lambda s: (0 if (served == "base" and s == 0) or served == f"step {s}" else 1, s))
-    rows = ctx.results.eval_rows
-    summaries: dict[int, dict[str, Any]] = {}
+    summaries = ctx.results.eval_summaries
     run_info = build_run_info(spec.policy.model.name, spec.user_simulator.model.name, limits, split)
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as progress:
@@ -198,25 +197,10 @@ def run_eval_stage(ctx: StageContext) -> None:
                 atomic_write_json(summary_file, summary)
                 progress.remove_task(bar)
             summaries[step] = summary
-            rows.append(
-                {
-                    "step": step,
-                    **{f"pass^{k}": summary["pass_hat_k"][str(k)] for k in ev.k},
-                    **{
-                        f"{name}: pass^1": blk["pass_hat_k"].get("1")
-                        for name, blk in summary["subsets"].items()
-                        if name in ("train", "test", select_on)
-                    },
-                    "c/n": summary["c_over_n"],
-                }
-            )
             say(f"step {step}: pass^k {summary['pass_hat_k']} ({summary['c_over_n']} trials succeeded)")
 
     selection = None if not_selectable else build_selection(summaries, select_on)
     log_selection(ctx.tracking_uri, ctx.run_id, select_on, selection, not_selectable)
-    for row in rows:
-        if row["step"] in summaries:
-            row["selected"] = "yes" if selection is not None and row["step"] == selection.step else ""
     ctx.results.selection = (
         None if selection is None else {"select_on": select_on, "step": selection.step, "pass^1": selection.pass_hat_1}
     )

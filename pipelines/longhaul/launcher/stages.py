@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -25,6 +25,7 @@ from longhaul.launcher.control import RequeueRequested, StopControl, StopRequest
 from longhaul.launcher.processes import ManagedProcess, describe_exit
 from longhaul.protocol import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE
 from longhaul.render.plan import StagePlan
+from longhaul.render.verl import ENV_RAY_ADDRESS, ray_job_env_overrides
 from longhaul.spec.models import Stage
 
 if TYPE_CHECKING:
@@ -56,8 +57,8 @@ class StageResults:
     """What the stages of a launch report for its end-of-run summary (`status` is the launcher's own)."""
 
     status: str = ""
-    #: One row per evaluated checkpoint: step, pass^k per k, subset pass^1, c/n, selected.
-    eval_rows: list[dict[str, Any]] = field(default_factory=list)
+    #: The evaluation summary (`longhaul.eval.evaluate.summarize_evaluation`) of every evaluated checkpoint, by step.
+    eval_summaries: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: The selected checkpoint (`select_on`, `step`, `pass^1`), or None when none was selected.
     selection: dict[str, Any] | None = None
 
@@ -83,6 +84,8 @@ class StageContext:
     experiment_id: str = ""
     #: Every server the launch started (a command stage is stopped when one of them exits).
     servers: list[ManagedServer] = field(default_factory=list)
+    #: The environment the launcher itself was started with (`env` is this plus what the launcher adds).
+    inherited_env: dict[str, str] = field(default_factory=dict)
     _policy: PolicyServer | None = field(default=None, init=False, repr=False)
 
     @property
@@ -219,11 +222,11 @@ def prepare_verl_inputs(exp: Experiment, paths: Paths, env: Mapping[str, str], s
 
 
 def run_grpo_stage(ctx: StageContext, stage: StagePlan) -> None:
-    """veRL's trainer: its inputs (`prepare_verl_inputs`), the resume point, the run, then its checkpoints and a
-    sample of its episodes recorded on the MLflow run."""
+    """veRL's trainer: its inputs (`prepare_verl_inputs`), the resume point, the run, then its checkpoints, each
+    step's outcome metrics and a sample of its episodes recorded on the MLflow run."""
     from longhaul.checkpoints import prepare_resume, saved_steps, step_dir
     from longhaul.launcher.console import grpo_console
-    from longhaul.launcher.traces import log_training_traces
+    from longhaul.launcher.traces import log_training_episodes
     from longhaul.tracking.runs import log_checkpoint
 
     prepare_verl_inputs(ctx.exp, ctx.paths, ctx.env, ctx.say)
@@ -236,12 +239,17 @@ def run_grpo_stage(ctx: StageContext, stage: StagePlan) -> None:
         if point.step is not None
         else f"no complete checkpoint in {ctx.checkpoint_dir}: veRL trains from step 0"
     )
+    if ctx.env.get(ENV_RAY_ADDRESS):
+        # veRL attaches to the job's Ray cluster (multi-node): its actors do not inherit the driver's environment.
+        extra = ray_job_env_overrides({**ctx.env, **stage.env}, ctx.inherited_env)
+        stage = replace(stage, argv=(*stage.argv, *extra))
+        ctx.say(f"Ray cluster at {ctx.env[ENV_RAY_ADDRESS]}: {len(extra)} stage variables passed to veRL's Ray job")
     run_command_stage(ctx, stage, grpo_console(ctx.exp.spec.algorithm.total_steps))
     steps = saved_steps(ctx.checkpoint_dir)
     for step in steps:  # by URI, idempotent
         log_checkpoint(ctx.tracking_uri, ctx.run_id, step, step_dir(ctx.checkpoint_dir, step).resolve().as_uri())
     ctx.say(f"checkpoints saved by veRL: steps {steps or 'none'} in {ctx.checkpoint_dir}")
-    log_training_traces(ctx, ctx.paths.rollouts_dir, ctx.say)
+    log_training_episodes(ctx, ctx.paths.rollouts_dir, ctx.say)
 
 
 def _eval_stage(ctx: StageContext, _stage: StagePlan) -> None:

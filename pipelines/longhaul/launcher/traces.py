@@ -2,9 +2,10 @@
 
 - `log_episode_traces` (the eval stage, after each checkpoint's evaluation): every evaluated episode, linked to the
   step's eval run; counted as `eval/traces_logged` / `eval/traces_dropped` on that run at the step.
-- `log_training_traces` (when the grpo stage ends): `tracking.training_traces_per_step` trained episodes per step,
-  read back from the rollout traces, linked to the training run with the reward they trained with; counted as
-  `train/traces_logged` / `train/traces_dropped` on the training run.
+- `log_training_episodes` (when the grpo stage ends): every trained step's outcome metrics (`train/outcome_mean`,
+  `train/reward_mean`, `train/terminations/<reason>`: the learning curve's training side), and
+  `tracking.training_traces_per_step` trained episodes per step, read back from the rollout traces, linked to the
+  training run with the reward they trained with; counted as `train/traces_logged` / `train/traces_dropped`.
 
 Both are bounded (`TRACE_FLUSH_S` at most after the episodes, drops counted, never raised): a slow or absent
 tracking server never fails or stalls a stage.
@@ -82,45 +83,54 @@ def log_episode_traces(
     return _write(ctx, link, traces, "eval", step, say, f"step {step}")
 
 
-def log_training_traces(ctx: StageContext, rollouts_dir: str, say: Any) -> dict[str, int]:
-    """A sample of each step's trained episodes (`tracking.training_traces_per_step`) as MLflow traces, linked to
-    the training run; the counts are logged at the last sampled step."""
+def log_training_episodes(ctx: StageContext, rollouts_dir: str, say: Any) -> dict[str, int]:
+    """When the grpo stage ends, in one pass over the rollout traces: every trained step's metrics
+    (`longhaul.eval.curve.training_step_metrics`: mean reward and outcome, terminations) logged on the training run
+    at that step, and a sample of each step's episodes (`tracking.training_traces_per_step`) as MLflow traces
+    linked to it (the trace counts are logged at the last sampled step). Returns the trace counts."""
+    from longhaul.eval.curve import training_step_metrics
     from longhaul.spec import run_name
-    from longhaul.tracking.traces import (
-        KIND_TRAIN,
-        build_episode_trace,
-        prm_rule_hits,
-        sample_training_records,
-    )
+    from longhaul.tracking.runs import log_metrics
+    from longhaul.tracking.traces import KIND_TRAIN, build_episode_trace, prm_rule_hits, read_training_steps
 
+    none = {"logged": 0, "dropped": 0}
+    if not _tracked(ctx):
+        return none
     per_step = ctx.exp.spec.tracking.training_traces_per_step
-    if not _tracked(ctx) or per_step <= 0:
-        return {"logged": 0, "dropped": 0}
-    try:
-        sampled = sample_training_records(rollouts_dir, per_step)
-    except (OSError, ValueError) as exc:  # unreadable rollout traces: say so, training itself is done
-        say(f"training traces: rollout traces unreadable ({exc}); none logged")
-        return {"logged": 0, "dropped": 0}
-    if not sampled:
-        return {"logged": 0, "dropped": 0}
     alg, rules = ctx.exp.spec.algorithm, ctx.exp.spec.reward.rules
-    traces = []
-    for step, line in sampled:
-        rec = line["trajectory"]
-        hits, process = prm_rule_hits(rec, rules, seed_compat=bool(alg.seed_compat))
-        trained = line.get("reward") or {}  # what the episode trained with (the agent loop's record)
-        score = trained.get("score")
-        traces.append(
-            build_episode_trace(
-                rec,
-                run_name=run_name(ctx.exp),
-                step=step,
-                run_id=ctx.run_id,
-                subset="train",
-                rule_hits=hits,
-                process=trained.get("process", process),
-                kind=KIND_TRAIN,
-                reward=score if isinstance(score, int | float) else None,
-            )
-        )
-    return _write(ctx, ctx.run_id, traces, "train", sampled[-1][0], say, "training traces")
+    traces, last_sampled, unlogged = [], None, []
+    try:
+        for step, lines in read_training_steps(rollouts_dir):
+            if not lines:
+                continue
+            try:
+                log_metrics(ctx.tracking_uri, ctx.run_id, training_step_metrics(lines), step)
+            except Exception as exc:  # noqa: BLE001 - a failing tracking server never fails a finished stage
+                if not unlogged:
+                    say(f"training episodes: step metrics not logged ({type(exc).__name__}: {exc})")
+                unlogged.append(step)
+            for line in lines[: max(0, per_step)]:
+                rec = line["trajectory"]
+                hits, process = prm_rule_hits(rec, rules, seed_compat=bool(alg.seed_compat))
+                trained = line.get("reward") or {}  # what the episode trained with (the agent loop's record)
+                score = trained.get("score")
+                traces.append(
+                    build_episode_trace(
+                        rec,
+                        run_name=run_name(ctx.exp),
+                        step=step,
+                        run_id=ctx.run_id,
+                        subset="train",
+                        rule_hits=hits,
+                        process=trained.get("process", process),
+                        kind=KIND_TRAIN,
+                        reward=score if isinstance(score, int | float) else None,
+                    )
+                )
+                last_sampled = step
+    except (OSError, ValueError) as exc:  # unreadable rollout traces: say so, training itself is done
+        say(f"training episodes: rollout traces unreadable ({exc}); nothing more logged")
+        return none
+    if not traces or last_sampled is None:
+        return none
+    return _write(ctx, ctx.run_id, traces, "train", last_sampled, say, "training traces")

@@ -9,7 +9,7 @@ task share an MLflow session (`mlflow.trace.session` = `<run>/step_<N>/task_<id>
 trace is linked to a run (`mlflow.sourceRun`: the checkpoint's eval run, or the training run when the eval run is
 created later by the tracking relay) and tagged with the task, step and kind (`eval`). A sample of the training
 episodes (`tracking.training_traces_per_step`, read back from the rollout traces when the grpo stage ends:
-`sample_training_records`) is traced the same way, kind `train`, with the reward it trained with, linked to the
+`read_training_steps`) is traced the same way, kind `train`, with the reward it trained with, linked to the
 training run.
 
 Timestamps. A trajectory keeps no per-turn clock, so spans get consecutive synthetic microseconds ending at the
@@ -26,7 +26,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,17 +191,16 @@ def build_episode_trace(
     return EpisodeTrace(root, tags, {SESSION: session_id(run_name, kind, step, task_id), SOURCE_RUN: run_id})
 
 
-def sample_training_records(rollouts_dir: str | Path, per_step: int) -> list[tuple[int, dict[str, Any]]]:
-    """(step, trace line) of the first `per_step` trained episodes of every step under a run's rollout traces
-    (`longhaul.agentloop.traces`: `step_<N>/<pid>.jsonl`; validation and failed trajectories are not sampled),
-    in (group uid, sample) order so the choice does not depend on which worker wrote first. Files are read with
-    the bounds of `longhaul.bounded.TRAJECTORIES`."""
+def read_training_steps(rollouts_dir: str | Path) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """(step, trace lines) of the trained episodes of every step under a run's rollout traces, step by step
+    (`longhaul.agentloop.traces`: `step_<N>/<pid>.jsonl`; validation and failed trajectories are not read), each
+    step's lines in (group uid, sample) order so nothing depends on which worker wrote first. One step is in memory
+    at a time; files are read with the bounds of `longhaul.bounded.TRAJECTORIES`."""
     from longhaul import bounded
 
-    out: list[tuple[int, dict[str, Any]]] = []
     root = Path(rollouts_dir)
-    if per_step <= 0 or not root.is_dir():
-        return out
+    if not root.is_dir():
+        return
     steps = sorted(int(d.name[len("step_") :]) for d in root.glob("step_*") if d.name[len("step_") :].isdigit())
     for step in steps:
         lines = [
@@ -211,8 +210,7 @@ def sample_training_records(rollouts_dir: str | Path, per_step: int) -> list[tup
             if isinstance(rec, dict) and rec.get("trajectory")
         ]
         lines.sort(key=lambda r: (str(r.get("uid")), int(r.get("session") or 0)))
-        out += [(step, rec) for rec in lines[:per_step]]
-    return out
+        yield step, lines
 
 
 def prm_rule_hits(

