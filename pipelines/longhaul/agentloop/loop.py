@@ -44,7 +44,6 @@ Size: over 400 lines because the hooks of veRL's ToolAgentLoop interface this cl
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -57,6 +56,7 @@ from verl.utils.profiler import simple_timer
 
 from longhaul.agentloop.context import RolloutContext
 from longhaul.agentloop.traces import build_trace_record, log_trace, rollout_dir_from_env
+from longhaul.envs.hermes import parse_hermes
 from longhaul.envs.runner import (
     ContextOverflowError,
     EpisodeLimits,
@@ -68,9 +68,6 @@ from longhaul.envs.runner import (
 from longhaul.envs.trajectory import Termination
 from longhaul.rewards.combine import RewardBreakdown, RewardSettings, build_token_rewards
 from longhaul.rewards.prm_lite import build_rule_params, score_trajectory
-
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
 
 
 class TrajectoryFailed(RuntimeError):
@@ -98,29 +95,6 @@ class LonghaulAgentLoopOutput(AgentLoopOutput):
                 )
             output["rm_scores"] = row
         return output
-
-
-def parse_hermes(text: str) -> tuple[str, list[ParsedCall]]:
-    """Split a Hermes-format completion into the text around tool calls and the calls themselves. A block that
-    is not `{"name": ..., "arguments": {...}}` becomes a call with `parse_error` set (the runner turns it into an
-    error observation; PRM-Lite counts it) instead of silently disappearing."""
-    calls = []
-    for block in _TOOL_CALL.findall(text):
-        raw = block.strip()
-        m = _NAME.search(raw)
-        name = m.group(1) if m else "<unparsed>"
-        try:
-            obj = json.loads(raw)
-            name = obj["name"] if isinstance(obj, dict) and isinstance(obj.get("name"), str) else "<unparsed>"
-            args = obj["arguments"] if isinstance(obj, dict) and "arguments" in obj else {}
-            if isinstance(args, str):
-                args = json.loads(args)
-            if name == "<unparsed>" or not isinstance(args, dict):
-                raise ValueError('expected {"name": string, "arguments": object}')
-            calls.append(ParsedCall(name, args, json.dumps(args, ensure_ascii=False)))
-        except (ValueError, TypeError) as e:
-            calls.append(ParsedCall(name, None, raw, parse_error=f"{type(e).__name__}: {e}"))
-    return _TOOL_CALL.sub("", text).strip(), calls
 
 
 def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,22 +1,21 @@
 """The policy over an OpenAI-compatible endpoint, with Hermes-style tool calls.
 
 vLLM's `--tool-call-parser hermes` returns parsed `tool_calls`; when a server leaves `<tool_call>{…}</tool_call>`
-blocks in the text instead (no parser, or JSON the parser rejected), they are parsed here. Arguments that are not
-a JSON object become a `ParsedCall` with `parse_error` set: the environment answers with an error observation.
+blocks in the text instead (no parser, or a block the parser rejected), the text is parsed by training's own parser
+(`longhaul.envs.hermes`), so evaluation turns the same generation into the same calls and messages as training.
+Arguments that are not a JSON object become a `ParsedCall` with `parse_error` set: the environment answers with an
+error observation.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from longhaul.clients.openai_compat import ChatClient
+from longhaul.envs.hermes import parse_hermes
 from longhaul.envs.runner import ParsedCall, PolicyTurn
-
-_TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-_NAME_RE = re.compile(r'"name"\s*:\s*"([^"]*)"')
 
 
 @dataclass(frozen=True)
@@ -46,28 +45,6 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str, str | None]:
     return value, text, None
 
 
-def parse_hermes_content(content: str) -> tuple[str, list[ParsedCall]]:
-    """Split `<tool_call>{"name": …, "arguments": {…}}</tool_call>` blocks out of assistant text."""
-    if "<tool_call>" not in content:
-        return content, []
-    calls = []
-    for body in _TOOL_CALL_RE.findall(content):
-        try:
-            obj = json.loads(body)
-            if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-                raise ValueError("expected an object with a string 'name'")
-        except (json.JSONDecodeError, ValueError) as exc:
-            m = _NAME_RE.search(body)
-            calls.append(
-                ParsedCall(m.group(1) if m else "<unparsed>", None, body, f"malformed <tool_call> block: {exc}")
-            )
-            continue
-        args, raw, err = parse_arguments(obj.get("arguments", {}))
-        calls.append(ParsedCall(obj["name"], args, raw, err))
-    text = _TOOL_CALL_RE.sub("", content).strip()
-    return text, calls
-
-
 def parse_chat_response(data: dict[str, Any]) -> PolicyTurn:
     """A `PolicyTurn` from an OpenAI chat completion response (one `ChatClient.chat` returned, so its shape is
     checked: `longhaul.clients.openai_compat.check_completion`)."""
@@ -79,7 +56,7 @@ def parse_chat_response(data: dict[str, Any]) -> PolicyTurn:
         fn = tc.get("function") or {}
         args, raw, err = parse_arguments(fn.get("arguments"))
         calls.append(ParsedCall(str(fn.get("name") or "<unnamed>"), args, raw, err, call_id=tc.get("id")))
-    content, inline = parse_hermes_content(content)
+    content, inline = parse_hermes(content)
     calls.extend(inline)
     usage = data.get("usage") or {}
     return PolicyTurn(

@@ -426,8 +426,8 @@ def test_tool_calls_parse_alike_in_vllm_and_in_training_and_evaluation(frontend,
     (`parse_hermes`) and evaluation (`parse_chat_response`) parsers read the same calls: after a think block,
     after text, and — without a reasoning parser, as longhaul serves Qwen3 — also a call written inside the think
     block (training and evaluation execute it alike; the visible text is what follows `</think>`)."""
-    from longhaul.agentloop.loop import parse_hermes
     from longhaul.clients.policy import parse_chat_response
+    from longhaul.envs.hermes import parse_hermes
     from longhaul.envs.runner import tool_schemas
 
     a = {"reservation_id": "GV1N64"}
@@ -464,3 +464,55 @@ def test_tool_calls_parse_alike_in_vllm_and_in_training_and_evaluation(frontend,
         assert [c.arguments for c in training] == expected, name
         assert [c.arguments for c in evaluation.tool_calls] == expected, name
         assert all(c.parse_error is None for c in (*training, *evaluation.tool_calls)), name
+
+
+def test_broken_tool_calls_turn_alike_in_training_and_evaluation(frontend, tok) -> None:
+    """Text that is not a clean call — cut off by the token limit, closed but not a call, unclosed but whole —
+    gives the same turn in training (`parse_hermes` on the generated text) and in evaluation (vLLM's hermes
+    parser, then `parse_chat_response` on what it hands back): the same message to the user, the same calls,
+    the same parse errors. Before one parser served both, a cut-off call was a message to the user in training
+    and an error call in evaluation, so episodes the simulator ended after such a message succeeded only in
+    training."""
+    from longhaul.clients.policy import parse_chat_response
+    from longhaul.envs.hermes import parse_hermes
+    from longhaul.envs.runner import tool_schemas
+
+    a = {"reservation_id": "GV1N64"}
+    cut = '<tool_call>\n{"name": "get_reservation_details", "arguments": {"reservation_id": "GV1'
+    cases = {
+        # (text, expected (name, arguments, has parse error) per call, expected message text is non-empty)
+        "cut off": ("Let me look.\n" + cut, [], True),
+        "call, then cut off": (
+            _call("get_reservation_details", a) + "\n" + cut,
+            [("get_reservation_details", a, False)],
+            True,
+        ),
+        "closed, not a call": (
+            '<tool_call>\n{"name": "get_reservation_details", "arguments": [1]}\n</tool_call>',
+            [("get_reservation_details", None, True)],
+            False,
+        ),
+        "unclosed, whole": (
+            _call("get_reservation_details", a).removesuffix("</tool_call>"),
+            [("get_reservation_details", a, False)],
+            False,
+        ),
+    }
+    body = {
+        "model": "policy",
+        "messages": [{"role": "system", "content": "POLICY"}, {"role": "user", "content": "hi"}],
+        "tools": tool_schemas(),
+        "tool_choice": "auto",
+    }
+    prompt = frontend.render("keep", body)
+
+    def turn(content: str, calls: list) -> tuple:
+        return content, [(c.name, c.arguments, c.parse_error is not None) for c in calls]
+
+    for name, (text, expected_calls, says_something) in cases.items():
+        message = frontend.derender("keep", body, tok.encode(text, add_special_tokens=False), prompt)
+        evaluation = parse_chat_response({"choices": [{"message": message}]})
+        training = turn(*parse_hermes(text))
+        assert turn(evaluation.content, evaluation.tool_calls) == training, name
+        assert training[1] == expected_calls, name
+        assert bool(training[0]) == says_something, name

@@ -8,10 +8,11 @@ import re
 import pytest
 
 from longhaul.clients.openai_compat import ChatClient, EndpointError, RetryPolicy
-from longhaul.clients.policy import OpenAIPolicy, parse_arguments, parse_chat_response, parse_hermes_content
+from longhaul.clients.policy import OpenAIPolicy, parse_arguments, parse_chat_response
 from longhaul.clients.user_simulator import AGENT_GREETING, OpenAIUserSimulator, build_user_messages
 from longhaul.envs.airline.env import AirlineEnv
 from longhaul.envs.airline.tasks import get_task
+from longhaul.envs.hermes import parse_hermes
 from longhaul.envs.runner import ContextOverflowError, EpisodeLimits, run_episode, tool_schemas
 from support.net import free_port
 from support.openai_stub import Reply
@@ -100,12 +101,18 @@ def test_argument_parsing():
 
 
 def test_hermes_blocks_in_content():
-    text, calls = parse_hermes_content(
+    text, calls = parse_hermes(
         'Checking.\n<tool_call>\n{"name": "get_user_details", "arguments": {"user_id": "a_b_1"}}\n</tool_call>'
     )
     assert text == "Checking." and calls[0].name == "get_user_details" and calls[0].arguments == {"user_id": "a_b_1"}
-    text, calls = parse_hermes_content('<tool_call>{"name": "cancel_reservation", "arguments": {"reservation_id": ')
-    assert calls[0].name == "cancel_reservation" and calls[0].arguments is None and calls[0].parse_error
+    # A block cut off by the token limit stays text (a message to the user), as in training and as vLLM reads it.
+    cut = '<tool_call>{"name": "cancel_reservation", "arguments": {"reservation_id": '
+    assert parse_hermes(cut) == (cut.strip(), [])
+    # A closed block that is not a call is an error call (never dropped); an unclosed one that parses is a call.
+    text, calls = parse_hermes('<tool_call>{"name": "calculate", "arguments": [1]}</tool_call>')
+    assert text == "" and calls[0].name == "calculate" and calls[0].arguments is None and calls[0].parse_error
+    text, calls = parse_hermes('Hm.<tool_call>{"name": "calculate", "arguments": {"expression": "1+1"}}')
+    assert text == "Hm." and calls[0].arguments == {"expression": "1+1"} and calls[0].parse_error is None
     turn = parse_chat_response(
         {
             "choices": [
