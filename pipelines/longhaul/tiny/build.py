@@ -48,6 +48,8 @@ MARKER = ".longhaul-tiny.json"
 
 #: Tool results are cut to this many characters in warm-start conversations (they carry no labels).
 WARMSTART_TOOL_RESULT_CHARS = 1200
+#: Torch threads of every build (the result depends on it: see `_ensure_locked`).
+BUILD_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -292,7 +294,10 @@ def _ensure_locked(
 
     report = TinyBuildReport(key=key, cached=False, policy_dir=str(policy_dir), user_dir=str(user_dir))
     report.timings_s["inputs"] = round(time.perf_counter() - t0, 2)
-    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    # CPU kernels sum in an order that depends on the thread count, and these tiny models' habits are sensitive to
+    # rounding: the build always uses BUILD_THREADS, whatever an earlier caller in this process set (a test that
+    # ran a 1-thread rollout server first made the same key build a different simulator).
+    torch.set_num_threads(BUILD_THREADS)
 
     t = time.perf_counter()
     tokenizer = build_hf_tokenizer(inputs["corpus"], config.vocab_size)
