@@ -421,6 +421,18 @@ def test_c_strip_breaks_sft_masks(evaluated, tok, qwen3_dir: Path) -> None:
 # Tool calls: vLLM's hermes parser and longhaul's parsers agree
 
 
+def _tool_request() -> dict[str, Any]:
+    """A chat request offering the airline tools, for vLLM's front end to parse generated text against."""
+    from longhaul.envs.runner import tool_schemas
+
+    return {
+        "model": "policy",
+        "messages": [{"role": "system", "content": "POLICY"}, {"role": "user", "content": "hi"}],
+        "tools": tool_schemas(),
+        "tool_choice": "auto",
+    }
+
+
 def test_tool_calls_parse_alike_in_vllm_and_in_training_and_evaluation(frontend, tok) -> None:
     """The policy server's hermes parser (vLLM's, configured from the rendered argv) and longhaul's training
     (`parse_hermes`) and evaluation (`parse_chat_response`) parsers read the same calls: after a think block,
@@ -428,7 +440,6 @@ def test_tool_calls_parse_alike_in_vllm_and_in_training_and_evaluation(frontend,
     block (training and evaluation execute it alike; the visible text is what follows `</think>`)."""
     from longhaul.clients.policy import parse_chat_response
     from longhaul.envs.hermes import parse_hermes
-    from longhaul.envs.runner import tool_schemas
 
     a = {"reservation_id": "GV1N64"}
     b = {"user_id": "mia_li_3668"}
@@ -448,12 +459,7 @@ def test_tool_calls_parse_alike_in_vllm_and_in_training_and_evaluation(frontend,
         ),
         "message": ("<think>\nno call\n</think>\n\nHow can I help?", []),
     }
-    body = {
-        "model": "policy",
-        "messages": [{"role": "system", "content": "POLICY"}, {"role": "user", "content": "hi"}],
-        "tools": tool_schemas(),
-        "tool_choice": "auto",
-    }
+    body = _tool_request()
     prompt = frontend.render("keep", body)
     for name, (text, expected) in cases.items():
         message = frontend.derender("keep", body, tok.encode(text, add_special_tokens=False), prompt)
@@ -475,7 +481,6 @@ def test_broken_tool_calls_turn_alike_in_training_and_evaluation(frontend, tok) 
     training."""
     from longhaul.clients.policy import parse_chat_response
     from longhaul.envs.hermes import parse_hermes
-    from longhaul.envs.runner import tool_schemas
 
     a = {"reservation_id": "GV1N64"}
     cut = '<tool_call>\n{"name": "get_reservation_details", "arguments": {"reservation_id": "GV1'
@@ -498,12 +503,7 @@ def test_broken_tool_calls_turn_alike_in_training_and_evaluation(frontend, tok) 
             False,
         ),
     }
-    body = {
-        "model": "policy",
-        "messages": [{"role": "system", "content": "POLICY"}, {"role": "user", "content": "hi"}],
-        "tools": tool_schemas(),
-        "tool_choice": "auto",
-    }
+    body = _tool_request()
     prompt = frontend.render("keep", body)
 
     def turn(content: str, calls: list) -> tuple:
