@@ -37,10 +37,13 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def _records(run_dir: Path, step: int) -> list[dict]:
+def _evaluation(run_dir: Path, step: int) -> tuple[list[dict], dict]:
+    """The eval stage's trial records and summary of checkpoint `step` (`longhaul.layout.Paths.eval_step_dir`)."""
     from longhaul.eval.evaluate import load_records
+    from longhaul.layout import EVAL_RESULTS_FILE, EVAL_SUMMARY_FILE, Paths
 
-    return load_records(run_dir / "eval" / f"step_{step}" / "results.jsonl")
+    step_dir = Path(Paths.under(str(run_dir)).eval_step_dir(step))
+    return load_records(step_dir / EVAL_RESULTS_FILE), json.loads((step_dir / EVAL_SUMMARY_FILE).read_text())
 
 
 def _outcomes(records: list[dict], step: int, subset: str):
@@ -54,13 +57,7 @@ def _outcomes(records: list[dict], step: int, subset: str):
 
 
 def _one_seed(spec_doc: dict, seed: int, work: Path) -> dict:
-    import numpy as np
-
-    from longhaul.checkpoints import saved_steps
-    from longhaul.eval.curve import format_terminations
-    from longhaul.eval.evaluate import summarize_evaluation
-    from longhaul.eval.stats import paired_difference
-
+    """Train and evaluate the spec with training seed `seed` in a fresh run directory under `work`."""
     doc = json.loads(json.dumps(spec_doc))
     doc["spec"]["algorithm"]["seed"] = seed
     spec = work / f"demo-seed{seed}.yaml"
@@ -78,8 +75,20 @@ def _one_seed(spec_doc: dict, seed: int, work: Path) -> dict:
     wall = time.monotonic() - t0
     if rc != 0:
         return {"seed": seed, "error": f"longhaul run exited {rc}; see {log}", "wall_s": wall}
-    last = saved_steps(run_dir / "checkpoints")[-1]
-    first_recs, last_recs = _records(run_dir, 0), _records(run_dir, last)
+    return {**_analyse(run_dir, seed), "wall_s": wall}
+
+
+def _analyse(run_dir: Path, seed: int) -> dict:
+    """One finished seed's row: step 0 against the last checkpoint, from the eval stage's own files."""
+    import numpy as np
+
+    from longhaul.checkpoints import saved_steps
+    from longhaul.eval.curve import format_terminations
+    from longhaul.eval.stats import paired_difference
+    from longhaul.layout import Paths
+
+    last = saved_steps(Paths.under(str(run_dir)).checkpoint_dir)[-1]
+    (first_recs, first_summary), (last_recs, last_summary) = _evaluation(run_dir, 0), _evaluation(run_dir, last)
     paired = paired_difference(
         _outcomes(first_recs, 0, "train"),
         _outcomes(last_recs, last, "train"),
@@ -87,11 +96,7 @@ def _one_seed(spec_doc: dict, seed: int, work: Path) -> dict:
         "pass_hat",
         np.random.default_rng(seed),
     )
-    ev = doc["spec"]["evaluation"]
-    summaries = {
-        step: summarize_evaluation(recs, [1], bootstrap=0, confidence=ev.get("confidence", 0.95), seed=0)
-        for step, recs in ((0, first_recs), (last, last_recs))
-    }
+    summaries = {0: first_summary, last: last_summary}
 
     def cn(step: int, subset: str) -> str:
         block = summaries[step]["subsets"].get(subset)
@@ -111,7 +116,6 @@ def _one_seed(spec_doc: dict, seed: int, work: Path) -> dict:
         "test_floor": test_floor,
         "train_floor": (summaries[0]["subsets"].get("train") or {}).get("null_agent_floor"),
         "ended_last": format_terminations(summaries[last]["terminations"]),
-        "wall_s": wall,
         "met": paired.diff > 0 and paired.ci[0] > 0,
     }
 

@@ -53,6 +53,9 @@ ROLLOUTS_SUBDIR = "rollouts"
 SFT_SUBDIR = "sft"
 #: Merged (servable) models of checkpoints: `<run_dir>/merged/global_step_<N>/` (`longhaul.checkpoints`).
 MERGED_SUBDIR = "merged"
+#: One evaluated checkpoint's files in `<eval_dir>/step_<N>/` (`Paths.eval_step_dir`): its trial records and summary.
+EVAL_RESULTS_FILE = "results.jsonl"
+EVAL_SUMMARY_FILE = "summary.json"
 #: The local backend's launcher output (every attempt appended).
 LAUNCHER_LOG = f"{LOGS_SUBDIR}/launcher.log"
 #: veRL's tracker file in the checkpoint directory, naming the newest saved step
@@ -101,6 +104,10 @@ class Paths:
     def data_file(self, split: str) -> str:
         """The veRL dataset of `split` (`train`, `val`): one row per task, written by the launcher."""
         return f"{self.data_dir}/{split}.parquet"
+
+    def eval_step_dir(self, step: int) -> str:
+        """The evaluation of checkpoint `step` (0 = the initial policy): `EVAL_RESULTS_FILE`, `EVAL_SUMMARY_FILE`."""
+        return f"{self.eval_dir}/step_{step}"
 
     @property
     def agent_loop_file(self) -> str:

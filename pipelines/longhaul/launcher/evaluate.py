@@ -30,6 +30,7 @@ from longhaul.checkpoints import MergeAborted, merge_checkpoint, merged_model_di
 from longhaul.constants import ENV_USER_SIM_API_KEY
 from longhaul.files import atomic_write_json
 from longhaul.launcher.control import RequeueRequested
+from longhaul.layout import EVAL_RESULTS_FILE, EVAL_SUMMARY_FILE
 
 if TYPE_CHECKING:
     from longhaul.launcher.stages import StageContext
@@ -108,7 +109,6 @@ def run_eval_stage(ctx: StageContext) -> None:
         say(f"warning: {not_selectable}; no checkpoint will be selected")
     limits = EpisodeLimits.from_spec(exp)
     plan = EvalPlan(task_ids=split.all_ids, samples=ev.samples_per_task, seeds=list(ev.seeds))
-    eval_dir = Path(ctx.paths.eval_dir)
     base = base_db()
     policy = ctx.policy_server()
     # The weights already served go first (no reload needed).
@@ -119,8 +119,8 @@ def run_eval_stage(ctx: StageContext) -> None:
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as progress:
         for step in steps:
-            out = eval_dir / f"step_{step}"
-            summary_file = out / "summary.json"
+            out = Path(ctx.paths.eval_step_dir(step))
+            summary_file = out / EVAL_SUMMARY_FILE
             if summary_file.is_file():
                 summary = json.loads(summary_file.read_text())
                 say(f"step {step}: already evaluated ({summary_file})")
@@ -180,7 +180,7 @@ def run_eval_stage(ctx: StageContext) -> None:
                 except EvalStopped:
                     control.check()
                     raise RequeueRequested(f"eval step {step}") from None
-                partial.replace(out / "results.jsonl")
+                partial.replace(out / EVAL_RESULTS_FILE)
                 summary = summarize_evaluation(
                     records,
                     ev.k,
@@ -191,7 +191,7 @@ def run_eval_stage(ctx: StageContext) -> None:
                 summary["checkpoint_step"] = step
                 summary["seconds"] = round(time.monotonic() - t0, 1)
                 eval_run = log_evaluation(
-                    ctx.run_id, step, summary, out / "results.jsonl", tracking_uri=ctx.tracking_uri
+                    ctx.run_id, step, summary, out / EVAL_RESULTS_FILE, tracking_uri=ctx.tracking_uri
                 )
                 summary["traces"] = log_episode_traces(ctx, step, episodes, split, eval_run, say)
                 atomic_write_json(summary_file, summary)

@@ -189,9 +189,10 @@ def render_cpu_overrides(exp: Experiment) -> list[str]:
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     ]
     if exp.spec.resources.nodes == 1:
+        res = cpu_ray_start_resources()  # what each node's `ray start` advertises when there are several
         out += [
-            f"+ray_kwargs.ray_init.num_cpus={CPU_RAY_SLOTS}",
-            "+ray_kwargs.ray_init.num_gpus=1",
+            f"+ray_kwargs.ray_init.num_cpus={res['num_cpus']}",
+            f"+ray_kwargs.ray_init.num_gpus={res['num_gpus']}",
             "+ray_kwargs.ray_init.include_dashboard=false",
         ]
     for role in ("actor", "ref"):

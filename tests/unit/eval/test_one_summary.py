@@ -30,6 +30,7 @@ from longhaul.eval.metrics import bootstrap_seed
 from longhaul.launcher import evaluate as stage_mod
 from longhaul.launcher.stages import StageResults
 from longhaul.launcher.supervisor import build_server_env
+from longhaul.layout import Paths
 from longhaul.render.plan import render_plan
 from longhaul.spec import load_spec
 from longhaul.spec.load import build_experiment
@@ -109,7 +110,7 @@ def _run_stage(s: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> dict[str,
         echo=io.StringIO(),
         checkpoint_dir=s.tmp / "run" / "checkpoints",
         control=SimpleNamespace(requested=False, checkpoint=threading.Event(), check=lambda: None),
-        paths=SimpleNamespace(eval_dir=str(eval_dir)),
+        paths=Paths.under(str(s.tmp / "run")),  # eval_dir: run / eval
         policy_server=lambda: SimpleNamespace(
             serving="base", base_url=server.base_url, served_model_name=server.served_model_name
         ),

@@ -14,6 +14,7 @@ import yaml
 
 from longhaul.launcher import evaluate
 from longhaul.launcher.stages import StageResults
+from longhaul.layout import Paths
 from longhaul.spec import load_spec
 from longhaul.tracking import tags as T
 from unit.tracking.test_tracking_selection import SUMMARIES  # train ties at steps 1 and 2; test best at 2
@@ -49,7 +50,7 @@ def stage(tmp_path, monkeypatch):
             control=SimpleNamespace(requested=False),
             echo=io.StringIO(),
             checkpoint_dir=tmp_path / "checkpoints",
-            paths=SimpleNamespace(eval_dir=str(eval_dir)),
+            paths=Paths.under(str(tmp_path)),  # eval_dir: tmp_path / eval
             policy_server=lambda: SimpleNamespace(serving="base"),
             results=StageResults(),
             run_id=run_id,
