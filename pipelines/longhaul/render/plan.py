@@ -19,7 +19,7 @@ from longhaul.render.verl import _q, render_verl_overrides
 from longhaul.spec.models import Experiment, GpuShare, ModelRef, Placement, Quantization, Stage
 from longhaul.spec.naming import experiment_family, run_name, spec_hash
 from longhaul.spec.placement import trainer_gpu_ids
-from longhaul.verlcpu import cpu_job_env
+from longhaul.verlcpu import cpu_job_env, vllm_cpu_env
 
 LOOPBACK = "127.0.0.1"
 VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -97,8 +97,7 @@ def _gpu_list(start: int, count: int) -> str:
 def _server_env(exp: Experiment, visible: str | None) -> dict[str, str]:
     env = {"VLLM_HOST_IP": LOOPBACK}
     if exp.spec.resources.gpus_per_node == 0:
-        # vLLM CPU: a bounded KV cache so two servers fit; otherwise it claims ~90% of RAM.
-        env["VLLM_CPU_KVCACHE_SPACE"] = "1"
+        env.update(vllm_cpu_env())
     elif visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
     return env

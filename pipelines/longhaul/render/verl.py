@@ -17,7 +17,6 @@ from longhaul.redact import redact_value
 from longhaul.spec.models import Experiment, Stage
 from longhaul.spec.naming import experiment_family, run_name
 from longhaul.spec.placement import trainer_gpu_ids
-from longhaul.verlcpu import ROLLOUT_NAME as CPU_ROLLOUT_NAME
 
 #: veRL's tool-response limit has no "unlimited"; this many characters means "never truncate" in practice.
 UNLIMITED_TOOL_CHARS = 10_000_000
@@ -92,9 +91,14 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"{a}.actor.entropy_coeff=0",
         f"{a}.actor.fsdp_config.param_offload={_b(pol.param_offload)}",
         f"{a}.actor.fsdp_config.optimizer_offload={_b(pol.optimizer_offload)}",
+        # One FSDP engine on every device: FSDP2 (veRL's default is FSDP1, which needs an accelerator). Its LoRA
+        # export gathers the sharded DTensors parameter by parameter (`collect_lora_params`), where FSDP1 wraps
+        # the whole actor in `summon_full_params` at every weight sync (the fp32 full model beside the shard).
+        *(f"{a}.{role}.{key}=fsdp2" for role in ("actor", "ref") for key in ("strategy", "fsdp_config.strategy")),
+        *(f"{a}.{role}.fsdp_config.dtype={pol.dtype}" for role in ("actor", "ref")),
         f"{a}.ref.log_prob_micro_batch_size_per_gpu={alg.ppo_micro_batch_size_per_gpu}",
         # rollout (vLLM server mode, multi-turn through our agent loop)
-        f"{a}.rollout.name={CPU_ROLLOUT_NAME if cpu else roll.engine}",
+        f"{a}.rollout.name={roll.engine}",
         f"{a}.rollout.mode=async",
         f"{a}.rollout.dtype={pol.dtype}",
         f"{a}.rollout.tensor_model_parallel_size={roll.tensor_parallel_size}",
@@ -152,11 +156,24 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         out.append("+ray_kwargs.ray_init.address=local")
     out += render_chat_overrides(exp)
     if cpu:
-        out += render_cpu_overrides(exp)
+        out = merge_overrides(out, render_cpu_overrides(exp))
     # The estimator name and its `algorithm.longhaul.*` settings come from the algos package (one definition).
     # A failed trajectory drops its whole group, which is refilled (longhaul.agentloop.sampler).
     out += sampler_overrides(exp)
     return [*out, "algorithm.use_kl_in_reward=false", *render_algorithm_overrides(exp)]
+
+
+def override_key(line: str) -> str:
+    """The dotted key of a Hydra override line (`+a.b=v` -> `a.b`)."""
+    return line.split("=", 1)[0].lstrip("+~")
+
+
+def merge_overrides(base: list[str], changes: list[str]) -> list[str]:
+    """`base` with each key that `changes` sets replaced in place, and the keys it adds appended (Hydra refuses
+    two values for one key)."""
+    by_key = {override_key(c): c for c in changes}
+    merged = [by_key.pop(override_key(b), b) for b in base]
+    return merged + [c for c in changes if override_key(c) in by_key]
 
 
 def render_chat_overrides(exp: Experiment) -> list[str]:
@@ -172,18 +189,25 @@ def render_chat_overrides(exp: Experiment) -> list[str]:
 
 
 def render_cpu_overrides(exp: Experiment) -> list[str]:
-    """What veRL's CPU platform (`longhaul.verlcpu`, selected by VERL_PLATFORM=cpu in the stage environment)
-    needs beyond the common list: FSDP2 without compilation or flash-attention padding removal, one agent-loop
-    worker, one TransferQueue storage unit, and Ray started with one logical "GPU" (the trainer rank's slot,
-    which veRL's resource check counts).
+    """What veRL on the CPU platform (`longhaul.verlcpu`, selected by VERL_PLATFORM=cpu in the stage environment)
+    needs beyond the common list. The trainer, FSDP2 engines, agent loop and rollout engine are the GPU job's —
+    veRL's own vLLM replica, here on vLLM's CPU build —; only the settings a CPU cannot take differ, each with its
+    reason in `longhaul.render.devices.CPU_DIFFERENCES` (a test renders every GPU spec and its CPU twin and checks
+    that the difference is exactly that list).
 
-    One node: veRL starts its own local Ray with those resources. Several nodes: the job script has started a
-    Ray cluster whose every node advertises one "GPU" and `CPU_RAY_SLOTS` CPUs (`cpu_ray_start_resources`), and
-    veRL attaches to it through RAY_ADDRESS, where `ray.init` refuses resource arguments."""
+    One node: veRL starts its own local Ray with one logical "GPU" (the trainer rank's slot, which veRL's resource
+    check counts). Several nodes: the job script has started a Ray cluster whose every node advertises one "GPU"
+    and `CPU_RAY_SLOTS` CPUs (`cpu_ray_start_resources`), and veRL attaches to it through RAY_ADDRESS, where
+    `ray.init` refuses resource arguments."""
     a = "actor_rollout_ref"
-    dtype = str(exp.spec.policy.dtype)
     out = [
         f"{a}.model.use_remove_padding=false",
+        # vLLM's CPU build: no CUDA graphs, no sleep mode (the engine stays awake; its weights are re-sent by
+        # every sync), no chunked prefill (the spec's validation keeps max_num_batched_tokens >= max_model_len).
+        f"{a}.rollout.enforce_eager=true",
+        f"{a}.rollout.free_cache_engine=false",
+        f"+{a}.rollout.enable_sleep_mode=false",
+        f"{a}.rollout.enable_chunked_prefill=false",
         f"{a}.rollout.agent.num_workers=1",
         "reward.num_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
@@ -197,9 +221,6 @@ def render_cpu_overrides(exp: Experiment) -> list[str]:
         ]
     for role in ("actor", "ref"):
         out += [
-            f"{a}.{role}.strategy=fsdp2",
-            f"{a}.{role}.fsdp_config.strategy=fsdp2",
-            f"{a}.{role}.fsdp_config.dtype={dtype}",
             f"{a}.{role}.fsdp_config.use_torch_compile=false",
             f"{a}.{role}.use_torch_compile=false",
         ]

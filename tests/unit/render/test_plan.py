@@ -64,7 +64,7 @@ def test_cpu_smoke_plan_runs_verl_on_its_cpu_platform() -> None:
     grpo = plan.stages[0]
     assert grpo.argv[:3] == ("python", "-m", "verl.trainer.main_ppo")  # the same trainer as on GPUs
     assert grpo.env["VERL_PLATFORM"] == "cpu"
-    assert "trainer.device=cpu" in grpo.argv and "actor_rollout_ref.rollout.name=longhaul_cpu" in grpo.argv
+    assert "trainer.device=cpu" in grpo.argv and "actor_rollout_ref.rollout.name=vllm" in grpo.argv
 
 
 def test_policy_server_can_serve_a_checkpoint() -> None:

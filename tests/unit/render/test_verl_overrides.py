@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from longhaul.layout import Paths
-from longhaul.render.verl import UNLIMITED_TOOL_CHARS, ray_job_env_overrides, render_verl_overrides
+from longhaul.render.verl import UNLIMITED_TOOL_CHARS, override_key, ray_job_env_overrides, render_verl_overrides
 from longhaul.spec import load_spec
 from longhaul.spec.models import Experiment
 
@@ -51,7 +51,11 @@ def test_overrides_compose_and_validate(path: Path) -> None:
     assert cfg.trainer.use_v1 is True and cfg.trainer.v1.trainer_mode == "sync"
     cpu = s.resources.gpus_per_node == 0
     assert cfg.trainer.device == ("cpu" if cpu else "cuda")
-    assert arr.rollout.name == ("longhaul_cpu" if cpu else "vllm")
+    # One rollout engine and one FSDP version on every device: veRL's vLLM replica, FSDP2 actor and reference.
+    assert arr.rollout.name == "vllm"
+    assert {arr.actor.strategy, arr.ref.strategy, arr.actor.fsdp_config.strategy, arr.ref.fsdp_config.strategy} == {
+        "fsdp2"
+    }
 
 
 @pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
@@ -72,18 +76,24 @@ def test_every_spec_reaches_total_steps(path: Path) -> None:
 
 
 def test_cpu_branch_runs_on_the_cpu_platform() -> None:
-    """The smoke spec (gpus_per_node: 0) renders veRL's CPU platform: the CPU rollout, FSDP2 without
-    compilation, one logical Ray GPU for the trainer rank."""
+    """The smoke spec (gpus_per_node: 0) renders veRL's CPU platform: veRL's vLLM rollout in eager mode without
+    sleep mode or chunked prefill, FSDP2 without compilation, one logical Ray GPU for the trainer rank; each key
+    appears once (Hydra refuses two values for one key)."""
     overrides = render_verl_overrides(load_spec(ROOT / "specs" / "smoke.yaml"), Paths.under("/r"))
     for expected in (
         "trainer.device=cpu",
         "trainer.n_gpus_per_node=1",
-        "actor_rollout_ref.rollout.name=longhaul_cpu",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.enforce_eager=true",
+        "+actor_rollout_ref.rollout.enable_sleep_mode=false",
+        "actor_rollout_ref.rollout.enable_chunked_prefill=false",
         "+ray_kwargs.ray_init.num_gpus=1",
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
     ):
         assert expected in overrides
+    keys = [override_key(o) for o in overrides]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
 
 
 def test_cpu_multi_node_attaches_to_the_job_ray_cluster() -> None:

@@ -1,0 +1,98 @@
+"""Only the device differs: every way a CPU run's veRL overrides differ from the same spec's GPU render, with the
+reason the CPU cannot take the GPU value. Pure.
+
+`cpu_twin` turns a GPU spec into the same spec on the CPU platform (`resources.gpus_per_node: 0`, plus the spec
+changes the CPU branch's validation requires, each in `CPU_SPEC_CHANGES`); `device_differences` compares the two
+renders key by key. tests/unit/render/test_devices.py renders every shipped GPU spec and its twin and requires
+the differing keys to be exactly `CPU_DIFFERENCES`; the README's "What a CPU run changes" table is generated from
+the same two tables (`render_device_table`, `make generate`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from longhaul.spec.models import Experiment
+
+_A = "actor_rollout_ref"
+
+#: Spec fields a CPU twin must change to validate (`Experiment._check_cpu_platform`), with the reason.
+CPU_SPEC_CHANGES: dict[str, tuple[Any, str]] = {
+    "resources.gpus_per_node": (0, "selects veRL's CPU platform (`longhaul.verlcpu`)"),
+    "policy.rollout.tensor_parallel_size": (1, "one CPU process per trainer rank: no tensor parallelism"),
+    "policy.lora.rank": (0, "LoRA adapter sync to vLLM-CPU is not proven yet; CPU runs train full weights"),
+}
+
+_NO_COMPILE = "torch.compile on CPU builds C++ kernels per shape: minutes of compilation a step on 2 cores"
+
+#: veRL override keys whose CPU value differs from the GPU value, with the reason the CPU cannot take the GPU value.
+CPU_DIFFERENCES: dict[str, str] = {
+    "trainer.device": "the device itself",
+    "trainer.n_gpus_per_node": "one gloo trainer rank per node (the GPU count of a GPU node)",
+    "trainer.experiment_name": "the run name carries the spec's hash, and the twin is another spec",
+    "+ray_kwargs.ray_init.num_cpus": "Ray's CPU slots for veRL's actors on a machine without GPUs",
+    "+ray_kwargs.ray_init.num_gpus": "veRL's resource check counts Ray GPUs: one logical GPU per trainer rank",
+    "+ray_kwargs.ray_init.include_dashboard": "no dashboard on a 2-core machine",
+    f"{_A}.model.use_remove_padding": "padding removal needs flash-attention's varlen kernels (CUDA)",
+    f"{_A}.model.lora_rank": CPU_SPEC_CHANGES["policy.lora.rank"][1],
+    f"{_A}.rollout.tensor_model_parallel_size": CPU_SPEC_CHANGES["policy.rollout.tensor_parallel_size"][1],
+    f"{_A}.rollout.enforce_eager": "CUDA graphs need CUDA",
+    f"{_A}.rollout.free_cache_engine": "vLLM-CPU has no sleep mode: the engine stays awake between rollouts",
+    f"+{_A}.rollout.enable_sleep_mode": "vLLM-CPU has no sleep mode (CuMemAllocator is CUDA-only)",
+    f"{_A}.rollout.enable_chunked_prefill": "vLLM-CPU's attention backend runs without chunked prefill here",
+    f"{_A}.rollout.agent.num_workers": "one agent-loop worker per 2-core machine",
+    "reward.num_workers": "one reward worker per 2-core machine",
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units": "one TransferQueue storage unit per machine",
+    **{
+        f"{_A}.{role}.{key}": reason
+        for role in ("actor", "ref")
+        for key, reason in (
+            ("fsdp_config.use_torch_compile", _NO_COMPILE),
+            ("use_torch_compile", _NO_COMPILE),
+        )
+    },
+}
+
+
+def override_map(overrides: list[str]) -> dict[str, str]:
+    """Override lines as {key as written (with a leading `+`): value}."""
+    return dict(line.split("=", 1) for line in overrides)
+
+
+def cpu_twin(exp: Experiment) -> Experiment:
+    """The same spec on the CPU platform: `CPU_SPEC_CHANGES` applied, nothing else."""
+    doc = exp.model_dump(mode="json", exclude_unset=True)
+    for dotted, (value, _reason) in CPU_SPEC_CHANGES.items():
+        node = doc["spec"]
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return Experiment.model_validate(doc)
+
+
+def device_differences(gpu: list[str], cpu: list[str]) -> dict[str, tuple[str | None, str | None]]:
+    """Keys whose value differs between the two override lists: {key: (GPU value, CPU value)}, None = absent."""
+    g, c = override_map(gpu), override_map(cpu)
+    return {k: (g.get(k), c.get(k)) for k in sorted(g.keys() | c.keys()) if g.get(k) != c.get(k)}
+
+
+def render_device_table(example: dict[str, tuple[str | None, str | None]], example_name: str) -> str:
+    """The README's table of what a CPU run changes (`CPU_SPEC_CHANGES`, `CPU_DIFFERENCES`), with the GPU and CPU
+    values of one shipped spec's renders (`example`, from `device_differences`)."""
+
+    def shown(value: str | None) -> str:
+        return "(absent)" if value is None else f"`{value}`" if len(value) <= 40 else "(spec-specific)"
+
+    rows = [
+        f"| setting | GPU ({example_name}) | CPU twin | why the CPU cannot take the GPU value |",
+        "|---|---|---|---|",
+    ]
+    rows += [f"| spec `{k}` | | `{v}` | {why} |" for k, (v, why) in CPU_SPEC_CHANGES.items()]
+    for key, why in CPU_DIFFERENCES.items():
+        gpu, cpu = example.get(key, ("(same)", "(same)"))
+        rows.append(
+            f"| veRL `{key}` | {shown(gpu) if gpu != '(same)' else gpu} | "
+            f"{shown(cpu) if cpu != '(same)' else cpu} | {why} |"
+        )
+    return "\n".join(rows) + "\n"
