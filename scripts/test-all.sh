@@ -9,9 +9,26 @@ export PATH="$PWD/$VENV/bin:$PWD/.cache/bin:$PATH"
 
 log() { printf '\n==> %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
+# Phase times: printed at the end (and on failure), so growth shows the day it happens.
+PHASES=()
+phase_start=$SECONDS
+phase() {  # phase NAME: close the running phase under NAME and start the next one
+  PHASES+=("$(printf '%-40s %5d s' "$1" $((SECONDS - phase_start)))")
+  phase_start=$SECONDS
+}
+print_phases() {
+  printf '\n==> phase times\n'
+  printf '  %s\n' "${PHASES[@]}"
+  printf '  %-40s %5d s\n' "total" "$SECONDS"
+}
+#: The end-to-end phase's budget on a quiet 2-core machine; CI fails past 1.5 times it (a wide margin: the
+#: machine may be shared), so a suite that grows is seen before it reaches CI's hard limit.
+E2E_BUDGET_S=${E2E_BUDGET_S:-2700}
+
 cleanup() {
   log "stopping services"
   scripts/ci/slurm-down.sh || true
+  print_phases
 }
 trap cleanup EXIT
 
@@ -25,12 +42,15 @@ log "container builders and the local Debian base"
 scripts/ci/images-setup.sh
 # The vLLM servers run on the project venv's python (vLLM's CPU build beside veRL, `make install`).
 export LONGHAUL_VLLM_PYTHON="$PWD/$VENV/bin/python"
+phase "services and tools (Slurm, k8s, chromium, podman)"
 log "tiny local models"
 longhaul tiny build
+phase "tiny models"
 
 log "lint: ruff (check, format)"
 ruff check pipelines tests scripts benchmarks operator
 ruff format --check pipelines tests scripts benchmarks operator
+phase "lint"
 
 # The browser tests' screenshots (MLflow's compare page, an episode's trace) are kept here as CI artefacts.
 export LONGHAUL_BROWSER_SHOTS="${LONGHAUL_BROWSER_SHOTS:-$PWD/ci-artifacts/screenshots}"
@@ -40,7 +60,15 @@ rc=0
 # themselves: they run one at a time.
 log "pytest: unit tests (2 workers)"
 python -m pytest tests/unit -n 2 --dist loadfile -m "not gpu" -ra --durations=15 "$@" || rc=$?
+phase "unit tests"
 log "pytest: end-to-end and reliability tests"
+e2e_start=$SECONDS
 python -m pytest tests/e2e tests/reliability -m "not gpu" -ra --durations=30 "$@" || rc=$?
+phase "end-to-end and reliability tests"
+e2e=$((SECONDS - e2e_start))
+if (( e2e * 2 > E2E_BUDGET_S * 3 )); then
+  echo "end-to-end phase took ${e2e} s, over 1.5 x its budget of ${E2E_BUDGET_S} s: make the suite faster" >&2
+  rc=1
+fi
 log "pytest done (exit $rc)"
 exit "$rc"

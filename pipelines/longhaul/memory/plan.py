@@ -38,15 +38,19 @@ from longhaul.memory.estimate import (
 )
 from longhaul.memory.gpus import GiB, gpu_capacity
 from longhaul.memory.shapes import ModelShape, format_count
+from longhaul.memory.sync import estimate_sync
 from longhaul.render.plan import render_policy_server, render_simulator_server
 from longhaul.render.verl import render_verl_overrides
 from longhaul.spec.models import Experiment, GpuShare, Placement, Quantization, Stage
 from longhaul.spec.naming import run_name
 from longhaul.spec.placement import trainer_gpu_ids
 
-#: veRL 0.9.1 defaults the plan relies on when the rendered overrides do not set them (trainer/config/engine/fsdp.yaml).
+#: veRL 0.9.1 defaults the plan relies on when the rendered overrides do not set them (trainer/config/engine/fsdp.yaml;
+#: the weight-sync bucket and the rollout's load format: trainer/config/rollout/rollout.yaml).
 VERL_MODEL_DTYPE = "fp32"
 VERL_COMPUTE_DTYPE = "bfloat16"
+VERL_BUCKET_MEGABYTES = "2048"
+VERL_LOAD_FORMAT = "dummy"
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|K|M|G|T)?$")
 _UNITS = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
@@ -189,6 +193,8 @@ class _Layout:
     master_size: int
     compute_size: int
     reference_size: int
+    bucket: int  # the weight sync's bucket in bytes
+    base_sync: bool  # the first sync sends the base weights too (LoRA on an engine started on dummy weights)
 
 
 def _layout(exp: Experiment) -> _Layout:
@@ -198,6 +204,12 @@ def _layout(exp: Experiment) -> _Layout:
     master = _override(overrides, f"{actor}.model_dtype", VERL_MODEL_DTYPE)
     compute = _override(overrides, f"{actor}.dtype", VERL_COMPUTE_DTYPE)
     reference = _override(overrides, "actor_rollout_ref.ref.fsdp_config.model_dtype", VERL_MODEL_DTYPE)
+    rollout = "actor_rollout_ref.rollout"
+    bucket_mb = _override(
+        overrides, f"{rollout}.checkpoint_engine.update_weights_bucket_megabytes", VERL_BUCKET_MEGABYTES
+    )
+    # veRL: `base_sync_done = "dummy" not in rollout.load_format` (workers/engine_workers.py)
+    dummy = "dummy" in _override(overrides, f"{rollout}.load_format", VERL_LOAD_FORMAT)
     cpu = s.resources.gpus_per_node == 0
     trainer = () if cpu else tuple(trainer_gpu_ids(exp))
     sim_server = render_simulator_server(exp)
@@ -213,6 +225,8 @@ def _layout(exp: Experiment) -> _Layout:
         dtype_bytes(master),
         dtype_bytes(compute),
         dtype_bytes(reference),
+        int(bucket_mb) << 20,
+        dummy and s.policy.lora.rank > 0,
     )
 
 
@@ -562,22 +576,12 @@ def _gpu_plan(
     awake = row(
         f"policy rollout vLLM, never asleep ({roll.gpu_memory_utilization:.2f} × GPU)", rollout.footprint, lay.trainer
     )
-    rows = [
-        *sim_row,
-        row(
-            "policy vLLM weights woken (KV cache still freed)",
-            rollout.weights + rollout.lora_slot + rollout.asleep,
-            lay.trainer,
-        )
-        if sleeps
-        else awake,
-        trainer_proc,
-        row("actor parameters (on the GPU for the export)", t.params, lay.trainer),
-    ]
-    if not pol.optimizer_offload:
-        rows.append(row("actor AdamW states (optimizer_offload off)", t.optimizer, lay.trainer))
-    host = local_ranks * (t.optimizer if pol.optimizer_offload else 0) + reference_host
-    phases.append(_phase("sync", "weight sync: training → rollout", columns, cap.bytes, rows, grpo, host))
+    woken = row(
+        "policy vLLM weights woken (KV cache still freed)",
+        rollout.weights + rollout.lora_slot + rollout.asleep,
+        lay.trainer,
+    )
+    phases.append(_sync_phase(exp, policy, t, lay, [*sim_row, woken if sleeps else awake, trainer_proc], cap.bytes))
 
     # training
     rows = [
@@ -636,6 +640,53 @@ def _gpu_plan(
             )
         )
     return MemoryPlan(_title(exp), tuple(header), tuple(engines), tuple(phases), host_capacity, tuple(issues))
+
+
+def _sync_phase(
+    exp: Experiment, policy: ModelShape, t: TrainerEstimate, lay: _Layout, rows: list[Row], capacity: int
+) -> Phase:
+    """The weight-sync phase: `rows` (simulator, woken engine, trainer process), then on each trainer GPU the
+    sync's peak step (`estimate_sync`: bucket, gathered tensors, shards, the vLLM worker's adapter copies)."""
+    pol = exp.spec.policy
+    n = lay.gpus
+    sync = estimate_sync(
+        policy,
+        world=lay.world,
+        lora_rank=pol.lora.rank,
+        lora_targets=pol.lora.target_modules,
+        master_size=lay.master_size,
+        shards=t.params,
+        param_offload=pol.param_offload,
+        bucket=lay.bucket,
+        base_sync=lay.base_sync,
+    )
+
+    def row(label: str, value: int) -> Row:
+        return Row(label, tuple(value if i in lay.trainer else 0 for i in range(n)))
+
+    peak = sync.peak
+    rows = [*rows, *(row(label, value) for label, value in peak.rows if value)]
+    if not pol.optimizer_offload:
+        rows.append(row("actor AdamW states (optimizer_offload off)", t.optimizer))
+    notes = [f"peak step: {peak.title}"]
+    notes += [f"other step: {s.title} ({gib(s.total)} GiB)" for s in sync.steps if s is not peak]
+    if sync.host_base:
+        notes.append(
+            f"the first sync also sends the base weights (rollout.load_format dummy): gathered on the host "
+            f"({gib(sync.host_base)} GiB per rank, in the host figure) and sent through the bucket"
+        )
+    if sync.host_tensor_over_bucket:
+        notes.append(
+            f"the largest base tensor ({sync.largest_host_tensor >> 20} MiB) exceeds the "
+            f"{sync.bucket >> 20} MiB bucket: veRL 0.9.1 sends such a tensor by CUDA IPC, which a host tensor cannot "
+            "take, so the first sync fails; a bucket at least that large "
+            "(rollout.checkpoint_engine.update_weights_bucket_megabytes) or rollout.load_format auto avoids it"
+        )
+    local = len(lay.trainer)
+    host = local * (sync.host + (t.optimizer if pol.optimizer_offload else 0)) + t.reference_host * local
+    grpo = Stage.GRPO in exp.spec.stages
+    columns = tuple(f"GPU {i}" for i in range(n))
+    return _phase("sync", "weight sync: training → rollout", columns, capacity, rows, grpo, host, tuple(notes))
 
 
 def _phase(
