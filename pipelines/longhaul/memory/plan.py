@@ -669,7 +669,11 @@ def _sync_phase(
     if not pol.optimizer_offload:
         rows.append(row("actor AdamW states (optimizer_offload off)", t.optimizer))
     notes = [f"peak step: {peak.title}"]
-    notes += [f"other step: {s.title} ({gib(s.total)} GiB)" for s in sync.steps if s is not peak]
+    notes += [
+        f"other step: {s.title}: {gib(s.total)} GiB ({'; '.join(f'{label} {gib(v)}' for label, v in s.rows if v)})"
+        for s in sync.steps
+        if s is not peak
+    ]
     if sync.host_base:
         notes.append(
             f"the first sync also sends the base weights (rollout.load_format dummy): gathered on the host "
@@ -784,8 +788,8 @@ def _phase_issues(p: Phase, exp: Experiment, t: TrainerEstimate, host_capacity: 
             Issue(
                 "spec.resources.memory",
                 f"the {p.name} phase keeps about {gib(p.host)} GiB on the host "
-                f"(offloaded shards, sleeping engine weights), more than resources.memory "
-                f"{exp.spec.resources.memory}",
+                "(offloaded shards, sleeping engine weights, weights gathered for the sync), more than "
+                f"resources.memory {exp.spec.resources.memory}",
                 "raise resources.memory or turn off policy.param_offload / optimizer_offload",
             )
         )
@@ -856,7 +860,8 @@ def _phase_table(p: Phase) -> list[str]:
     out.append("  verdict".ljust(label_width) + "".join(verdict(totals[i], p.capacity).rjust(col) for _, i in groups))
     if p.host is not None:
         out.append(
-            f"  host RAM of the node in this phase: {gib(p.host)} GiB (offloaded shards, sleeping weights, reference)"
+            f"  host RAM of the node in this phase: {gib(p.host)} GiB "
+            "(offloaded shards, sleeping weights, reference, weights gathered for the sync)"
         )
     out += [f"  note: {n}" for n in p.notes]
     return out

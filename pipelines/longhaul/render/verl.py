@@ -101,6 +101,11 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"{a}.rollout.name={roll.engine}",
         f"{a}.rollout.mode=async",
         f"{a}.rollout.dtype={pol.dtype}",
+        # With LoRA, vLLM loads the base weights from the model path itself and every sync sends only the adapter.
+        # On veRL's default (dummy weights) the first sync would also send the whole base model, gathered in fp32
+        # on each rank's host, and a tensor larger than the transfer bucket (Qwen2.5-7B's 2 GiB embedding in fp32
+        # against the 2048 MB default) takes a direct-send path that fails for host tensors (veRL 0.9.1).
+        f"{a}.rollout.load_format={'auto' if pol.lora.rank else 'dummy'}",
         f"{a}.rollout.tensor_model_parallel_size={roll.tensor_parallel_size}",
         f"{a}.rollout.gpu_memory_utilization={roll.gpu_memory_utilization}",
         f"{a}.rollout.max_model_len={roll.max_model_len}",

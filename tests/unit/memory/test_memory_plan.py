@@ -11,7 +11,8 @@ import pytest
 from longhaul.memory import compute_memory_plan, render_memory_plan
 from longhaul.memory.gpus import GiB
 from longhaul.memory.load import UnknownModel, load_memory_plan, load_model_shape
-from longhaul.memory.shapes import builtin_shape
+from longhaul.memory.shapes import BUILTIN_CONFIGS, builtin_shape
+from longhaul.memory.sync import adapter_elements, export_elements
 from longhaul.spec import load_spec
 from longhaul.spec.models import ModelRef
 from support.specs import SPECS_DIR, spec_variant
@@ -149,7 +150,7 @@ def test_unknown_model_without_a_local_config(tmp_path: Path) -> None:
     assert local.hidden_size == 64
 
 
-PURE = ["shapes", "gpus", "estimate", "plan"]
+PURE = ["shapes", "gpus", "estimate", "sync", "plan"]
 IO_MODULES = {
     "os",
     "pathlib",
@@ -208,3 +209,82 @@ def test_the_originals_measured_peak_is_covered_by_its_plan() -> None:
         assert 1.0 <= total / (73.2 * unit) <= 1.15, (total / GiB, unit)
     assert _row(training, "policy rollout vLLM, never asleep").values[0] == 40 * GiB  # the published vLLM pool
     assert abs(_row(training, "actor parameters").values[0] / (14 * 10**9) - 1) < 0.15  # "FSDP all-gather 14 GB"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The weight sync (longhaul.memory.sync; measured against veRL on CPU in test_sync_measured.py)
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_CONFIGS))
+def test_the_export_order_covers_every_parameter(name: str) -> None:
+    shape = builtin_shape(name)
+    tied = shape.vocab_size * shape.hidden_size if shape.tie_word_embeddings else 0  # lm_head exported by name
+    assert sum(export_elements(shape)) == shape.total_params() + tied
+    assert shape.num_layers * sum(adapter_elements(shape, 16, "all-linear")) == shape.lora_params(16, "all-linear")
+
+
+def test_lora_sync_peaks_while_the_shards_gather_the_adapters() -> None:
+    plan = compute_memory_plan(load_spec(SPECS_DIR / "prm_lite_lata.yaml"), POLICY, SIMULATOR)
+    sync, training = _phase(plan, "sync"), _phase(plan, "training")
+    shards = _row(training, "actor parameters").values
+    assert _row(sync, "actor parameters (loaded onto the GPU to gather the adapters)").values == shards
+    # One fp32 adapter tensor at a time: the largest is gate/up's lora_B (18944 × 16) or down's lora_A.
+    assert _row(sync, "adapter tensor in flight").values == (18944 * 16 * 4,) * 2
+    notes = "\n".join(sync.notes)
+    assert "other step: send: the bucket, the vLLM worker's two copies of the adapters: 2.30 GiB" in notes
+    # LoRA renders load_format: auto, so vLLM loads the base itself: no sync gathers the fp32 base model on the
+    # host (on veRL's dummy default the first would, and its 2079 MiB embeddings would outgrow the bucket).
+    base = POLICY.total_params() * 4
+    assert sync.host < 2 * base and not [n for n in sync.notes if "base" in n]
+
+
+def test_full_weight_sync_books_the_bucket_and_two_consecutive_tensors() -> None:
+    plan = compute_memory_plan(spec_variant("lata", policy__lora__rank=0), POLICY, SIMULATOR)
+    sync = _phase(plan, "sync")
+    # FSDP2 without LoRA skips the staging: with param_offload the shards stay on the host.
+    assert not [r for r in sync.rows if r.label.startswith("actor parameters")]
+    assert _row(sync, "weight-sync bucket (update_weights_bucket_megabytes 2048)").values[0] == 2 * GiB
+    head = POLICY.vocab_size * POLICY.hidden_size * 4
+    # final norm + lm_head + the GPU copy of lm_head's half shard (the embeddings come first, with no partner)
+    expected = POLICY.hidden_size * 4 + head + head // 2
+    assert _row(sync, "gathered tensors in flight").values[0] == expected
+    assert not [n for n in sync.notes if "base" in n]
+
+
+def test_sync_settings_come_from_the_rendered_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    import longhaul.memory.plan as plan_module
+
+    rendered = plan_module.render_verl_overrides
+
+    def with_sync_settings(exp, paths):
+        return [
+            *rendered(exp, paths),
+            "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=4096",
+            "actor_rollout_ref.rollout.load_format=auto",
+        ]
+
+    monkeypatch.setattr(plan_module, "render_verl_overrides", with_sync_settings)
+    sync = _phase(compute_memory_plan(load_spec(SPECS_DIR / "prm_lite_lata.yaml"), POLICY, SIMULATOR), "sync")
+    notes = "\n".join(sync.notes)
+    # the send step: the 4 GiB bucket and the vLLM worker's two fp32 copies of the 40.4 M adapter elements
+    assert "copies of the adapters: 4.30 GiB (weight-sync bucket (update_weights_bucket_megabytes 4096) 4.00;" in notes
+    assert "base" not in notes  # the engine loaded the base weights itself: only adapters are synced
+
+
+@pytest.mark.verl
+def test_the_plans_verl_defaults_are_verls() -> None:
+    """The defaults the plan assumes when longhaul renders no override are what veRL composes."""
+    from longhaul.layout import Paths
+    from longhaul.memory.plan import VERL_BUCKET_MEGABYTES, VERL_LOAD_FORMAT, VERL_MODEL_DTYPE
+    from longhaul.render.verl import render_verl_overrides
+    from support.verl_config import compose_verl
+
+    overrides = render_verl_overrides(load_spec(SPECS_DIR / "prm_lite_lata.yaml"), Paths.under("/runs/r"))
+    # load_format is rendered (auto with LoRA): left out here, veRL's own default is what the plan assumes
+    cfg = compose_verl([o for o in overrides if ".rollout.load_format=" not in o])
+    rollout = cfg.actor_rollout_ref.rollout
+    assert str(rollout.checkpoint_engine.update_weights_bucket_megabytes) == VERL_BUCKET_MEGABYTES
+    assert rollout.checkpoint_engine.backend == "naive"
+    assert rollout.load_format == VERL_LOAD_FORMAT and rollout.layered_summon is False
+    assert cfg.actor_rollout_ref.actor.fsdp_config.model_dtype == VERL_MODEL_DTYPE
+    assert cfg.actor_rollout_ref.model.lora.get("merge", False) is False  # the rule's LoRA path: no merge

@@ -51,6 +51,8 @@ CONFIG = {
     "tie_word_embeddings": False,
     "max_position_embeddings": 256,
 }
+#: A profiler range opened by the exporting thread: its allocations are the ones counted.
+MARK = "longhaul.sync_export"
 #: The GPU spec whose rendered actor settings the LoRA case uses.
 SPEC = "prm_lite_lata"
 
@@ -60,8 +62,8 @@ SPEC = "prm_lite_lata"
 
 
 def _is_backend_staging(event) -> bool:
-    """An allocation made inside the process group's own collective (`c10d::…` ops, gloo's work): gloo stages
-    the input and a flat output there; NCCL gathers straight into the caller's tensor, so a GPU sync has no such
+    """An allocation inside the process group's own collective (`c10d::…` ops, gloo's work): gloo stages the
+    input and a flat output there; NCCL gathers straight into the caller's tensor, so a GPU sync has no such
     allocation. The gathered tensor itself is allocated by the caller (`_c10d_functional::all_gather_into_tensor`)
     and is counted."""
     parent = event.parent
@@ -73,33 +75,37 @@ def _is_backend_staging(event) -> bool:
 
 
 def _peak_allocated(prof) -> dict[str, int]:
-    """Peak of the running sum of the CPU allocator's allocations (+) and frees (-) in the profile, without and
-    with the collective backend's staging buffers (`_is_backend_staging`; a free is matched to its allocation by
-    address)."""
+    """Peak of the bytes allocated during the profile and not yet freed: allocations made on the thread that
+    opened `MARK` (the exporting one; gloo's worker threads and the receiver thread are not the trainer's
+    export), each free matched to its allocation by address. `allocated` leaves out the collective backend's
+    staging (`_is_backend_staging`); `with_backend_staging` keeps it."""
     from torch._C._profiler import _EventType
 
-    events: list[tuple[int, int, int, bool]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    events: list[tuple[int, int, int, bool]] = []  # (time, bytes: + allocated / - freed, address, staging)
+    roots = prof.profiler.kineto_results.experimental_event_tree()
+    (thread,) = {e.start_tid for e in roots if e.name == MARK}
+    stack = list(roots)
     while stack:
         e = stack.pop()
-        if e.tag == _EventType.Allocation and e.extra_fields.device.type == "cpu":
-            f = e.extra_fields
+        f = e.extra_fields
+        if e.tag == _EventType.Allocation and f.device.type == "cpu" and (f.alloc_size < 0 or e.start_tid == thread):
             events.append((e.start_time_ns, f.alloc_size, f.ptr, f.alloc_size > 0 and _is_backend_staging(e)))
         stack.extend(e.children)
-    staging: set[int] = set()
-    running = peak = running_all = peak_all = 0
-    for _, size, ptr, staged in sorted(events):
-        if size > 0 and staged:
-            staging.add(ptr)
-        elif size < 0 and ptr in staging:
-            staging.discard(ptr)
-            staged = True
-        running_all += size
-        peak_all = max(peak_all, running_all)
-        if not staged:
-            running += size
-            peak = max(peak, running)
-    return {"allocated": peak, "with_backend_staging": peak_all}
+    live: dict[int, tuple[int, bool]] = {}
+    total = {"allocated": 0, "with_backend_staging": 0}
+    peak = dict(total)
+    for _, size, ptr, staging in sorted(events):
+        if size > 0:
+            live[ptr] = (size, staging)
+        elif ptr in live:
+            freed, staging = live.pop(ptr)
+            size = -freed
+        else:
+            continue  # allocated before the profile or on another thread
+        total["with_backend_staging"] += size
+        total["allocated"] += 0 if staging else size
+        peak = {k: max(peak[k], total[k]) for k in total}
+    return peak
 
 
 def _bucket_module():
@@ -149,7 +155,7 @@ def _engine(model_dir: str, actor: dict):
         path=model_dir,
         load_tokenizer=False,
         lora_rank=actor["lora_rank"],
-        lora_alpha=2 * max(actor["lora_rank"], 1),
+        lora_alpha=actor["lora_alpha"],
         target_modules=actor["target_modules"],
         use_remove_padding=False,
         override_config={"attn_implementation": "sdpa"},
@@ -159,19 +165,23 @@ def _engine(model_dir: str, actor: dict):
         param_offload=actor["param_offload"],
         optimizer_offload=actor["optimizer_offload"],
         use_torch_compile=False,
-        dtype="float32",
+        dtype="float32",  # the compute dtype (the CPU render's); the export is in the fp32 master dtype either way
     )
-    built = FSDPEngineWithLMHead(model, engine, FSDPOptimizerConfig(lr=1e-5, total_training_steps=1), CheckpointConfig())
+    built = FSDPEngineWithLMHead(
+        model, engine, FSDPOptimizerConfig(lr=1e-5, total_training_steps=1), CheckpointConfig()
+    )
     built.initialize()
     return built
 
 
 def _measure(engine, bwt, socket_dir: str, rank: int, first_sync: bool) -> dict[str, int]:
     """The sync's sequence in `ActorRolloutRefWorker.update_weights` (naive backend) under the profiler."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     buckets: list[int] = []
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with record_function(MARK):
+            pass
         weights, peft_config = engine.get_per_tensor_param(layered_summon=False, base_sync_done=True)
         if peft_config is not None and first_sync:
             base, _ = engine.get_per_tensor_param(layered_summon=False, base_sync_done=False)
@@ -191,13 +201,13 @@ def _rank(rank: int, port: int, model_dir: str, out_dir: str, actor: dict) -> No
     faulthandler.dump_traceback_later(500, exit=True)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     bwt = _bucket_module()
-    socket_dir = tempfile.mkdtemp(prefix="lh-sync-")  # ZMQ ipc paths must stay short
-    full = _engine(model_dir, {**actor, "lora_rank": 0, "param_offload": False})
-    results = {"full": _measure(full, bwt, socket_dir, rank, first_sync=False)}
-    del full
-    lora = _engine(model_dir, actor)
-    results["lora_steady"] = _measure(lora, bwt, socket_dir, rank, first_sync=False)
-    results["lora_first"] = _measure(lora, bwt, socket_dir, rank, first_sync=True)
+    with tempfile.TemporaryDirectory(prefix="lh-sync-") as socket_dir:  # ZMQ ipc paths must stay short
+        full = _engine(model_dir, {**actor, "lora_rank": 0, "param_offload": False})
+        results = {"full": _measure(full, bwt, socket_dir, rank, first_sync=False)}
+        del full
+        lora = _engine(model_dir, actor)
+        results["lora_steady"] = _measure(lora, bwt, socket_dir, rank, first_sync=False)
+        results["lora_first"] = _measure(lora, bwt, socket_dir, rank, first_sync=True)
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     dist.destroy_process_group()
 
@@ -238,6 +248,7 @@ def _rendered_actor() -> dict:
         "param_offload": pairs[f"{a}.fsdp_config.param_offload"] == "true",
         "optimizer_offload": pairs[f"{a}.fsdp_config.optimizer_offload"] == "true",
         "lora_rank": exp.spec.policy.lora.rank,
+        "lora_alpha": exp.spec.policy.lora.alpha,
         "target_modules": exp.spec.policy.lora.target_modules,
     }
 
@@ -263,19 +274,22 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, dict
 
 
 def _estimate(model_dir: Path, actor: dict, *, lora_rank: int, param_offload: bool, base_sync: bool):
+    from longhaul.memory.estimate import dtype_bytes
     from longhaul.memory.load import load_model_shape
+    from longhaul.memory.plan import VERL_MODEL_DTYPE
     from longhaul.memory.sync import estimate_sync
     from longhaul.spec.models import ModelRef
 
     shape = load_model_shape(ModelRef(name="tiny", path=str(model_dir)), field="policy")
     trainable = shape.lora_params(lora_rank, actor["target_modules"])
+    master = dtype_bytes(VERL_MODEL_DTYPE)  # the rendered specs keep veRL's fp32 master weights
     return estimate_sync(
         shape,
         world=WORLD,
         lora_rank=lora_rank,
         lora_targets=actor["target_modules"],
-        master_size=4,
-        shards=(shape.total_params() + trainable) * 4 // WORLD,
+        master_size=master,
+        shards=(shape.total_params() + trainable) * master // WORLD,
         param_offload=param_offload,
         bucket=BUCKET_MB << 20,
         base_sync=base_sync,
@@ -300,7 +314,9 @@ def test_full_weight_export_holds_the_bucket_and_two_consecutive_full_tensors(me
 def test_lora_sync_holds_the_bucket_and_the_adapters_host_copies(measured) -> None:
     actor, model_dir, cases = measured
     assert actor["lora_rank"] > 0 and actor["param_offload"]
-    est = _estimate(model_dir, actor, lora_rank=actor["lora_rank"], param_offload=True, base_sync=False)
+    est = _estimate(
+        model_dir, actor, lora_rank=actor["lora_rank"], param_offload=actor["param_offload"], base_sync=False
+    )
     assert est.host_base == 0 and est.host_adapters > 2**20
     for rank in cases["lora_steady"]:
         assert rank["bucket"] == est.bucket
@@ -310,7 +326,9 @@ def test_lora_sync_holds_the_bucket_and_the_adapters_host_copies(measured) -> No
 
 def test_first_lora_sync_also_gathers_the_base_model_on_the_host(measured) -> None:
     actor, model_dir, cases = measured
-    est = _estimate(model_dir, actor, lora_rank=actor["lora_rank"], param_offload=True, base_sync=True)
+    est = _estimate(
+        model_dir, actor, lora_rank=actor["lora_rank"], param_offload=actor["param_offload"], base_sync=True
+    )
     planned = est.host_adapters + est.host_base
     for rank in cases["lora_first"]:
         assert rank["bucket"] == est.bucket
