@@ -50,12 +50,31 @@ class Sync:
         return sum(v for k, v in self.params.items() if not (tied and k.endswith("lm_head.weight")))
 
 
+def weights_sum(model_dir: Path) -> float:
+    """Sum (float64) of every tensor stored in a model directory: what vLLM serves when it holds exactly these
+    weights (a tied lm_head is stored once and served once)."""
+    from safetensors import safe_open
+
+    total = 0.0
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            total += sum(float(st.get_tensor(k).double().sum()) for k in st.keys())
+    return total
+
+
 def read_sync_log(log: Path) -> tuple[list[Sync], list[Sync]]:
     """(what the actor sent, what the rollout then served), one entry per sync, in order."""
     records = [json.loads(line) for line in Path(log).read_text().splitlines()]
     sent = [Sync(r["params"]) for r in records if r["side"] == "actor"]
     served = [Sync({k: v[0] for k, v in r["params"].items()}, r["lora_sum"]) for r in records if r["side"] == "rollout"]
     return sent, served
+
+
+def _record(side: str, params: dict, **extra) -> None:
+    """Append one side of one sync to the log."""
+    record = {"side": side, "pid": os.getpid(), "time": time.time(), "params": params, **extra}
+    with open(os.environ[ENV_LOG], "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
 
 
 def _served(model) -> dict[str, list[float]]:
@@ -82,15 +101,7 @@ def _wrap(utils) -> None:
     def update_weights_from_ipc(self, *args, **kwargs):
         self._probe_lora = None
         out = update(self, *args, **kwargs)
-        record = {
-            "side": "rollout",
-            "pid": os.getpid(),
-            "time": time.time(),
-            "params": _served(self.model_runner.model),
-            "lora_sum": self._probe_lora,
-        }
-        with open(os.environ[ENV_LOG], "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
+        _record("rollout", _served(self.model_runner.model), lora_sum=self._probe_lora)
         return out
 
     update_weights_from_ipc.probe = True
@@ -113,8 +124,7 @@ def _wrap_sender(bwt) -> None:
                 yield name, tensor
 
         out = await send(self, counted())
-        with open(os.environ[ENV_LOG], "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"side": "actor", "pid": os.getpid(), "time": time.time(), "params": sums}) + "\n")
+        _record("actor", sums)
         return out
 
     async_send_weights.probe = True

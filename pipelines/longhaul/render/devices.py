@@ -88,9 +88,6 @@ def render_device_table(example: dict[str, tuple[str | None, str | None]], examp
     ]
     rows += [f"| spec `{k}` | | `{v}` | {why} |" for k, (v, why) in CPU_SPEC_CHANGES.items()]
     for key, why in CPU_DIFFERENCES.items():
-        gpu, cpu = example.get(key, ("(same)", "(same)"))
-        rows.append(
-            f"| veRL `{key}` | {shown(gpu) if gpu != '(same)' else gpu} | "
-            f"{shown(cpu) if cpu != '(same)' else cpu} | {why} |"
-        )
+        gpu, cpu = (shown(v) for v in example[key]) if key in example else ("(same)", "(same)")
+        rows.append(f"| veRL `{key}` | {gpu} | {cpu} | {why} |")
     return "\n".join(rows) + "\n"

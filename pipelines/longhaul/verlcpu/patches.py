@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -201,7 +202,7 @@ def name_vllm_rename_mapper(models_utils: ModuleType) -> None:
     ):
         return
     spec = importlib.util.find_spec(VERL_LORA_LOADER_MODULE)
-    loader = open(spec.origin, encoding="utf-8").read() if spec and spec.origin else ""
+    loader = Path(spec.origin).read_text(encoding="utf-8") if spec and spec.origin else ""
     if mapper is None or not hasattr(mapper, "get_rename_mapper") or hasattr(mapper, "get_unstacked_mapper"):
         raise VeRLChanged(
             "vllm/model_executor/models/utils.py: expected WeightsMapper.get_rename_mapper and no "

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.vllm_sync_probe import sync_probe_env
+from support.vllm_sync_probe import sync_probe_env, weights_sum
 
 pytestmark = [pytest.mark.demo, pytest.mark.slow]
 
@@ -134,18 +134,6 @@ def test_the_update_changed_the_weights(demo):
     assert moved, "no parameter changed between the initial policy and the last checkpoint"
 
 
-def _weights_sum(model_dir: Path) -> float:
-    """Sum of every stored tensor (float64): what vLLM serves when it holds exactly these weights (a tied
-    lm_head is stored once and served once)."""
-    from safetensors import safe_open
-
-    total = 0.0
-    for f in sorted(model_dir.glob("*.safetensors")):
-        with safe_open(str(f), "pt") as st:
-            total += sum(float(st.get_tensor(k).double().sum()) for k in st.keys())
-    return total
-
-
 def test_the_rollout_serves_the_actors_weights_after_every_sync(demo):
     """veRL's vLLM rollout (vLLM's CPU build, shared-memory weight transfer) serves exactly the weights the actor
     sent at every sync (sums per sync, float64, of what the trainer's sender sent and of what vLLM then serves); vLLM
@@ -161,7 +149,7 @@ def test_the_rollout_serves_the_actors_weights_after_every_sync(demo):
     assert len(sent) == len(served) == steps + 1, (len(sent), len(served))  # the initial sync, then one per update
     for i, (a, r) in enumerate(zip(sent, served, strict=True)):
         assert r.weights == pytest.approx(a.weights_without_tied_head(base), rel=1e-9), i
-    assert sent[0].weights_without_tied_head(base) == pytest.approx(_weights_sum(base), rel=1e-9)
+    assert sent[0].weights_without_tied_head(base) == pytest.approx(weights_sum(base), rel=1e-9)
     assert len({round(r.weights, 6) for r in served}) == len(served)  # each update moved what is served
 
 

@@ -24,7 +24,7 @@ from longhaul.spec import experiment_family, load_spec, run_name, spec_hash
 from longhaul.tracking import tags as T
 from longhaul.tracking.runs import fetch_eval_runs
 from support.net import free_port
-from support.vllm_sync_probe import read_sync_log, sync_probe_env
+from support.vllm_sync_probe import read_sync_log, sync_probe_env, weights_sum
 
 pytestmark = [pytest.mark.mlflow, pytest.mark.demo, pytest.mark.slow]
 
@@ -70,17 +70,6 @@ def smoke_on_server(mlflow_server, tmp_path_factory):
     assert proc.returncode == 0, out[-6000:]
     assert not (run_dir / "mlflow.db").exists(), "the local sqlite fallback was used instead of the server"
     return MlflowClient(mlflow_server.uri), load_spec(spec_file), run_dir, base / "sync.jsonl"
-
-
-def _weights_sum(model_dir: Path) -> float:
-    """Sum (float64) of every tensor stored in a model directory."""
-    from safetensors import safe_open
-
-    total = 0.0
-    for f in sorted(model_dir.glob("*.safetensors")):
-        with safe_open(str(f), "pt") as st:
-            total += sum(float(st.get_tensor(k).double().sum()) for k in st.keys())
-    return total
 
 
 def _all_artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
@@ -142,7 +131,7 @@ def test_lora_adapters_are_synced_after_every_update(smoke_on_server) -> None:
     sent, served = read_sync_log(sync_log)
     steps = exp.spec.algorithm.total_steps
     assert len(sent) == len(served) == steps + 1, (len(sent), len(served))  # the adapter before every rollout
-    base = _weights_sum(ROOT / exp.spec.policy.model.path)
+    base = weights_sum(ROOT / exp.spec.policy.model.path)
     assert all(r.weights == pytest.approx(base, rel=1e-9) for r in served)  # the base, as loaded, unchanged
     assert all(n.endswith(("lora_A.weight", "lora_B.weight")) for a in sent for n in a.names)
     adapters = [a.weights for a in sent]

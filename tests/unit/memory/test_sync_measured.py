@@ -300,15 +300,20 @@ def _close(measured_bytes: int, planned_bytes: int) -> bool:
     return abs(measured_bytes - planned_bytes) <= TOLERANCE * planned_bytes
 
 
+def _assert_ranks_match(ranks: list[dict], est, planned: int) -> None:
+    """Every rank's bucket is the planned one, and what it allocated besides (and with) the bucket is `planned`."""
+    for rank in ranks:
+        assert rank["bucket"] == est.bucket
+        assert _close(rank["allocated"], planned), (rank, planned)
+        assert _close(rank["allocated"] + rank["bucket"], est.bucket + planned), (rank, est)
+
+
 def test_full_weight_export_holds_the_bucket_and_two_consecutive_full_tensors(measured) -> None:
     actor, model_dir, cases = measured
     est = _estimate(model_dir, actor, lora_rank=0, param_offload=False, base_sync=False)
     # Sizes make the alternatives visibly wrong: one tensor at a time would be 2 MiB, the two largest 4 MiB.
     assert est.in_flight == 3 * 2**20  # gate_proj + up_proj (or up + down): 2 × 128 × 3072 × 4 bytes
-    for rank in cases["full"]:
-        assert rank["bucket"] == est.bucket
-        assert _close(rank["allocated"], est.in_flight), (rank, est.in_flight)
-        assert _close(rank["allocated"] + rank["bucket"], est.bucket + est.in_flight), (rank, est)
+    _assert_ranks_match(cases["full"], est, est.in_flight)
 
 
 def test_lora_sync_holds_the_bucket_and_the_adapters_host_copies(measured) -> None:
@@ -318,10 +323,7 @@ def test_lora_sync_holds_the_bucket_and_the_adapters_host_copies(measured) -> No
         model_dir, actor, lora_rank=actor["lora_rank"], param_offload=actor["param_offload"], base_sync=False
     )
     assert est.host_base == 0 and est.host_adapters > 2**20
-    for rank in cases["lora_steady"]:
-        assert rank["bucket"] == est.bucket
-        assert _close(rank["allocated"], est.host_adapters), (rank, est.host_adapters)
-        assert _close(rank["allocated"] + rank["bucket"], est.bucket + est.host_adapters), (rank, est)
+    _assert_ranks_match(cases["lora_steady"], est, est.host_adapters)
 
 
 def test_first_lora_sync_also_gathers_the_base_model_on_the_host(measured) -> None:
@@ -329,11 +331,7 @@ def test_first_lora_sync_also_gathers_the_base_model_on_the_host(measured) -> No
     est = _estimate(
         model_dir, actor, lora_rank=actor["lora_rank"], param_offload=actor["param_offload"], base_sync=True
     )
-    planned = est.host_adapters + est.host_base
-    for rank in cases["lora_first"]:
-        assert rank["bucket"] == est.bucket
-        assert _close(rank["allocated"], planned), (rank, planned)
-        assert _close(rank["allocated"] + rank["bucket"], est.bucket + planned), (rank, est)
+    _assert_ranks_match(cases["lora_first"], est, est.host_adapters + est.host_base)
 
 
 if __name__ == "__main__":
