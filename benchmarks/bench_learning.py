@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from longhaul.machine import machine_line
+
 ROOT = Path(__file__).resolve().parents[1]
 #: Wall-time target per seed on 2 cores (seconds).
 TARGET_S = 15 * 60
@@ -134,6 +136,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     split = doc["spec"]["environment"]["split"]
     print(f"spec {args.spec}; train tasks {split.get('train')}, test tasks {split.get('test')}; work dir {work}")
+    print(f"machine: {machine_line()}")  # the tiny policy's habits depend on the CPU's arithmetic
     rows = []
     for seed in seeds:
         row = _one_seed(doc, seed, work)

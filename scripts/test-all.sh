@@ -27,12 +27,18 @@ print_phases() {
 E2E_BUDGET_S=${E2E_BUDGET_S:-3000}
 
 cleanup() {
+  if [[ -n ${tiny_pid:-} ]]; then kill "$tiny_pid" 2>/dev/null || true; fi  # a failed set-up leaves no build behind
   log "stopping services"
   scripts/ci/slurm-down.sh || true
   print_phases
 }
 trap cleanup EXIT
 
+# The tiny models train on the CPU while the services below install (mostly downloads and disk): built alongside.
+mkdir -p ci-artifacts
+log "tiny local models: building in the background (log: ci-artifacts/tiny-build.log)"
+longhaul tiny build >ci-artifacts/tiny-build.log 2>&1 &
+tiny_pid=$!
 log "Slurm (one node, fake GPUs)"
 scripts/ci/slurm-up.sh
 log "kubectl, helm, kopf, kmock"
@@ -44,9 +50,11 @@ scripts/ci/images-setup.sh
 # The vLLM servers run on the project venv's python (vLLM's CPU build beside veRL, `make install`).
 export LONGHAUL_VLLM_PYTHON="$PWD/$VENV/bin/python"
 phase "services and tools (Slurm, k8s, chromium, podman)"
-log "tiny local models"
-longhaul tiny build
-phase "tiny models"
+log "tiny local models: waiting for the build"
+tiny_rc=0; wait "$tiny_pid" || tiny_rc=$?
+cat ci-artifacts/tiny-build.log
+if (( tiny_rc != 0 )); then echo "longhaul tiny build failed (exit $tiny_rc)" >&2; exit "$tiny_rc"; fi
+phase "tiny models (the rest of the build)"
 
 log "lint: ruff (check, format)"
 ruff check pipelines tests scripts benchmarks operator
@@ -57,13 +65,15 @@ phase "lint"
 export LONGHAUL_BROWSER_SHOTS="${LONGHAUL_BROWSER_SHOTS:-$PWD/ci-artifacts/screenshots}"
 rc=0
 # Unit tests are single-process Python: two workers use both cores (a file's tests stay on one worker, so its
-# fixtures run once). The end-to-end and fault-injection tests start services and trainers that use every core
-# themselves: they run one at a time.
+# fixtures run once). The end-to-end and fault-injection tests spend most of their time in single-threaded
+# start-up (imports in every server, Ray actor and trainer): two workers too, a file to a worker, files sharing a
+# machine-wide resource in one lane, heaviest first (tests/conftest.py).
 log "pytest: unit tests (2 workers)"
 python -m pytest tests/unit -n 2 --dist loadfile -m "not gpu" -ra --durations=15 "$@" || rc=$?
 phase "unit tests"
 log "pytest: end-to-end and reliability tests"
-python -m pytest tests/e2e tests/reliability -m "not gpu" -ra --durations=30 "$@" || rc=$?
+python -m pytest tests/e2e tests/reliability -n 2 --dist loadgroup --no-loadscope-reorder -m "not gpu" -ra \
+  --durations=30 "$@" || rc=$?
 e2e=$((SECONDS - phase_start))
 phase "end-to-end and reliability tests"
 if (( e2e * 2 > E2E_BUDGET_S * 3 )); then

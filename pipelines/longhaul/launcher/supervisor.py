@@ -417,6 +417,9 @@ def _print_summary(ctx: StageContext, echo: TextIO) -> None:
     curve = _learning_curve_table(ctx, metrics)
     if curve is not None:
         console.print(curve)
+        from longhaul.machine import machine_line
+
+        console.print(f"machine: {machine_line()}")  # a tiny model's curve depends on the CPU's arithmetic
     console.print(f"status: {ctx.results.status}; run directory: {ctx.run_dir}")
     from longhaul.tracking.config import build_ui_hint
 

@@ -91,6 +91,9 @@ def test_demo_finishes_and_prints_the_summary(demo):
     counted = {int(total) for line in out.splitlines() for _, _, total in ended.findall(line)}
     assert {per_step, per_checkpoint} <= counted, counted
     assert "mlflow ui --backend-store-uri sqlite:///" in out
+    from longhaul.machine import machine_line
+
+    assert f"machine: {machine_line()}" in out  # the CPU beside the learning curve
     # The console: one line per veRL step; server and trainer output only in the run's log files.
     for s in range(1, steps + 1):
         assert f"[grpo] step {s}/{steps}: score " in out

@@ -1,8 +1,8 @@
 """Acceptance: the real CPU smoke pipeline (`specs/smoke.yaml`: launcher, vLLM-CPU servers, veRL's `main_ppo` on
 its CPU platform, evaluation, MLflow) as a Slurm job on the real one-node cluster.
 
-The spec is specs/smoke.yaml with only `backends.slurm.output_dir` pointed at a fresh directory (and, for the
-requeue test, more steps), submitted from the repository root (the tiny models are at relative paths) exactly as
+The spec is specs/smoke.yaml with `backends.slurm.output_dir` pointed at a fresh directory, three steps and the
+shortest horizon (`SHORT`), submitted from the repository root (the tiny models are at relative paths) exactly as
 `make sbatch SPEC=smoke` does: `longhaul submit --backend slurm <spec>`. MLflow goes to a sqlite store via
 MLFLOW_TRACKING_URI, which sbatch exports into the job like a site would.
 
@@ -116,13 +116,33 @@ def wait_first_checkpoint(job_id: str, run_dir: Path, timeout_s: float) -> str:
     return (run_dir / "mlflow_run_id").read_text().strip()
 
 
-def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
+#: The smoke spec at the shortest horizon that still proves the Slurm path (one task of two rollouts a step, short
+#: conversations): the job's mechanics are the point; specs/smoke.yaml itself runs in full in tests/e2e/demo.
+SHORT = {
+    "spec__environment__max_turns": 2,
+    "spec__environment__max_tokens_per_turn": 32,
+    "spec__algorithm__train_batch_size": 1,
+    "spec__algorithm__group_size": 2,
+    "spec__algorithm__ppo_mini_batch_size": 1,
+    "spec__algorithm__ppo_micro_batch_size_per_gpu": 2,
+}
+
+
+def test_time_limit_signal_requeues_and_the_job_resumes_one_continuous_run(smoke_env, tmp_path):
+    """Slurm's pre-limit signal stops the job with its state saved (exit 75), Slurm requeues it, and the requeued
+    attempt resumes from the newest checkpoint into the same MLflow run and finishes: training and evaluation.
+
+    One job proves both (CI time): the signal-driven requeue and the continuity of a requeued run. The external
+    `scontrol requeue` of real veRL is tests/e2e/slurm/test_multinode_on_slurm.py's; Slurm's mechanics with a
+    stand-in launcher are in test_slurm_mechanics.py."""
     spec = write_spec(
         "smoke",
         tmp_path / "smoke-rq.yaml",
         name="smoke-rq",
         **_free_ports(),
+        **SHORT,
         spec__backends__slurm__output_dir=str(tmp_path / "runs"),
+        spec__backends__slurm__signal_lead_s=LEAD_S,
         spec__algorithm__total_steps=3,
         spec__evaluation__checkpoints="last",
     )
@@ -139,17 +159,40 @@ def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
 
     try:
         first_run_id = wait_first_checkpoint(job_id, run_dir, RUN_TIMEOUT_S)
-        subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30)
+        before = _latest_step(run_dir)
+        # Bring the time limit to within the lead: Slurm sends the pre-limit USR1 at its next check (≈ 30 s).
+        runtime = wait_job(job_id, lambda i: "RunTime" in i, 300, "an scontrol answer")["RunTime"]
+        h, m, s = (int(x) for x in runtime.split("-")[-1].split(":"))
+        minutes = math.ceil((h * 3600 + m * 60 + s) / 60) + LEAD_S // 60 - 1
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"], check=True, timeout=30)
+        wait_job(
+            job_id,
+            lambda i: int(i.get("Restarts", "0")) >= 1 or i.get("JobState") in TERMINAL,
+            LEAD_S + 300,
+            "the requeue after the pre-limit signal",
+            record,
+        )
+        # The requeued attempt needs minutes (servers, veRL) before it can save anything: this is the resume point.
         saved = _latest_step(run_dir)
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=30"], capture_output=True, timeout=30)
         info = wait_job(job_id, lambda i: i.get("JobState") in TERMINAL, RUN_TIMEOUT_S, "a terminal state", record)
     finally:
         cancel_quietly(job_id if job_info(job_id).get("JobState", "") not in TERMINAL else None)
     log = _log(run_dir, job_id)
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", (info, log[-4000:])
+    signalled = log.index("SIGUSR1 before the time limit")
+    requeued = log.index(f"requeueing job {job_id}")
+    # Between the signal and the requeue the launcher reported the state saved and asked to be requeued (75).
+    assert "exiting 75" in log[signalled:requeued], log[signalled:requeued]
+    # Nothing trained is lost: every step completed before the requeue is in the resume point (a step interrupted
+    # mid-rollout is redone after the requeue).
+    completed = [int(n) for n in re.findall(STEP_LINE, log[:requeued])]
+    assert completed and saved >= max(completed) and saved >= before >= 1, (completed, saved, before)
     # veRL resumed from its own newest checkpoint (trainer.resume_mode=auto): the requeued attempt's first
     # step follows the saved one.
     attempts = log.split("[launcher] run ")
     assert len(attempts) >= 3 and "resumed, attempt 2" in attempts[-1], log[-4000:]
+    assert f"veRL resumes from step {saved}" in attempts[-1], attempts[-1][-3000:]
     resumed = [int(m) for m in re.findall(STEP_LINE, attempts[-1])]
     assert resumed and resumed[0] == saved + 1, (saved, resumed, log[-4000:])
     # One continuous run: the same MLflow run id, every step checkpointed exactly once, in order.
@@ -173,47 +216,3 @@ def test_requeued_smoke_job_resumes_one_continuous_run(smoke_env, tmp_path):
     assert (run_dir / "experiment.yaml").is_file() and "stage eval: done" in log
     st = longhaul("status", str(run_dir), cwd=REPO)
     assert st.returncode == 0 and "phase=Succeeded" in st.stdout and "checkpoint_step=3" in st.stdout, st
-
-
-def test_time_limit_signal_saves_a_checkpoint_before_the_job_ends(smoke_env, tmp_path):
-    spec = write_spec(
-        "smoke",
-        tmp_path / "smoke-tl.yaml",
-        name="smoke-tl",
-        **_free_ports(),
-        spec__backends__slurm__output_dir=str(tmp_path / "runs"),
-        spec__algorithm__total_steps=4,
-        spec__backends__slurm__signal_lead_s=LEAD_S,
-    )
-    job_id, run_dir = _submit(spec, smoke_env)
-    try:
-        wait_job(job_id, lambda i: _latest_step(run_dir) >= 1, RUN_TIMEOUT_S, "a first checkpoint")
-        before = _latest_step(run_dir)
-        # Bring the time limit to within the lead: Slurm sends the pre-limit USR1 at its next check (≈ 30 s),
-        # and the trainer has the rest of the lead to finish the step in flight and save it.
-        runtime = wait_job(job_id, lambda i: "RunTime" in i, 300, "an scontrol answer")["RunTime"]
-        h, m, s = (int(x) for x in runtime.split("-")[-1].split(":"))
-        minutes = math.ceil((h * 3600 + m * 60 + s) / 60) + LEAD_S // 60 - 1
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"], check=True, timeout=30)
-        info = wait_job(
-            job_id,
-            lambda i: int(i.get("Restarts", "0")) >= 1 or i.get("JobState") in TERMINAL,
-            LEAD_S + 300,
-            "the requeue after the pre-limit signal",
-        )
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=30"], capture_output=True, timeout=30)
-    finally:
-        cancel_quietly(job_id)
-    log = _log(run_dir, job_id)
-    assert int(info.get("Restarts", "0")) >= 1, (info, log[-4000:])
-    signalled = log.index("SIGUSR1 before the time limit")
-    requeued = log.index(f"requeueing job {job_id}")
-    # Between the signal and the requeue the launcher reported the state saved and asked to be requeued (75).
-    assert "exiting 75" in log[signalled:requeued], log[signalled:requeued]
-    # Nothing trained is lost: every step completed before the requeue is in the newest checkpoint (a step
-    # interrupted mid-rollout is redone after the requeue; one that finished after the signal was saved).
-    completed = [int(n) for n in re.findall(STEP_LINE, log[:requeued])]
-    assert completed and _latest_step(run_dir) >= max(completed) and _latest_step(run_dir) >= before >= 1, (
-        completed,
-        _latest_step(run_dir),
-    )
