@@ -70,8 +70,6 @@ COPY images/stacks/${STACK}/ /stack/
 COPY pyproject.toml images/project-requirements.py /stack/
 # Each stack is a matched set (images/stacks/*/requirements.txt):
 #   cuda13  verl 0.9.1 + vllm 0.24.0 + torch 2.11.0 + flash-attn 2.8.3   (driver >= 580)
-#   cuda12  verl 0.8.0 + vllm 0.12.0 + torch 2.9.0  + flash-attn 2.8.1
-#   cpu-ci  verl 0.9.1 + torch 2.13.0+cpu, no vLLM                       (CI, optional)
 #   cpu-min the project + huggingface_hub only                            (CI default)
 # No autoawq in any stack: vLLM loads AWQ checkpoints (the simulator's Qwen2.5-72B-Instruct-AWQ) with its own
 # awq / awq_marlin kernels; autoawq is deprecated, source-only and pinned to torch 2.6, so it would only conflict.

@@ -4,7 +4,7 @@
 #   images/build.sh operator [VAR=VALUE ...]   build the operator image (images/operator.Dockerfile)
 #   images/build.sh export   IMAGE OUT.tar     save IMAGE as a docker-archive (input of `apptainer build`)
 # Variables (environment or VAR=VALUE arguments):
-#   STACK          trainer stack: cuda13 (default), cuda12, cpu-ci, cpu-min (images/stacks/)
+#   STACK          trainer stack: cuda13 (default), cpu-min (images/stacks/)
 #   IMAGE          tag (default localhost/longhaul-trainer:<STACK> / localhost/longhaul-operator:dev)
 #   BUILDER_IMAGE, BASE_IMAGE   override the stack's bases (images/stacks/<STACK>/stack.env)
 #   MODEL_SRC      hub (default) or local; LOCAL_MODELS (context directory, default build/models)

@@ -88,6 +88,9 @@ ENV_HEAD_ADDRESS = "LONGHAUL_HEAD_ADDRESS"
 ENV_OPERATOR_RESYNC_S = "LONGHAUL_OPERATOR_RESYNC_S"
 ENV_OPERATOR_REQUEST_TIMEOUT_S = "LONGHAUL_OPERATOR_REQUEST_TIMEOUT_S"
 
+#: CUDA's device mask. Servers get GPUs by position inside the job's own mask (`longhaul.render.gpus`).
+ENV_CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+
 #: Third-party variables that every job sets (the only place they are defined).
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",

@@ -10,8 +10,10 @@ from typing import TextIO
 
 import httpx
 
+from longhaul import constants as C
 from longhaul.launcher.console import quiet
 from longhaul.launcher.processes import ManagedProcess, describe_exit, wait_until
+from longhaul.render.gpus import GpuMaskError, within_job_mask
 from longhaul.render.plan import ServerPlan
 
 
@@ -61,7 +63,7 @@ class ManagedServer:
         self.process = ManagedProcess(
             self.role,
             self.plan.argv,
-            {**self._env, **self.plan.env},
+            self._process_env(),
             log_path=self._logs_dir / f"{self.role}.log",
             echo=self._echo,
             console=quiet,
@@ -69,6 +71,18 @@ class ManagedServer:
         self.starts += 1
         self._started_at = time.monotonic()
         return self
+
+    def _process_env(self) -> dict[str, str]:
+        """The server's environment: the launcher's, the plan's, and the plan's GPU positions taken inside the job's
+        own device mask (`longhaul.render.gpus`)."""
+        env = {**self._env, **self.plan.env}
+        positions = self.plan.env.get(C.ENV_CUDA_VISIBLE_DEVICES)
+        if positions is not None:
+            try:
+                env[C.ENV_CUDA_VISIBLE_DEVICES] = within_job_mask(positions, self._env.get(C.ENV_CUDA_VISIBLE_DEVICES))
+            except GpuMaskError as exc:
+                raise ServerStartError(f"{self.role} server: {exc}") from None
+        return env
 
     def wait_healthy(self, abort: Callable[[], bool] | None = None) -> float:
         """Block until /health answers 200; returns the seconds since start. Raises ServerStartError."""

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from longhaul import constants as C
 from longhaul.layout import Paths
 from longhaul.memory.estimate import (
     CUDA_CONTEXT,
@@ -172,7 +173,7 @@ class MemoryPlan:
 
 
 def _visible(env: dict[str, str]) -> list[int]:
-    devices = env.get("CUDA_VISIBLE_DEVICES", "")
+    devices = env.get(C.ENV_CUDA_VISIBLE_DEVICES, "")  # positions in the job's mask
     return [int(d) for d in devices.split(",") if d.strip()]
 
 

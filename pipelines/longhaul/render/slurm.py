@@ -308,7 +308,9 @@ def _runtime_block(exp: Experiment, stage: str | None = None) -> list[str]:
         out += [f"  -B {shlex.quote(b)}" for b in cont.binds]
         out += [f'  --env "{n}=${{{n}:-}}"' for n in names]
         if gpus > 0:
-            out.append('  --env "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"')
+            # Passed only when set: `${X:-}` would turn "unset" (every GPU of the node) into "" (none).
+            mask = C.ENV_CUDA_VISIBLE_DEVICES
+            out.append(f'  ${{{mask}+--env "{mask}=${mask}"}}')
         out += [
             '  --env "SLURM_JOB_ID=$SLURM_JOB_ID" --env "SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0}"',
             f"  {image})",

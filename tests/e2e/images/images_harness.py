@@ -15,9 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = "localhost/longhaul-base:bookworm"
-#: cpu-min (default: project + huggingface_hub) or cpu-ci (torch 2.13 CPU + veRL 0.9.1, ~530 MB of wheels).
-STACK = os.environ.get("LONGHAUL_IMAGES_STACK", "cpu-min")
-TRAINER = "localhost/longhaul-trainer:ci" if STACK == "cpu-min" else f"localhost/longhaul-trainer:ci-{STACK}"
+#: The CI trainer stack: the project + huggingface_hub, every Dockerfile stage and instruction, a small wheelhouse.
+STACK = "cpu-min"
+TRAINER = "localhost/longhaul-trainer:ci"
 OPERATOR = "localhost/longhaul-operator:ci"
 BAKED_REPO = "longhaul-ci/tiny-policy"
 BAKED_USER = "longhaul-ci/tiny-user"

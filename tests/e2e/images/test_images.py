@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from images_harness import BAKED_REPO, BAKED_USER, ROOT, STACK, inspect, mount, record, run, sh, write_spec
+from images_harness import BAKED_REPO, BAKED_USER, ROOT, inspect, mount, record, run, sh, write_spec
 
 from longhaul.constants import OFFLINE_ENV
 
@@ -92,28 +92,7 @@ def test_trainer_dependencies_are_consistent(trainer: str) -> None:
     names = {d["name"].lower().replace("_", "-") for d in json.loads(installed.stdout)}
     assert {"longhaul", "huggingface-hub"} <= names
     assert not names & {"vllm", "autoawq"}, "no vLLM on CPU stacks; no autoawq anywhere"
-    if STACK == "cpu-min":
-        assert not names & {"torch", "verl"}, "cpu-min carries no ML stack"
-    else:
-        assert {"torch", "verl", "transformers", "mlflow"} <= names
-
-
-def test_trainer_loads_baked_model_and_registers_verl_plugins(trainer: str) -> None:
-    """cpu-ci only: the baked model loads offline with transformers and generates; veRL sees longhaul's plugins."""
-    if STACK == "cpu-min":
-        pytest.skip("STACK=cpu-min has no torch/veRL (LONGHAUL_IMAGES_STACK=cpu-ci builds the stack that has)")
-    probe = (
-        "import torch, transformers, importlib.metadata as md; "
-        f"m = transformers.AutoModelForCausalLM.from_pretrained('{BAKED_REPO}'); "
-        "out = m.generate(torch.tensor([[1, 5, 7]]), attention_mask=torch.ones(1, 3, dtype=torch.long), "
-        "max_new_tokens=4, do_sample=False, pad_token_id=2); "
-        "eps = [e.name for e in md.entry_points(group='verl.plugins')]; "
-        "import verl; print(len(out[0]), sorted(eps), verl.__version__)"
-    )
-    res = run(trainer, "-c", probe, opts=("--entrypoint", "python3"), timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    length, rest = res.stdout.strip().split(" ", 1)
-    assert length == "7" and "'longhaul'" in rest and rest.endswith("0.9.1")
+    assert not names & {"torch", "verl"}, "cpu-min carries no ML stack"
 
 
 def test_trainer_exports_docker_archive_for_apptainer(trainer: str, tmp_path: Path) -> None:

@@ -227,7 +227,6 @@ def test_stack_bases_are_pinned_or_local(name: str) -> None:
     ("name", "expected"),
     [
         ("cuda13", {"verl": "0.9.1", "vllm": "0.24.0", "torch": "2.11.0", "flash-attn": "2.8.3"}),
-        ("cuda12", {"verl": "0.8.0", "vllm": "0.12.0", "torch": "2.9.0", "flash-attn": "2.8.1"}),
     ],
 )
 def test_gpu_stacks_are_matched_sets(name: str, expected: dict[str, str]) -> None:
@@ -236,8 +235,19 @@ def test_gpu_stacks_are_matched_sets(name: str, expected: dict[str, str]) -> Non
 
 
 def test_cpu_stacks_have_no_vllm() -> None:
-    for name in ("cpu-ci", "cpu-min", "operator"):
+    for name in ("cpu-min", "operator"):
         assert "vllm" not in stack_pins(name)
+
+
+def test_every_stack_with_verl_has_the_verl_the_overrides_are_composed_against() -> None:
+    """A stack ships the veRL whose config the rendered overrides compose and validate against in the unit tests
+    (tests/unit/render/test_verl_overrides.py runs veRL's own Hydra config of the venv's veRL): any other veRL
+    would refuse them at start-up (veRL 0.8.0 has no trainer.use_v1)."""
+    from longhaul.verlcpu import SUPPORTED_VERL
+
+    stacks = sorted(p.name for p in STACKS.iterdir() if (p / "stack.env").is_file())
+    with_verl = {name: stack_pins(name)["verl"] for name in stacks if "verl" in stack_pins(name)}
+    assert with_verl == {"cuda13": SUPPORTED_VERL}, with_verl
 
 
 def test_dockerfile_defaults_are_the_cuda13_stack() -> None:

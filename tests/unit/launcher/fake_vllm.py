@@ -28,7 +28,14 @@ def _log(event: dict) -> None:
 
 def main() -> None:
     argv = sys.argv[1:]
-    _log({"event": "argv", "argv": argv, "env_dev_mode": os.environ.get("VLLM_SERVER_DEV_MODE")})
+    _log(
+        {
+            "event": "argv",
+            "argv": argv,
+            "env_dev_mode": os.environ.get("VLLM_SERVER_DEV_MODE"),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
+    )
     print(f"fake vllm starting: {' '.join(argv)}", flush=True)
     if os.environ.get("FAKE_VLLM_FAIL") == "1":
         print("fake vllm: simulated start-up failure (no such model)", flush=True)
