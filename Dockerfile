@@ -118,9 +118,14 @@ ARG STACK=cuda13
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # uid 1000 already exists in Ubuntu 24.04 images ("ubuntu"); elsewhere add it without useradd (not every
 # minimal base has it). /scratch, /runs and HOME are the only writable places the image expects.
+# gcc, libc6-dev and python3-dev: what is compiled on first use at run time. Triton (torch 2.11 pins 3.6) builds
+# its cuda_utils module and every kernel launcher with a C compiler against Python.h, and the simulator, the
+# rollout vLLM, the evaluation server and the actor (veRL's use_torch_compile) all reach it; without them the
+# first server fails with "Failed to find C compiler". tests/e2e/images compiles and imports a C extension in
+# the built image the way Triton's build helper does.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 ca-certificates \
+    && apt-get install -y --no-install-recommends python3 ca-certificates gcc libc6-dev python3-dev \
     && rm -rf /var/lib/apt/lists/* \
     && { getent group 1000 >/dev/null || echo "longhaul:x:1000:" >> /etc/group; } \
     && { getent passwd 1000 >/dev/null \

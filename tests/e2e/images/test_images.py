@@ -95,6 +95,16 @@ def test_trainer_dependencies_are_consistent(trainer: str) -> None:
     assert not names & {"torch", "verl"}, "cpu-min carries no ML stack"
 
 
+def test_trainer_compiles_at_run_time_like_triton(trainer: str) -> None:
+    """What Triton, vLLM and torch.compile build on first use can be built in the image: as the image's user,
+    offline, a C extension is compiled against Python.h with Triton's compiler search and flags and imported."""
+    probe = (Path(__file__).with_name("jit_probe.py")).read_text(encoding="utf-8")
+    res = sh("podman", "run", "--rm", "-i", "--network", "none", "--entrypoint", "python3", trainer, "-",
+             input=probe, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.strip().endswith("answer 42"), res.stdout
+
+
 def test_trainer_exports_docker_archive_for_apptainer(trainer: str, tmp_path: Path) -> None:
     out = tmp_path / "trainer.tar"
     t0 = time.monotonic()
