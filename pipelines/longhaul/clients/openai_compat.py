@@ -42,6 +42,7 @@ import httpx
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from longhaul.envs.runner import ContextOverflowError, PolicyEndpointError
+from longhaul.redact import redact_uri
 
 _OVERFLOW_HINTS = ("maximum context length", "context length", "too long", "max_model_len", "exceeds the model")
 
@@ -220,6 +221,11 @@ class ChatClient:
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
 
+    @property
+    def shown_url(self) -> str:
+        """The URL as messages show it: credentials in it redacted (`longhaul.redact`)."""
+        return redact_uri(self.url)
+
     async def aclose(self) -> None:
         for pool in self._pools:
             await pool.aclose()
@@ -273,9 +279,9 @@ class ChatClient:
         if status >= 400:
             body = resp.text[:500]
             if status in (400, 413) and any(h in body.lower() for h in _OVERFLOW_HINTS):
-                raise ContextOverflowError(f"{self.role} endpoint {self.url}: prompt too long: {body}")
+                raise ContextOverflowError(f"{self.role} endpoint {self.shown_url}: prompt too long: {body}")
             raise EndpointError(
-                f"{self.role} endpoint {self.url} (model {self.model!r}) refused the request: HTTP {status}: "
+                f"{self.role} endpoint {self.shown_url} (model {self.model!r}) refused the request: HTTP {status}: "
                 f"{body}. Check the base URL (it must end with the OpenAI root, e.g. /v1) and the served model name.",
                 kind=FaultKind.HTTP_4XX,
                 role=self.role,
@@ -321,8 +327,8 @@ class ChatClient:
             last = exc.last_attempt.exception()
             kind = getattr(last, "kind", None)
             raise EndpointError(
-                f"{self.role} endpoint {self.url} (model {self.model!r}) failed after {r.attempts} attempts: {last} "
-                f"(fault: {kind}). The episode is not scored (never a zero reward); check that the server is up "
+                f"{self.role} endpoint {self.shown_url} (model {self.model!r}) failed after {r.attempts} attempts: "
+                f"{last} (fault: {kind}). The episode is not scored (never a zero reward); check that the server is up "
                 "and healthy.",
                 kind=kind,
                 role=self.role,

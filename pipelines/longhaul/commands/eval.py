@@ -15,6 +15,7 @@ from rich.table import Table
 
 from longhaul import constants as C
 from longhaul.commands import table_console
+from longhaul.redact import redact_uri
 
 out = table_console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -306,8 +307,9 @@ def _run_eval(
     plan = EvalPlan(task_ids, n, seeds)
     total = len(plan.trials())
     err.print(
-        f"evaluating {policy_model} @ {policy_url}: {len(task_ids)} tasks × {n * len(seeds)} trials = {total} episodes "
-        f"(user {user_model} @ {user_url}, concurrency {conc}, max_turns {limits.max_turns}) → {out_dir}"
+        f"evaluating {policy_model} @ {redact_uri(policy_url)}: {len(task_ids)} tasks × {n * len(seeds)} trials = "
+        f"{total} episodes (user {user_model} @ {redact_uri(user_url)}, concurrency {conc}, max_turns "
+        f"{limits.max_turns}) → {out_dir}"
     )
 
     async def go() -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ EFFECT_HELP = (
 
 def parse_effect(text: str, option: str = "--effect") -> float:
     """'6.5' / '6.5pt' / '6.5%' → 0.065; '0.065' → 0.065 (a plain number below 1 is a fraction)."""
-    m = _EFFECT.match(text)
+    m = _EFFECT.fullmatch(text)
     if not m:
         raise ValueError(f"{option}: {text!r} is not a number of points ('6.5', '6.5pt') or a fraction ('0.065')")
     value, unit = float(m.group(1)), m.group(2)

@@ -58,7 +58,7 @@ _UNITS = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**
 
 def quantity_bytes(quantity: str) -> int:
     """A Kubernetes memory quantity ('512Gi', '8G', '1000') in bytes."""
-    m = _QUANTITY.match(quantity)
+    m = _QUANTITY.fullmatch(quantity)
     if not m:
         raise ValueError(f"not a memory quantity: {quantity!r}")
     return int(float(m.group(1)) * _UNITS[m.group(2)])

@@ -120,7 +120,7 @@ def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str |
         valid = [str(s) for s in spec.stages]
         if stage not in valid:
             raise ValueError(f"stage '{stage}' is not run by this spec; valid: {', '.join(valid)}")
-    if dependency is not None and not _DEPENDENCY.match(dependency):
+    if dependency is not None and not _DEPENDENCY.fullmatch(dependency):
         raise ValueError(f"dependency '{dependency}' is not an sbatch dependency expression (e.g. afterok:123)")
 
     log_name = LOG_NAME if stage is None else f"slurm-{stage}-%j.out"
@@ -219,7 +219,7 @@ def _directive(key: str, value: str | None) -> str:
     if value is None:
         return f"#SBATCH --{key}"
     # sbatch reads these lines itself (no shell): refuse anything beyond a plain token instead of quoting.
-    if not _SBATCH_VALUE.match(value):
+    if not _SBATCH_VALUE.fullmatch(value):
         raise ValueError(f"#SBATCH --{key}: value {value!r} has characters sbatch would misread")
     return f"#SBATCH --{key}={value}"
 

@@ -260,5 +260,5 @@ def ray_job_env_overrides(stage_env: dict[str, str], inherited: dict[str, str]) 
     return [
         f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={_q(v)}"
         for k, v in sorted(stage_env.items())
-        if inherited.get(k) != v and _ENV_NAME.match(k) and not _SECRET_NAME.search(k) and redact_value(v) == v
+        if inherited.get(k) != v and _ENV_NAME.fullmatch(k) and not _SECRET_NAME.search(k) and redact_value(v) == v
     ]

@@ -379,7 +379,7 @@ def _is_placeholder_value(name: str, value: str, seed_compat: bool) -> bool:
         lname = name.lower()
         for key, pat in SCHEMA_PATTERNS.items():
             if key in lname:
-                return not pat.match(value)
+                return not pat.match(value)  # the original's check, quirk included: `$` lets a trailing newline by
         return False
     words = _WORD.findall(lower.replace("_", " "))
     if len(words) <= _MAX_PLACEHOLDER_WORDS and any(w in PLACEHOLDER_KEYWORDS for w in words):
@@ -387,7 +387,7 @@ def _is_placeholder_value(name: str, value: str, seed_compat: bool) -> bool:
     lname = name.lower()
     for key, pat in SCHEMA_PATTERNS.items():
         if lname == key or lname.endswith("_" + key):
-            return not pat.match(value)
+            return not pat.fullmatch(value)
     return False
 
 

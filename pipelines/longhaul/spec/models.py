@@ -349,7 +349,7 @@ class Metadata(_Model):
     def _dns1123(cls, v: str) -> str:
         if len(v) > MAX_NAME_LEN:
             raise ValueError(f"must be at most {MAX_NAME_LEN} characters (got {len(v)})")
-        if not re.match(DNS1123_LABEL, v):
+        if not re.fullmatch(DNS1123_LABEL, v):
             raise ValueError(
                 "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a "
                 "letter or digit"

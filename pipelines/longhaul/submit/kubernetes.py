@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -26,7 +27,7 @@ from longhaul.files import PLAIN, atomic_write_text
 from longhaul.k8s.status import TERMINAL, Phase
 from longhaul.layout import DEFAULT_RUNS_DIR
 from longhaul.layout import RECORD_FILE as RECORD
-from longhaul.spec.models import Experiment
+from longhaul.spec.models import DNS1123_LABEL, Experiment
 from longhaul.spec.naming import resolved_yaml, run_name
 from longhaul.submit import SubmitResult
 
@@ -159,7 +160,14 @@ def fetch_experiment(
     name: str, *, namespace: str | None = None, kubeconfig: str | Path | None = None, runner: Runner = subprocess.run
 ) -> dict[str, Any]:
     """The Experiment object `name` as stored (`kubectl get experiments.longhaul.dev NAME -o json`); the namespace
-    and cluster are kubectl's (current context, `$KUBECONFIG`) unless given."""
+    and cluster are kubectl's (current context, `$KUBECONFIG`) unless given. Names are checked before kubectl runs:
+    a value such as `--server=…` or `-h` would otherwise be read as one of kubectl's options."""
+    for what, value in (("name", name), ("namespace", namespace)):
+        if value is not None and not re.fullmatch(DNS1123_LABEL, value):
+            raise KubectlError(
+                f"{what} {value!r} is not a Kubernetes name: lowercase letters, digits and '-', starting and ending "
+                "with a letter or digit (metadata.name of the spec)"
+            )
     args = ["get", f"{C.PLURAL}.{C.API_GROUP}", name, "-o", "json"]
     args += ["--namespace", namespace] if namespace else []
     args += ["--kubeconfig", str(kubeconfig)] if kubeconfig else []

@@ -113,3 +113,22 @@ def test_task_id_options_refuse_huge_lists(cmd: list[str]) -> None:
     res = CliRunner().invoke(app, [*cmd, "--tasks", huge])
     assert res.exit_code == 2, res.output
     assert "--tasks: 20,000 ids, over the 10,000 limit" in res.output and "Traceback" not in res.output
+
+
+def test_eval_never_prints_an_endpoint_password(tmp_path) -> None:
+    """URLs with credentials are shown redacted in the start line and in the error when the endpoint is down."""
+    secret = "S3cr3tPw"
+    port = 9  # discard: nothing listens, the connection is refused at once
+    res = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--policy-url", f"http://agent:{secret}@127.0.0.1:{port}/v1",
+            "--user-url", f"http://sim:{secret}@127.0.0.1:{port}/v1?api_key={secret}",
+            "--tasks", "0", "--samples", "1", "--k", "1", "--retries", "1", "--timeout", "2", "--no-progress",
+            "-o", str(tmp_path / "out"),
+        ],
+    )  # fmt: skip
+    assert res.exit_code != 0
+    assert secret not in res.output, res.output
+    assert "http://agent:***@127.0.0.1:9/v1" in res.output
