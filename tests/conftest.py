@@ -4,7 +4,8 @@ Most of an end-to-end test's time is single-threaded start-up (Python imports of
 server, Ray actor and trainer process), so two tests side by side use the 2-core machine far better than one.
 Each test file is one unit of work (its module fixtures run once); files that share a machine-wide resource share
 a lane and run one after another on one worker; the heaviest units start first so that the two workers finish
-together. Without `--dist loadgroup` (a plain `pytest`, the unit phase) nothing here changes anything.
+together. `--dist loadgroup` turns this on (xdist's scope scheduler with the lane as the scope); without it (a
+plain `pytest`, the unit phase with `--dist loadfile`) nothing here changes anything.
 """
 
 from __future__ import annotations
@@ -33,22 +34,40 @@ SCHEDULE: tuple[tuple[str, str], ...] = (
 )
 
 
-def _placement(item: pytest.Item) -> tuple[int, str]:
-    """(rank in SCHEDULE, lane) of a test; unlisted files rank last and are a lane of their own."""
-    rel = Path(str(item.path)).resolve().relative_to(_TESTS).as_posix()
+def _where(rel: str) -> tuple[int, str]:
+    """(rank in SCHEDULE, lane) of a test file given by its path under tests/; unlisted files rank last and are a
+    lane of their own."""
     for rank, (prefix, lane) in enumerate(SCHEDULE):
         if rel == prefix or (prefix.endswith("/") and rel.startswith(prefix)):
             return rank, lane
     return len(SCHEDULE), rel
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns xdist_group marks into node ids
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `--dist loadgroup`: put every test in its lane and order the lanes heaviest first."""
+def _rank(item: pytest.Item) -> int:
+    return _where(Path(str(item.path)).resolve().relative_to(_TESTS).as_posix())[0]
+
+
+def _lanes_on(config: pytest.Config) -> bool:
+    """Whether this run schedules by lane (`--dist loadgroup`): xdist's workers, which collect, run with `dist`
+    reset to "no" and `loadgroup` set; the controller the reverse."""
+    return bool(getattr(config.option, "loadgroup", False)) or config.getoption("dist", "no") == "loadgroup"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001 - xdist's Producer
+    """Under `--dist loadgroup`: xdist's scope scheduler with a lane as the scope. (xdist's own loadgroup marks
+    node ids, which pytest 9 no longer lets a plugin rename: the groups were silently ignored.)"""
     if config.getoption("dist", "no") != "loadgroup":
-        return
-    placed = {id(item): _placement(item) for item in items}
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(placed[id(item)][1]))
-    items.sort(key=lambda item: placed[id(item)][0])  # stable: a file keeps its order
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaneScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _where(nodeid.split("::", 1)[0].removeprefix("tests/"))[1]
+
+    return LaneScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup`: order the lanes heaviest first (stable: a file keeps its order)."""
+    if _lanes_on(config):
+        items.sort(key=_rank)
