@@ -139,14 +139,38 @@ def _size(n: int) -> str:
 # Whole files
 
 
+def open_regular(path: str | Path, limits: Limits) -> Any:
+    """`path` opened for binary reading if it is a regular file (or a link to one); anything else — a FIFO, a
+    device, a socket — is refused at once: reading one would block until some other process writes to it.
+
+    The file is opened non-blocking (opening a FIFO waits for a writer otherwise), checked, then set back to
+    blocking. OSError (missing file, a directory, permissions) propagates for the caller to word.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(21, "Is a directory", str(path))
+        if not stat.S_ISREG(mode):
+            raise InputError(
+                str(path), None, "", "not a regular file (a pipe, device or socket): reading it could wait forever",
+                hint=f"give {limits.kind} as a file",
+            )  # fmt: skip
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_text(path: str | Path, limits: Limits) -> str:
-    """The UTF-8 text of a file no larger than `limits.max_bytes`; never reads more than one byte past it.
+    """The UTF-8 text of a regular file no larger than `limits.max_bytes`; never reads more than one byte past it.
 
     OSError (missing file, a directory, permissions) propagates for the caller to word.
     """
-    with Path(path).open("rb") as fh:
+    with open_regular(path, limits) as fh:
         _refuse_if_oversized(fh, path, limits)
-        data = fh.read(limits.max_bytes + 1)  # a pipe or a growing file: the read itself is bounded
+        data = fh.read(limits.max_bytes + 1)  # a growing file: the read itself is bounded
     if len(data) > limits.max_bytes:
         raise _too_large(path, data.count(b"\n", 0, limits.max_bytes) + 1, limits)
     return _decode(data, path, 1)
@@ -202,7 +226,7 @@ def read_jsonl(
     out: list[tuple[int, Any]] = []
     max_line = limits.max_record_bytes or limits.max_bytes
     total = 0
-    with Path(path).open("rb") as fh:
+    with open_regular(path, limits) as fh:
         _refuse_if_oversized(fh, path, limits)
         lineno = 0
         while raw := fh.readline(max_line + 1):
