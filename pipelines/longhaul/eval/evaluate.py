@@ -166,12 +166,17 @@ async def evaluate(
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
-    """Read a results JSONL file, bounded by `longhaul.bounded.RESULTS`; errors (`InputError`, a ValueError)
-    name the file and line."""
-    return [
-        rec
-        for _, rec in bounded.read_jsonl(path, bounded.RESULTS, expected="one trial record (a JSON object) per line")
-    ]
+    """Read a results JSONL file, bounded by `longhaul.bounded.RESULTS`, every record type-checked as a trial
+    record; errors (`InputError`, a ValueError) name the file, the line and the field."""
+    expected = "one trial record (a JSON object) per line"
+    out = []
+    for line, rec in bounded.read_jsonl(path, bounded.RESULTS, expected=expected):
+        try:
+            TrialRecord.from_dict(rec)
+        except (ValueError, KeyError) as exc:
+            raise bounded.InputError(str(path), line, "", str(exc.args[0]), hint=expected) from None
+        out.append(rec)
+    return out
 
 
 def build_eval_agents(spec: Any, policy_client: Any, user_client: Any) -> tuple[Any, Any]:

@@ -73,27 +73,58 @@ class TrialRecord:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrialRecord:
-        """From a JSON record; needs `task_id`, `trial`, `success` and `subset` or `subsets`."""
+        """From a JSON record; needs `task_id`, `trial`, `success` and `subset` or `subsets`. Types are strict (a
+        record is counted, so a wrong type must never be coerced): ValueError names the field, KeyError a missing
+        one."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a record is a JSON object, not {type(d).__name__}")
         for key in ("task_id", "trial", "success"):
             if key not in d:
                 raise KeyError(f"record is missing {key!r} (need task_id, trial, success, subset): {dict(d)}")
+        task_id = d["task_id"]
+        if isinstance(task_id, bool) or not isinstance(task_id, str | int):
+            raise ValueError(f"field 'task_id' must be a string or an integer (got {task_id!r})")
         subsets = d.get("subsets")
         if subsets is None:
-            subsets = [d["subset"]] if d.get("subset") else []
+            subsets = [d["subset"]] if d.get("subset") is not None else []
+        if not isinstance(subsets, list) or not all(isinstance(s, str) for s in subsets):
+            raise ValueError(f"field 'subset(s)' must be a string or a list of strings (got {subsets!r})")
+        seed = d.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"field 'seed' must be an integer (got {seed!r})")
+        termination = d.get("termination", "")
+        if not isinstance(termination, str):
+            raise ValueError(f"field 'termination' must be a string (got {termination!r})")
         return cls(
-            task_id=str(d["task_id"]),
-            trial=int(d["trial"]),
-            success=bool(d["success"]),
-            subsets=tuple(str(s) for s in subsets),
-            aborted=bool(d.get("aborted", False)),
-            termination=str(d.get("termination", "")),
-            num_tool_calls=int(d.get("num_tool_calls", 0)),
-            num_tool_errors=int(d.get("num_tool_errors", 0)),
-            num_unknown_tool_calls=int(d.get("num_unknown_tool_calls", 0)),
-            num_turns=int(d.get("num_turns", 0)),
-            seed=d.get("seed"),
-            scored=bool(d.get("scored", True)),
+            task_id=str(task_id),
+            trial=_count(d, "trial"),
+            success=_flag(d, "success"),
+            subsets=tuple(subsets),
+            aborted=_flag(d, "aborted", False),
+            termination=termination,
+            num_tool_calls=_count(d, "num_tool_calls", 0),
+            num_tool_errors=_count(d, "num_tool_errors", 0),
+            num_unknown_tool_calls=_count(d, "num_unknown_tool_calls", 0),
+            num_turns=_count(d, "num_turns", 0),
+            seed=seed,
+            scored=_flag(d, "scored", True),
         )
+
+
+def _flag(d: Mapping[str, Any], key: str, default: bool | None = None) -> bool:
+    """A JSON true/false field (never a coerced string or number: bool("false") is True)."""
+    value = d.get(key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"field {key!r} must be true or false (got {value!r})")
+    return value
+
+
+def _count(d: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    """A JSON integer field ≥ 0 (not a boolean, a float or a string)."""
+    value = d.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"field {key!r} must be an integer ≥ 0 (got {value!r})")
+    return value
 
 
 def incomplete_tasks(records: Iterable[TrialRecord]) -> set[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from fractions import Fraction
 
 import pytest
@@ -118,8 +119,45 @@ def test_k_larger_than_n_and_bad_records_are_refused():
         build_task_counts([TrialRecord("1", 0, True), TrialRecord("1", 0, False)])
     with pytest.raises(KeyError, match="missing 'success'"):
         TrialRecord.from_dict({"task_id": "1", "trial": 0})
-    r = TrialRecord.from_dict({"task_id": 7, "trial": "1", "success": 1, "subset": "unseen"})
+    r = TrialRecord.from_dict({"task_id": 7, "trial": 1, "success": True, "subset": "unseen"})
     assert r.task_id == "7" and r.trial == 1 and r.success and r.subsets == ("unseen",)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"success": "false"}, "'success' must be true or false"),  # bool("false") would count a success
+        ({"success": 1}, "'success' must be true or false"),
+        ({"trial": "1"}, "'trial' must be an integer ≥ 0"),
+        ({"trial": -1}, "'trial' must be an integer ≥ 0"),
+        ({"trial": 1.5}, "'trial' must be an integer ≥ 0"),
+        ({"trial": True}, "'trial' must be an integer ≥ 0"),
+        ({"subset": 3}, "'subset(s)' must be a string or a list of strings"),
+        ({"subsets": ["train", 2]}, "'subset(s)' must be a string or a list of strings"),
+        ({"task_id": None}, "'task_id' must be a string or an integer"),
+        ({"task_id": [1]}, "'task_id' must be a string or an integer"),
+        ({"aborted": "no"}, "'aborted' must be true or false"),
+        ({"num_turns": -3}, "'num_turns' must be an integer ≥ 0"),
+        ({"seed": "7"}, "'seed' must be an integer"),
+    ],
+)
+def test_a_record_of_the_wrong_type_is_refused_never_coerced(change, field):
+    rec = {"task_id": "1", "trial": 0, "success": False, "subset": "train", **change}
+    with pytest.raises(ValueError, match=re.escape(field)):
+        TrialRecord.from_dict(rec)
+
+
+def test_eval_summarize_names_the_file_line_and_field(tmp_path):
+    from typer.testing import CliRunner
+
+    from longhaul.cli import app
+
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"task_id": "1", "trial": 0, "success": true, "subset": "train"}\n'
+                    '{"task_id": "1", "trial": 1, "success": "false", "subset": "train"}\n')  # fmt: skip
+    res = CliRunner().invoke(app, ["eval", "summarize", str(path)])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert f"{path}:2" in res.output and "'success' must be true or false" in res.output, res.output
 
 
 def test_unscored_trials_leave_their_task_out_of_every_rate():
