@@ -89,7 +89,7 @@ ENV_OPERATOR_RESYNC_S = "LONGHAUL_OPERATOR_RESYNC_S"
 ENV_OPERATOR_REQUEST_TIMEOUT_S = "LONGHAUL_OPERATOR_REQUEST_TIMEOUT_S"
 
 #: CUDA's device mask. Servers get GPUs by position inside the job's own mask (`longhaul.render.gpus`).
-ENV_CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+CUDA_MASK_VAR = "CUDA_VISIBLE_DEVICES"
 
 #: Third-party variables that every job sets (the only place they are defined).
 OFFLINE_ENV = {

@@ -76,10 +76,10 @@ class ManagedServer:
         """The server's environment: the launcher's, the plan's, and the plan's GPU positions taken inside the job's
         own device mask (`longhaul.render.gpus`)."""
         env = {**self._env, **self.plan.env}
-        positions = self.plan.env.get(C.ENV_CUDA_VISIBLE_DEVICES)
+        positions = self.plan.env.get(C.CUDA_MASK_VAR)
         if positions is not None:
             try:
-                env[C.ENV_CUDA_VISIBLE_DEVICES] = within_job_mask(positions, self._env.get(C.ENV_CUDA_VISIBLE_DEVICES))
+                env[C.CUDA_MASK_VAR] = within_job_mask(positions, self._env.get(C.CUDA_MASK_VAR))
             except GpuMaskError as exc:
                 raise ServerStartError(f"{self.role} server: {exc}") from None
         return env

@@ -173,7 +173,7 @@ class MemoryPlan:
 
 
 def _visible(env: dict[str, str]) -> list[int]:
-    devices = env.get(C.ENV_CUDA_VISIBLE_DEVICES, "")  # positions in the job's mask
+    devices = env.get(C.CUDA_MASK_VAR, "")  # positions in the job's mask
     return [int(d) for d in devices.split(",") if d.strip()]
 
 

@@ -99,7 +99,7 @@ def _server_env(exp: Experiment, visible: str | None) -> dict[str, str]:
     if exp.spec.resources.gpus_per_node == 0:
         env.update(vllm_cpu_env())
     elif visible is not None:
-        env[C.ENV_CUDA_VISIBLE_DEVICES] = visible  # positions in the job's mask (longhaul.render.gpus)
+        env[C.CUDA_MASK_VAR] = visible  # positions in the job's mask (longhaul.render.gpus)
     return env
 
 

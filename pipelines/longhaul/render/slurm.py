@@ -309,7 +309,7 @@ def _runtime_block(exp: Experiment, stage: str | None = None) -> list[str]:
         out += [f'  --env "{n}=${{{n}:-}}"' for n in names]
         if gpus > 0:
             # Passed only when set: `${X:-}` would turn "unset" (every GPU of the node) into "" (none).
-            mask = C.ENV_CUDA_VISIBLE_DEVICES
+            mask = C.CUDA_MASK_VAR
             out.append(f'  ${{{mask}+--env "{mask}=${mask}"}}')
         out += [
             '  --env "SLURM_JOB_ID=$SLURM_JOB_ID" --env "SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0}"',
