@@ -359,7 +359,7 @@ def _cpu_plan(exp: Experiment, t: TrainerEstimate, header: list[tuple[str, str]]
         tuple(rows),
         notes=(
             _gc_note(exp, t, "on the host"),
-            "the CPU vLLM servers (simulator, policy) hold their weights and VLLM_CPU_KVCACHE_SPACE "
+            "the CPU vLLM servers (simulator, policy) hold their weights and kv_cache_memory_bytes "
             "besides; Python and Ray processes are not counted",
         ),
     )

@@ -41,6 +41,8 @@ CPU_DIFFERENCES: dict[str, str] = {
     f"{_A}.rollout.agent.num_workers": "one agent-loop worker per 2-core machine",
     "reward.num_workers": "one reward worker per 2-core machine",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units": "one TransferQueue storage unit per machine",
+    f"+{_A}.rollout.engine_kwargs.vllm.kv_cache_memory_bytes": "vLLM-CPU sizes its KV cache in bytes of host memory "
+    "(gpu_memory_utilization is a GPU fraction): a fixed budget per engine (`VLLM_CPU_KV_CACHE_BYTES`)",
     **{
         f"{_A}.{role}.{key}": reason
         for role in ("actor", "ref")

@@ -19,7 +19,7 @@ from longhaul.render.verl import _q, render_verl_overrides
 from longhaul.spec.models import Experiment, GpuShare, ModelRef, Placement, Quantization, Stage
 from longhaul.spec.naming import experiment_family, run_name, spec_hash
 from longhaul.spec.placement import trainer_gpu_ids
-from longhaul.verlcpu import cpu_job_env, vllm_cpu_env
+from longhaul.verlcpu import cpu_job_env, vllm_cpu_engine_args
 
 LOOPBACK = "127.0.0.1"
 VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -96,9 +96,7 @@ def _gpu_list(start: int, count: int) -> str:
 
 def _server_env(exp: Experiment, visible: str | None) -> dict[str, str]:
     env = {"VLLM_HOST_IP": LOOPBACK}
-    if exp.spec.resources.gpus_per_node == 0:
-        env.update(vllm_cpu_env())
-    elif visible is not None:
+    if exp.spec.resources.gpus_per_node != 0 and visible is not None:
         env[C.CUDA_MASK_VAR] = visible  # positions in the job's mask (longhaul.render.gpus)
     return env
 
@@ -150,6 +148,7 @@ def _vllm_argv(
         # vLLM-CPU crashes ("CPU Generator does not use offset") when a seeded request's prefill is chunked
         # (long prompts, concurrent requests): whole prefills only, with a token budget of a full context.
         argv += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(max_model_len, batched_tokens))]
+        argv += [f"--{k.replace('_', '-')}={v}" for k, v in vllm_cpu_engine_args().items()]
     if quantization and quantization != Quantization.NONE:
         argv += ["--quantization", str(quantization)]
     if enforce_eager:

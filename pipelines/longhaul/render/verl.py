@@ -17,6 +17,7 @@ from longhaul.redact import redact_value
 from longhaul.spec.models import Experiment, Stage
 from longhaul.spec.naming import experiment_family, run_name
 from longhaul.spec.placement import trainer_gpu_ids
+from longhaul.verlcpu import vllm_cpu_engine_args
 
 #: veRL's tool-response limit has no "unlimited"; this many characters means "never truncate" in practice.
 UNLIMITED_TOOL_CHARS = 10_000_000
@@ -216,6 +217,7 @@ def render_cpu_overrides(exp: Experiment) -> list[str]:
         f"{a}.rollout.agent.num_workers=1",
         "reward.num_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        *(f"+{a}.rollout.engine_kwargs.vllm.{k}={v}" for k, v in vllm_cpu_engine_args().items()),
     ]
     if exp.spec.resources.nodes == 1:
         res = cpu_ray_start_resources()  # what each node's `ray start` advertises when there are several

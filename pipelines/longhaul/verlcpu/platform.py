@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from verl.plugin.platform import PlatformBase
 
-from longhaul.verlcpu import ENV_PLATFORM, PLATFORM_NAME, vllm_cpu_env
+from longhaul.verlcpu import ENV_PLATFORM, PLATFORM_NAME
 
 #: The default process group's timeout (a loaded 2-core CPU step can take minutes).
 PROCESS_GROUP_TIMEOUT = timedelta(minutes=30)
@@ -191,8 +191,9 @@ class PlatformCPU(PlatformBase):
         return False
 
     def rollout_env_vars(self) -> dict[str, str]:
-        # Read by veRL's vLLM replica when it starts the engine's server actor.
-        return vllm_cpu_env()
+        # Read by veRL's vLLM replica when it starts the engine's server actor. The engine's KV-cache budget is an
+        # engine argument (`engine_kwargs.vllm.kv_cache_memory_bytes`, rendered), not a variable.
+        return {}
 
     def cudart(self) -> Any:
         return None

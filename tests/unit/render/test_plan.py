@@ -55,7 +55,7 @@ def test_cpu_smoke_plan_runs_verl_on_its_cpu_platform() -> None:
     for server in (sim, pol):
         assert server.argv[0] == "/opt/vllm/bin/python"
         assert "--tensor-parallel-size" not in server.argv and "--gpu-memory-utilization" not in server.argv
-        assert server.env["VLLM_CPU_KVCACHE_SPACE"] == "1" and "CUDA_VISIBLE_DEVICES" not in server.env
+        assert "--kv-cache-memory-bytes=536870912" in server.argv and "CUDA_VISIBLE_DEVICES" not in server.env
         assert server.host == "127.0.0.1"
     assert "--enable-auto-tool-choice" in pol.argv and "--enable-auto-tool-choice" not in sim.argv
     assert _flag(pol.argv, "--tool-call-parser") == "hermes"
