@@ -335,16 +335,22 @@ def _launch_locked(
                 atomic_write_text(_done_marker(run_dir, s.name), f"{time.time():.0f}\n")
                 say(f"stage {s.name}: done in {time.monotonic() - t0:.0f} s")
             status, rc = "FINISHED", EXIT_OK
-        except RequeueRequested as exc:
-            say(
-                f"checkpoint requested (SIGUSR1) during {exc}: stopped; the newest complete checkpoint "
-                f"({_newest_checkpoint(ctx)}) is the resume point, exiting {EXIT_REQUEUE} (requeue me)"
+        except (RequeueRequested, StopRequested, KeyboardInterrupt, InterruptedError) as exc:
+            # A server start-up cut short (InterruptedError) by SIGUSR1 alone is a checkpoint request like any
+            # other: requeue, never "killed" (the pre-limit signal can arrive while the eval stage starts its server).
+            requeue = isinstance(exc, RequeueRequested) or (
+                isinstance(exc, InterruptedError) and control.checkpoint.is_set() and not control.stop.is_set()
             )
-            status, rc = "SCHEDULED", EXIT_REQUEUE
-        except (StopRequested, KeyboardInterrupt, InterruptedError):
-            control.request_stop("SIGINT")
-            say(f"stopped by {control.signal_name}: servers stopped, run marked KILLED")
-            status, rc = "KILLED", control.stop_exit_code
+            if requeue:
+                say(
+                    f"checkpoint requested (SIGUSR1) during {exc}: stopped; the newest complete checkpoint "
+                    f"({_newest_checkpoint(ctx)}) is the resume point, exiting {EXIT_REQUEUE} (requeue me)"
+                )
+                status, rc = "SCHEDULED", EXIT_REQUEUE
+            else:
+                control.request_stop("SIGINT")
+                say(f"stopped by {control.signal_name}: servers stopped, run marked KILLED")
+                status, rc = "KILLED", control.stop_exit_code
         except Exception as exc:  # noqa: BLE001 - reported; the run must be marked FAILED
             if _looks_like_no_space(exc, ctx):
                 say(f"FAILED: {_disk_full_hint(ctx, backend)}\n--- the error ---\n{exc}")

@@ -128,6 +128,12 @@ SHORT = {
 }
 
 
+#: Steps of the time-limit job: at the short horizon a step takes ~10 s, and Slurm signals within ~30 s of the
+#: time-limit change made after step 1, so training is still under way when the signal arrives (a signal during
+#: evaluation also requeues: tests/unit/launcher/test_launch.py).
+STEPS = 8
+
+
 def test_time_limit_signal_requeues_and_the_job_resumes_one_continuous_run(smoke_env, tmp_path):
     """Slurm's pre-limit signal stops the job with its state saved (exit 75), Slurm requeues it, and the requeued
     attempt resumes from the newest checkpoint into the same MLflow run and finishes: training and evaluation.
@@ -143,7 +149,7 @@ def test_time_limit_signal_requeues_and_the_job_resumes_one_continuous_run(smoke
         **SHORT,
         spec__backends__slurm__output_dir=str(tmp_path / "runs"),
         spec__backends__slurm__signal_lead_s=LEAD_S,
-        spec__algorithm__total_steps=3,
+        spec__algorithm__total_steps=STEPS,
         spec__evaluation__checkpoints="last",
     )
     job_id, run_dir = _submit(spec, smoke_env)
@@ -197,22 +203,22 @@ def test_time_limit_signal_requeues_and_the_job_resumes_one_continuous_run(smoke
     assert resumed and resumed[0] == saved + 1, (saved, resumed, log[-4000:])
     # One continuous run: the same MLflow run id, every step checkpointed exactly once, in order.
     assert (run_dir / "mlflow_run_id").read_text().strip() == first_run_id
-    assert _latest_step(run_dir) == 3
+    assert _latest_step(run_dir) == STEPS
     steps_logged = [int(m) for m in re.findall(STEP_LINE, log)]
-    assert sorted(set(steps_logged)) == [1, 2, 3], steps_logged
+    assert sorted(set(steps_logged)) == list(range(1, STEPS + 1)), steps_logged
     import mlflow
 
     client = mlflow.MlflowClient(smoke_env["MLFLOW_TRACKING_URI"])
     run = client.get_run(first_run_id)
     assert run.info.status == "FINISHED"
     history = client.get_metric_history(first_run_id, "critic/score/mean")
-    assert sorted(m.step for m in history) == [1, 2, 3], "a step was lost or logged twice"
+    assert sorted(m.step for m in history) == list(range(1, STEPS + 1)), "a step was lost or logged twice"
     # What `make sbatch SPEC=smoke` leaves behind once the job completes (the requeue changes none of it).
     from longhaul.checkpoints import saved_steps
 
     assert phases[-1] == "Succeeded" and "Running" in phases, phases
-    assert saved_steps(run_dir / "checkpoints") == [1, 2, 3]
+    assert saved_steps(run_dir / "checkpoints") == list(range(1, STEPS + 1))
     assert sorted(p.stem for p in (run_dir / ".longhaul" / "stages").glob("*.done")) == ["eval", "grpo"]
     assert (run_dir / "experiment.yaml").is_file() and "stage eval: done" in log
     st = longhaul("status", str(run_dir), cwd=REPO)
-    assert st.returncode == 0 and "phase=Succeeded" in st.stdout and "checkpoint_step=3" in st.stdout, st
+    assert st.returncode == 0 and "phase=Succeeded" in st.stdout and f"checkpoint_step={STEPS}" in st.stdout, st

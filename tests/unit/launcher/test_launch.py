@@ -120,6 +120,27 @@ def test_sigusr1_saves_and_exits_requeue(setup):
     assert signal.getsignal(signal.SIGUSR1) is not None  # handlers restored (not ours)
 
 
+def test_sigusr1_while_the_eval_stage_starts_its_server_requeues(setup):
+    """The pre-limit signal can arrive while the evaluation's policy server starts (seen in CI: short training
+    steps, then eval): that is a checkpoint request like any other (exit 75, requeue), never a kill (130)."""
+    s = setup
+
+    def ev(ctx):
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        ctx.policy_server()  # the fake server takes FAKE_VLLM_DELAY s to answer: the signal lands in the wait
+        s["calls"].append("eval finished")
+
+    _stages(s["monkeypatch"], lambda ctx: s["calls"].append("grpo"), ev)
+    env = {**s["env"], "FAKE_VLLM_DELAY": "4"}
+    rc = supervisor.launch(s["spec"], "local", s["run_dir"], environ=env)
+    assert rc == EXIT_REQUEUE
+    assert s["calls"] == ["grpo"]
+    assert (s["run_dir"] / ".longhaul" / "stages" / "grpo.done").exists()
+    assert not (s["run_dir"] / ".longhaul" / "stages" / "eval.done").exists()
+    assert not any(_pid_alive(p) for p in _server_pids(s["log"]))
+    assert _mlflow_status(s["run_dir"]) == "SCHEDULED"
+
+
 def test_sigterm_stops_cleanly_and_marks_killed(setup):
     s = setup
 
