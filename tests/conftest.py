@@ -1,11 +1,14 @@
 """How the end-to-end phase shares two workers (`scripts/test-all.sh`: pytest-xdist, `--dist loadgroup`).
 
-Most of an end-to-end test's time is single-threaded start-up (Python imports of torch, vLLM and veRL in every
-server, Ray actor and trainer process), so two tests side by side use the 2-core machine far better than one.
-Each test file is one unit of work (its module fixtures run once); files that share a machine-wide resource share
-a lane and run one after another on one worker; the heaviest units start first so that the two workers finish
-together. `--dist loadgroup` turns this on (xdist's scope scheduler with the lane as the scope); without it (a
-plain `pytest`, the unit phase with `--dist loadfile`) nothing here changes anything.
+Each test file is one unit of work (its module fixtures run once), and every file is in a lane: files in one lane
+run one after another on one worker. The tests that run a whole pipeline (veRL's trainer with its Ray cluster,
+vLLM servers, Slurm jobs of them) share one lane, started first: two of them side by side on the 2-core, 24 GiB
+machine overloaded it (seen in CI: Ray's memory monitor killed a trainer's actors, and a local Ray timed out at
+start-up beside the two-node Slurm job). Everything else — Kubernetes, images, MLflow, Slurm mechanics with a
+stand-in launcher, the hostile-input and fault tests — runs on the other worker beside them; files sharing a
+machine-wide resource (podman's image store, the emulator's kubeconfig, the Slurm cluster's stand-in jobs) share
+a lane there too. `--dist loadgroup` turns this on (xdist's scope scheduler with the lane as the scope); without
+it (a plain `pytest`, the unit phase with `--dist loadfile`) nothing here changes anything.
 """
 
 from __future__ import annotations
@@ -16,19 +19,22 @@ import pytest
 
 _TESTS = Path(__file__).resolve().parent
 
+#: The lane of every test that runs a pipeline (trainer, Ray, vLLM servers): one at a time.
+PIPELINES = "pipelines"
+
 #: (path under tests/, lane), in the order the units start. Paths sharing a lane run on one worker, in this order.
-#: Slurm: every job queues on the one-node cluster (and the two-node partition shares its host), so its tests
-#: serialise anyway; images: the builds share image tags and podman's store; k8s: one kubeconfig and the
-#: emulator's CRDs. The rest are independent: free ports, private run directories, their own servers.
+#: Slurm: the stand-in launcher's jobs and the cluster's fault tests; images: the builds share image tags and
+#: podman's store; k8s: one kubeconfig and the emulator's CRDs. The rest are independent: free ports, private run
+#: directories, their own servers.
 SCHEDULE: tuple[tuple[str, str], ...] = (
-    ("e2e/slurm/test_smoke_on_slurm.py", "slurm"),
-    ("e2e/slurm/test_multinode_on_slurm.py", "slurm"),
+    ("reliability/test_launcher_faults.py", PIPELINES),
+    ("e2e/slurm/test_multinode_on_slurm.py", PIPELINES),
+    ("e2e/slurm/test_smoke_on_slurm.py", PIPELINES),
+    ("e2e/mlflow/test_smoke_on_server.py", PIPELINES),
+    ("e2e/demo/", PIPELINES),
+    ("e2e/verl/", PIPELINES),
     ("e2e/slurm/", "slurm"),
     ("reliability/test_slurm_faults.py", "slurm"),
-    ("reliability/test_launcher_faults.py", "launcher-faults"),
-    ("e2e/mlflow/test_smoke_on_server.py", "lora-seeds"),
-    ("e2e/demo/", "demo"),
-    ("e2e/verl/", "verl-faults"),
     ("e2e/images/", "images"),
     ("e2e/k8s/", "k8s"),
 )
