@@ -94,10 +94,11 @@ def _gpu_list(start: int, count: int) -> str:
     return ",".join(str(i) for i in range(start, start + count))
 
 
-def _server_env(exp: Experiment, visible: str | None) -> dict[str, str]:
+def _server_env(visible: str | None) -> dict[str, str]:
+    """A server's environment: its GPU positions in the job's mask (`longhaul.render.gpus`; None on the CPU)."""
     env = {"VLLM_HOST_IP": LOOPBACK}
-    if exp.spec.resources.gpus_per_node != 0 and visible is not None:
-        env[C.CUDA_MASK_VAR] = visible  # positions in the job's mask (longhaul.render.gpus)
+    if visible is not None:
+        env[C.CUDA_MASK_VAR] = visible
     return env
 
 
@@ -184,7 +185,7 @@ def render_simulator_server(exp: Experiment, python: str = "python") -> ServerPl
     return ServerPlan(
         SIMULATOR_ROLE,
         argv,
-        _server_env(exp, None if cpu else _gpu_list(start, sim.tensor_parallel_size)),
+        _server_env(None if cpu else _gpu_list(start, sim.tensor_parallel_size)),
         LOOPBACK,
         sim.port,
         sim.model.name,
@@ -238,7 +239,7 @@ def render_policy_server(exp: Experiment, model_dir: str | None = None, python: 
     return ServerPlan(
         POLICY_ROLE,
         argv,
-        _server_env(exp, visible),
+        _server_env(visible),
         LOOPBACK,
         port,
         pol.model.name,

