@@ -41,8 +41,6 @@ CPU_DIFFERENCES: dict[str, str] = {
     f"{_A}.rollout.agent.num_workers": "one agent-loop worker per 2-core machine",
     "reward.num_workers": "one reward worker per 2-core machine",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units": "one TransferQueue storage unit per machine",
-    f"+{_A}.rollout.engine_kwargs.vllm.kv_cache_memory_bytes": "vLLM-CPU sizes its KV cache in bytes of host memory "
-    "(gpu_memory_utilization is a GPU fraction): a fixed budget per engine (`VLLM_CPU_KV_CACHE_BYTES`)",
     **{
         f"{_A}.{role}.{key}": reason
         for role in ("actor", "ref")
@@ -52,6 +50,46 @@ CPU_DIFFERENCES: dict[str, str] = {
         )
     },
 }
+
+
+_KV_BYTES = (
+    "vLLM-CPU sizes its KV cache in bytes of host memory (gpu_memory_utilization is a GPU fraction): a fixed budget "
+    "per engine (`VLLM_CPU_KV_CACHE_BYTES`)"
+)
+CPU_DIFFERENCES[f"+{_A}.rollout.engine_kwargs.vllm.kv_cache_memory_bytes"] = _KV_BYTES
+
+#: How the launcher's vLLM servers (user simulator, evaluation policy; `longhaul.render.plan`) differ on the CPU:
+#: command-line flags, and environment variables as `env NAME`, with the reason the CPU cannot take the GPU value.
+CPU_SERVER_DIFFERENCES: dict[str, str] = {
+    "--tensor-parallel-size": "one CPU process per server: no tensor parallelism",
+    "--gpu-memory-utilization": "a fraction of GPU memory: vLLM-CPU takes its KV-cache budget in bytes instead",
+    "--kv-cache-memory-bytes": _KV_BYTES,
+    "--no-enable-chunked-prefill": 'vLLM-CPU crashes ("CPU Generator does not use offset") when a seeded '
+    "request's prefill is chunked",
+    "--max-num-batched-tokens": "whole prefills (no chunked prefill): a token budget of a full context",
+    "--enforce-eager": CPU_DIFFERENCES[f"{_A}.rollout.enforce_eager"],
+    "env CUDA_VISIBLE_DEVICES": "the device itself: the server's GPUs in the job's mask",
+    "env VLLM_ENABLE_V1_MULTIPROCESSING": "vLLM-CPU gives a one-process engine a worker process of its own (for "
+    "OpenMP core binding), an interpreter more to start (~10 s on 2 cores); off, the worker runs in the engine-core "
+    "process, as on one GPU",
+}
+
+
+def server_settings(argv: tuple[str, ...], env: dict[str, str]) -> dict[str, str]:
+    """A vLLM server's settings as {flag: value ("" for a switch), "env NAME": value}: its command line after the
+    module (`python -m <module>`) and its environment."""
+    out: dict[str, str] = {f"env {k}": v for k, v in env.items()}
+    words = list(argv[3:])
+    while words:
+        word = words.pop(0)
+        if "=" in word:
+            key, value = word.split("=", 1)
+        elif words and not words[0].startswith("--"):
+            key, value = word, words.pop(0)
+        else:
+            key, value = word, ""
+        out[key] = value
+    return out
 
 
 def override_map(overrides: list[str]) -> dict[str, str]:
@@ -73,13 +111,22 @@ def cpu_twin(exp: Experiment) -> Experiment:
 
 def device_differences(gpu: list[str], cpu: list[str]) -> dict[str, tuple[str | None, str | None]]:
     """Keys whose value differs between the two override lists: {key: (GPU value, CPU value)}, None = absent."""
-    g, c = override_map(gpu), override_map(cpu)
+    return map_differences(override_map(gpu), override_map(cpu))
+
+
+def map_differences(g: dict[str, str], c: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
+    """Keys whose value differs between two settings maps: {key: (GPU value, CPU value)}, None = absent."""
     return {k: (g.get(k), c.get(k)) for k in sorted(g.keys() | c.keys()) if g.get(k) != c.get(k)}
 
 
-def render_device_table(example: dict[str, tuple[str | None, str | None]], example_name: str) -> str:
-    """The README's table of what a CPU run changes (`CPU_SPEC_CHANGES`, `CPU_DIFFERENCES`), with the GPU and CPU
-    values of one shipped spec's renders (`example`, from `device_differences`)."""
+def render_device_table(
+    example: dict[str, tuple[str | None, str | None]],
+    example_name: str,
+    servers: dict[str, tuple[str | None, str | None]] | None = None,
+) -> str:
+    """The README's table of what a CPU run changes (`CPU_SPEC_CHANGES`, `CPU_DIFFERENCES`,
+    `CPU_SERVER_DIFFERENCES`), with the GPU and CPU values of one shipped spec's renders (`example`: its veRL
+    overrides, `servers`: its simulator server's settings, both from `device_differences`)."""
 
     def shown(value: str | None) -> str:
         return "(absent)" if value is None else f"`{value}`" if len(value) <= 40 else "(spec-specific)"
@@ -92,4 +139,8 @@ def render_device_table(example: dict[str, tuple[str | None, str | None]], examp
     for key, why in CPU_DIFFERENCES.items():
         gpu, cpu = (shown(v) for v in example[key]) if key in example else ("(same)", "(same)")
         rows.append(f"| veRL `{key}` | {gpu} | {cpu} | {why} |")
+    for key, why in CPU_SERVER_DIFFERENCES.items():
+        seen = (servers or {}).get(key)
+        gpu, cpu = (shown(v) for v in seen) if seen else ("(same)", "(same)")
+        rows.append(f"| vLLM server `{key}` | {gpu} | {cpu} | {why} |")
     return "\n".join(rows) + "\n"

@@ -19,7 +19,7 @@ from longhaul.render.verl import _q, render_verl_overrides
 from longhaul.spec.models import Experiment, GpuShare, ModelRef, Placement, Quantization, Stage
 from longhaul.spec.naming import experiment_family, run_name, spec_hash
 from longhaul.spec.placement import trainer_gpu_ids
-from longhaul.verlcpu import cpu_job_env, vllm_cpu_engine_args
+from longhaul.verlcpu import cpu_job_env, vllm_cpu_engine_args, vllm_cpu_server_env
 
 LOOPBACK = "127.0.0.1"
 VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -95,10 +95,13 @@ def _gpu_list(start: int, count: int) -> str:
 
 
 def _server_env(visible: str | None) -> dict[str, str]:
-    """A server's environment: its GPU positions in the job's mask (`longhaul.render.gpus`; None on the CPU)."""
+    """A server's environment: its GPU positions in the job's mask (`longhaul.render.gpus`), or None on the CPU,
+    where the server gets vLLM-CPU's process layout instead (`vllm_cpu_server_env`)."""
     env = {"VLLM_HOST_IP": LOOPBACK}
     if visible is not None:
         env[C.CUDA_MASK_VAR] = visible
+    else:
+        env.update(vllm_cpu_server_env())
     return env
 
 
@@ -152,7 +155,7 @@ def _vllm_argv(
         argv += [f"--{k.replace('_', '-')}={v}" for k, v in vllm_cpu_engine_args().items()]
     if quantization and quantization != Quantization.NONE:
         argv += ["--quantization", str(quantization)]
-    if enforce_eager:
+    if enforce_eager or cpu:  # no CUDA graphs on the CPU, as for veRL's CPU rollout (render.devices)
         argv.append("--enforce-eager")
     if tool_calls:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]

@@ -74,6 +74,15 @@ def vllm_cpu_engine_args() -> dict[str, int]:
     return {"kv_cache_memory_bytes": VLLM_CPU_KV_CACHE_BYTES}
 
 
+def vllm_cpu_server_env() -> dict[str, str]:
+    """Environment of the launcher's CPU vLLM servers (simulator, evaluation policy): the engine's worker runs inside
+    its engine-core process, the process layout a one-GPU server has. vLLM's CPU platform otherwise gives even a
+    one-process engine a worker process of its own (for OpenMP core binding), a third interpreter importing torch
+    and vLLM at every server start (~10 s on 2 cores). veRL's rollout replica keeps veRL's own choice (its `mp`
+    executor, on GPU too)."""
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
 def cpu_job_env() -> dict[str, str]:
     """Environment of a veRL stage on CPU: the platform switch, and one thread per process (a 2-core machine
     runs the trainer rank, the rollout engine, the agent-loop worker and Ray at once)."""
