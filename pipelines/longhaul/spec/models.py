@@ -54,6 +54,13 @@ SAFE_PATH = r"^[A-Za-z0-9_./~+-][A-Za-z0-9_./+@=,-]*$"
 BIND = r"^[A-Za-z0-9_./~+-][A-Za-z0-9_./+@=,-]*(:[A-Za-z0-9_./+@=,-]+){0,2}$"
 MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
 IMAGE_REF = r"^[a-z0-9]([a-z0-9._:/-]*[a-z0-9])?(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+#: A pyxis/enroot image: [USER@][REGISTRY#]IMAGE[:TAG][@sha256:DIGEST] (`srun --container-image`).
+PYXIS_IMAGE = (
+    r"^([A-Za-z0-9._-]+@)?([a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?#)?[a-z0-9]([a-z0-9._/-]*[a-z0-9])?"
+    r"(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+)
+#: An image apptainer pulls itself: docker://, oras:// or library:// and a registry reference.
+APPTAINER_URI = r"^(docker|oras|library)://" + IMAGE_REF[1:]
 REVISION = r"^([0-9a-f]{40}|v?[0-9][A-Za-z0-9._-]*)$"
 TIME_LIMIT = r"^(\d+-)?\d{1,3}:\d{2}:\d{2}$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$"
@@ -923,10 +930,24 @@ class KubernetesSpec(_Model):
     )
 
 
+def _container_image(value: str) -> str:
+    """A local image file (a .sif, an enroot squashfs: a path), a pyxis reference or an apptainer URI."""
+    if re.fullmatch(SAFE_PATH, value):
+        return _read_path(value)
+    if re.fullmatch(PYXIS_IMAGE, value) or re.fullmatch(APPTAINER_URI, value):
+        return value
+    raise ValueError(
+        "not an image: give a path (/images/longhaul.sif), a pyxis reference ([USER@][REGISTRY#]IMAGE[:TAG], "
+        "e.g. nvcr.io#nvidia/pytorch:24.01-py3) or an apptainer URI (docker://REGISTRY/IMAGE[:TAG])"
+    )
+
+
 class ContainerSpec(_Model):
     runtime: ContainerRuntime = Field(default=ContainerRuntime.APPTAINER, description="Container runtime.")
-    image: SafePath | None = Field(
-        default=None, description="apptainer: path of the .sif; pyxis: image reference/squashfs; none: unused."
+    image: Annotated[str, Field(max_length=1024), AfterValidator(_container_image)] | None = Field(
+        default=None,
+        description="apptainer: path of the .sif or docker://…; pyxis: [USER@][REGISTRY#]IMAGE[:TAG] or a squashfs; "
+        "none: unused.",
     )
     binds: list[Annotated[str, Field(pattern=BIND, max_length=2048), AfterValidator(_bind)]] = Field(
         default_factory=list, description="Extra bind mounts (SRC[:DST[:OPTS]])."

@@ -374,3 +374,40 @@ def test_multi_node_pre_limit_signal_reaches_the_launcher_and_requeues(tmp_path:
     assert proc.returncode == 0, err
     assert "stub launcher: checkpoint saved" in err and "checkpoint saved; requeueing job 9" in err, err
     assert log.read_text() == "requeue 9\n"
+
+
+@pytest.mark.parametrize(
+    ("runtime", "image"),
+    [
+        ("pyxis", "nvcr.io#nvidia/pytorch:24.01-py3"),
+        ("pyxis", "user@registry.example.com:5000#team/longhaul:v1"),
+        ("pyxis", "longhaul/trainer@sha256:" + "a" * 64),
+        ("pyxis", "/images/longhaul.sqsh"),
+        ("apptainer", "docker://ghcr.io/org/longhaul-trainer:0.3"),
+        ("apptainer", "/images/longhaul.sif"),
+    ],
+)
+def test_image_references_with_a_registry_and_tag_are_accepted_and_quoted(
+    runtime: str, image: str, tmp_path: Path
+) -> None:
+    """Registry references (pyxis `REGISTRY#IMAGE:TAG`, apptainer `docker://…`) validate, and the script passes them
+    to the runtime verbatim, quoted (`#` would start a bash comment)."""
+    script = render_slurm(_exp("lata", spec__backends__slurm={"container": {"runtime": runtime, "image": image}}))
+    _bash_n(script, tmp_path)
+    # The runtime's arrays as bash builds them: the image is one word, whole.
+    start = script.index("PYXIS=(")
+    block = script[start : script.index("\n\n", start)]
+    words = subprocess.run(
+        ["bash", "-c", block + '\nprintf "%s\\n" "${PYXIS[@]}" "${CONTAINER[@]}"'],
+        env={"SLURM_SUBMIT_DIR": "/submit", "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert (f"--container-image={image}" if runtime == "pyxis" else image) in words, words
+
+
+@pytest.mark.parametrize("image", ["nvcr.io#-rm", "-e x", "docker://", "a#b#c", "x:1 y", "file:///etc/passwd#x"])
+def test_malformed_image_references_are_refused(image: str) -> None:
+    with pytest.raises(ValidationError, match="not an image"):
+        _exp("lata", spec__backends__slurm={"container": {"runtime": "pyxis", "image": image}})

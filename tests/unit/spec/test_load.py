@@ -149,7 +149,12 @@ BAD_CASES: list[tuple[str, Any, str, str]] = [
     ),
     ("spec.backends.slurm.setup", ["#SBATCH --exclusive"], "spec.backends.slurm.setup[0]", "#SBATCH"),
     ("spec.backends.slurm.container.runtime", "docker", "spec.backends.slurm.container.runtime", "valid"),
-    ("spec.backends.slurm.container.image", "/img.sif && reboot", "spec.backends.slurm.container.image", "not allowed"),
+    (
+        "spec.backends.slurm.container.image",
+        "/img.sif && reboot",
+        "spec.backends.slurm.container.image",
+        "not an image",
+    ),
     ("spec.backends.kubernetes.image", "Evil Image:latest", "spec.backends.kubernetes.image", "not allowed"),
     ("spec.backends.kubernetes.namespace", "Prod_NS", "spec.backends.kubernetes.namespace", "not allowed"),
     (
