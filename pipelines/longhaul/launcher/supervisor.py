@@ -23,7 +23,7 @@ from longhaul.launcher.servers import ManagedServer, PolicyServer, ServerStartEr
 from longhaul.launcher.stages import STAGES, ServerCrashed, StageContext, StageFailed
 from longhaul.layout import DONE_SUFFIX, LAUNCHER_LOCK_FILE, PLAN_FILE, STAGES_DIR
 from longhaul.protocol import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
-from longhaul.render.plan import LaunchPlan, StagePlan, render_plan
+from longhaul.render.plan import LaunchPlan, StagePlan, render_plan, stage_refusal
 from longhaul.spec import Experiment, SpecError, load_spec, resolved_yaml, run_name
 
 #: MLflow's switch for its "View run … at: <tracking URI>" line (set when the URI carries credentials).
@@ -164,10 +164,11 @@ def launch(
         return EXIT_USAGE
     run_dir = Path(run_dir).absolute()
     plan = render_plan(exp, backend, str(run_dir), server_python=_server_python(exp, environ))
-    stages = [s for s in plan.stages if stage is None or s.name == stage]
-    if stage is not None and not stages:
-        say(f"--stage {stage}: not in this spec's stages ({', '.join(s.name for s in plan.stages)})")
+    refusal = stage_refusal(exp, stage)
+    if refusal:
+        say(refusal)
         return EXIT_USAGE
+    stages = [s for s in plan.stages if stage is None or s.name == stage]
 
     run_dir.mkdir(parents=True, exist_ok=True)
     try:

@@ -250,6 +250,15 @@ def render_policy_server(exp: Experiment, model_dir: str | None = None, python: 
     )
 
 
+def stage_refusal(exp: Experiment, stage: str | None) -> str | None:
+    """Why `--stage <stage>` cannot run for `exp` (not one of its stages), or None: checked before anything is
+    written (`longhaul run`) and by the launcher itself."""
+    names = [str(s) for s in exp.spec.stages]
+    if stage is None or stage in names:
+        return None
+    return f"--stage {stage}: not in this spec's stages ({', '.join(names)})"
+
+
 def render_job_env(exp: Experiment, backend: str, paths: Paths) -> dict[str, str]:
     """Environment every process the launcher starts gets: the job environment (`longhaul.render.jobenv`), with
     the spec file the launcher keeps in the run directory (a backend may have mounted it elsewhere), plus where

@@ -24,7 +24,7 @@ from longhaul.launcher.supervisor import launch
 from longhaul.layout import EXIT_RECORD_FILE, LAUNCHER_LOG, LOGS_SUBDIR, default_run_dir
 from longhaul.layout import RECORD_FILE as RECORD
 from longhaul.protocol import EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_SIGINT
-from longhaul.render.plan import render_plan
+from longhaul.render.plan import render_plan, stage_refusal
 from longhaul.spec.models import Experiment
 from longhaul.spec.naming import resolved_yaml, run_name, seed_group, seed_runs
 from longhaul.submit import SubmitResult, read_run_progress
@@ -97,6 +97,9 @@ def run_local_seeds(
 ) -> list[tuple[Path, int]]:
     """Run every seed run of `exp` (`longhaul.spec.seed_runs`) one after another, stopping at the first that does
     not finish (its exit code is the last entry); the same spec resumes each. `run_dir` only for a single run."""
+    refusal = stage_refusal(exp, stage)
+    if refusal:  # before any run directory is written
+        raise ValueError(refusal)
     runs = seed_runs(exp)
     if run_dir is not None and len(runs) > 1:
         raise ValueError(

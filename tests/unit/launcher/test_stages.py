@@ -146,3 +146,24 @@ def test_longhaul_sft_run_runs_its_steps_supervised(tmp_path: Path, monkeypatch:
     assert res.exit_code == 4, res.output
     assert "collected" in (run_dir / "logs" / "sft-collect.log").read_text()
     assert (run_dir / "logs" / "sft-train.log").exists() and not (run_dir / "logs" / "sft-export.log").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "launch"])
+def test_an_unknown_stage_is_refused_before_anything_is_written(command: str, tmp_path: Path) -> None:
+    """`longhaul run --stage bogus` (and the launcher) refuse with one line naming the spec's stages, exit 2, and
+    leave no run directory behind."""
+    from longhaul.cli import app
+
+    spec = tmp_path / "smoke.yaml"
+    doc = yaml.safe_load((ROOT / "specs" / "smoke.yaml").read_text())
+    doc["spec"].setdefault("backends", {})["local"] = {"output_dir": str(tmp_path / "runs")}
+    spec.write_text(yaml.safe_dump(doc))
+    run_dir = tmp_path / "runs" / "x"
+    args = ["--stage", "bogus", "--run-dir", str(run_dir)]
+    argv = (
+        ["run", str(spec), *args] if command == "run" else ["launch", "--spec", str(spec), "--backend", "local", *args]
+    )
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 2, res.output
+    assert "--stage bogus: not in this spec's stages (grpo, eval)" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "runs").exists()
