@@ -67,6 +67,7 @@ CPU_SERVER_DIFFERENCES: dict[str, str] = {
     "--no-enable-chunked-prefill": 'vLLM-CPU crashes ("CPU Generator does not use offset") when a seeded '
     "request's prefill is chunked",
     "--max-num-batched-tokens": "whole prefills (no chunked prefill): a token budget of a full context",
+    "--enforce-eager": CPU_DIFFERENCES[f"{_A}.rollout.enforce_eager"],
     "env CUDA_VISIBLE_DEVICES": "the device itself: the server's GPUs in the job's mask",
     "env VLLM_ENABLE_V1_MULTIPROCESSING": "vLLM-CPU gives a one-process engine a worker process of its own (for "
     "OpenMP core binding), an interpreter more to start (~10 s on 2 cores); off, the worker runs in the engine-core "

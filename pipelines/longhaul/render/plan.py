@@ -155,9 +155,7 @@ def _vllm_argv(
         argv += [f"--{k.replace('_', '-')}={v}" for k, v in vllm_cpu_engine_args().items()]
     if quantization and quantization != Quantization.NONE:
         argv += ["--quantization", str(quantization)]
-    # The spec's choice on both devices: on the CPU, eager mode would start ~9 s sooner but decode ~50 % slower (a
-    # 64-token request: 224 against 151 ms), which long evaluations (the demo, bench-learning) pay many times over.
-    if enforce_eager:
+    if enforce_eager or cpu:  # no CUDA graphs on the CPU, as for veRL's CPU rollout (render.devices)
         argv.append("--enforce-eager")
     if tool_calls:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]

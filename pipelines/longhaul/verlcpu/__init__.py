@@ -78,9 +78,8 @@ def vllm_cpu_server_env() -> dict[str, str]:
     """Environment of the launcher's CPU vLLM servers (simulator, evaluation policy): the engine's worker runs inside
     its engine-core process, the process layout a one-GPU server has. vLLM's CPU platform otherwise gives even a
     one-process engine a worker process of its own (for OpenMP core binding), a third interpreter importing torch
-    and vLLM at every server start (~10 s on 2 cores); in one process it also answers sooner (a 64-token request:
-    151 against 202 ms, same completions). veRL's rollout replica keeps veRL's own choice (its `mp` executor, on GPU
-    too)."""
+    and vLLM at every server start (~10 s on 2 cores). veRL's rollout replica keeps veRL's own choice (its `mp`
+    executor, on GPU too)."""
     return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 

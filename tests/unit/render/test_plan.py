@@ -26,7 +26,7 @@ def test_gpu_plan_colocates_simulator_on_shared_gpus() -> None:
     assert _flag(sim.argv, "--gpu-memory-utilization") == "0.4"
     assert _flag(sim.argv, "--model") == "Qwen/Qwen2.5-72B-Instruct-AWQ"
     assert sim.env["CUDA_VISIBLE_DEVICES"] == "0,1"
-    # vLLM's own process layout on GPUs: not the CPU-only setting
+    # CUDA graphs and vLLM's own process layout on GPUs: neither CPU-only setting
     assert "--enforce-eager" not in sim.argv and "VLLM_ENABLE_V1_MULTIPROCESSING" not in sim.env
     assert plan.simulator_base_url == "http://127.0.0.1:8001/v1"
     assert [s.name for s in plan.stages] == ["grpo", "eval"]
@@ -59,8 +59,8 @@ def test_cpu_smoke_plan_runs_verl_on_its_cpu_platform() -> None:
         assert "--tensor-parallel-size" not in server.argv and "--gpu-memory-utilization" not in server.argv
         assert "--kv-cache-memory-bytes=536870912" in server.argv and "CUDA_VISIBLE_DEVICES" not in server.env
         assert server.host == "127.0.0.1"
-        # the worker inside the engine-core process (one interpreter less); eager only where the spec asks
-        assert "--enforce-eager" not in server.argv and server.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+        # eager like veRL's CPU rollout, and the worker inside the engine-core process (one interpreter less)
+        assert "--enforce-eager" in server.argv and server.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert "--enable-auto-tool-choice" in pol.argv and "--enable-auto-tool-choice" not in sim.argv
     assert _flag(pol.argv, "--tool-call-parser") == "hermes"
     assert _flag(sim.argv, "--model") == ".cache/longhaul/models/tiny-user"
