@@ -62,13 +62,7 @@ def _replace_block(text: str, begin: str, end: str, body: str) -> str:
 def device_table() -> str:
     """What a CPU run changes (`longhaul.render.devices`), with the values of one shipped GPU spec and its twin."""
     from longhaul.layout import Paths
-    from longhaul.render.devices import (
-        cpu_twin,
-        device_differences,
-        map_differences,
-        render_device_table,
-        server_settings,
-    )
+    from longhaul.render.devices import cpu_twin, device_differences, render_device_table, server_differences
     from longhaul.render.plan import render_simulator_server
     from longhaul.render.verl import render_verl_overrides
     from longhaul.spec import load_spec
@@ -78,8 +72,7 @@ def device_table() -> str:
     diffs = device_differences(render_verl_overrides(exp, paths), render_verl_overrides(twin, paths))
     gpu_sim, cpu_sim = render_simulator_server(exp), render_simulator_server(twin)
     assert gpu_sim is not None and cpu_sim is not None, f"{DEVICE_EXAMPLE.name} colocates its simulator"
-    servers = map_differences(server_settings(gpu_sim.argv, gpu_sim.env), server_settings(cpu_sim.argv, cpu_sim.env))
-    return render_device_table(diffs, DEVICE_EXAMPLE.name, servers)
+    return render_device_table(diffs, DEVICE_EXAMPLE.name, server_differences(gpu_sim, cpu_sim))
 
 
 def readme_with_reference(text: str) -> str:

@@ -10,9 +10,12 @@ the same two tables (`render_device_table`, `make generate`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longhaul.spec.models import Experiment
+
+if TYPE_CHECKING:
+    from longhaul.render.plan import ServerPlan
 
 _A = "actor_rollout_ref"
 
@@ -22,6 +25,10 @@ CPU_SPEC_CHANGES: dict[str, tuple[Any, str]] = {
     "policy.rollout.tensor_parallel_size": (1, "one CPU process per trainer rank: no tensor parallelism"),
 }
 
+_KV_BYTES = (
+    "vLLM-CPU sizes its KV cache in bytes of host memory (gpu_memory_utilization is a GPU fraction): a fixed budget "
+    "per engine (`VLLM_CPU_KV_CACHE_BYTES`)"
+)
 _NO_COMPILE = "torch.compile on CPU builds C++ kernels per shape: minutes of compilation a step on 2 cores"
 
 #: veRL override keys whose CPU value differs from the GPU value, with the reason the CPU cannot take the GPU value.
@@ -41,6 +48,7 @@ CPU_DIFFERENCES: dict[str, str] = {
     f"{_A}.rollout.agent.num_workers": "one agent-loop worker per 2-core machine",
     "reward.num_workers": "one reward worker per 2-core machine",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units": "one TransferQueue storage unit per machine",
+    f"+{_A}.rollout.engine_kwargs.vllm.kv_cache_memory_bytes": _KV_BYTES,
     **{
         f"{_A}.{role}.{key}": reason
         for role in ("actor", "ref")
@@ -51,12 +59,6 @@ CPU_DIFFERENCES: dict[str, str] = {
     },
 }
 
-
-_KV_BYTES = (
-    "vLLM-CPU sizes its KV cache in bytes of host memory (gpu_memory_utilization is a GPU fraction): a fixed budget "
-    "per engine (`VLLM_CPU_KV_CACHE_BYTES`)"
-)
-CPU_DIFFERENCES[f"+{_A}.rollout.engine_kwargs.vllm.kv_cache_memory_bytes"] = _KV_BYTES
 
 #: How the launcher's vLLM servers (user simulator, evaluation policy; `longhaul.render.plan`) differ on the CPU:
 #: command-line flags, and environment variables as `env NAME`, with the reason the CPU cannot take the GPU value.
@@ -112,6 +114,11 @@ def cpu_twin(exp: Experiment) -> Experiment:
 def device_differences(gpu: list[str], cpu: list[str]) -> dict[str, tuple[str | None, str | None]]:
     """Keys whose value differs between the two override lists: {key: (GPU value, CPU value)}, None = absent."""
     return map_differences(override_map(gpu), override_map(cpu))
+
+
+def server_differences(gpu: ServerPlan, cpu: ServerPlan) -> dict[str, tuple[str | None, str | None]]:
+    """Settings (`server_settings`) whose value differs between a GPU server and its CPU twin's."""
+    return map_differences(server_settings(gpu.argv, gpu.env), server_settings(cpu.argv, cpu.env))
 
 
 def map_differences(g: dict[str, str], c: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:

@@ -14,7 +14,7 @@ from longhaul.render.devices import (
     CPU_SPEC_CHANGES,
     cpu_twin,
     device_differences,
-    map_differences,
+    server_differences,
     server_settings,
 )
 from longhaul.render.plan import render_policy_server, render_simulator_server
@@ -77,7 +77,7 @@ def _server_diff(path: Path) -> dict[str, tuple[str | None, str | None]]:
         gpu, cpu = render(exp), render(twin)
         if gpu is None:
             continue
-        found = map_differences(server_settings(gpu.argv, gpu.env), server_settings(cpu.argv, cpu.env))
+        found = server_differences(gpu, cpu)
         print(f"\n{path.name} {gpu.role} server: " + ", ".join(f"{k}: {g} -> {c}" for k, (g, c) in found.items()))
         diffs.update(found)
     return diffs
