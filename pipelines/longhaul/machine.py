@@ -13,8 +13,8 @@ VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
 CPUINFO = Path("/proc/cpuinfo")
 
 
-def describe_cpu(cpuinfo: str, cores: int | None) -> str:
-    """'<model name>, <n> cores, <flags>' from the text of /proc/cpuinfo (pure; unknown parts say so)."""
+def parse_cpuinfo(cpuinfo: str) -> tuple[str, set[str]]:
+    """(model name, flags) of the first processor in the text of /proc/cpuinfo (pure)."""
     model, flags = "unknown CPU", set()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
@@ -23,15 +23,29 @@ def describe_cpu(cpuinfo: str, cores: int | None) -> str:
             model = " ".join(value.split()) or model
         elif key == "flags" and not flags:
             flags = set(value.split())
+    return model, flags
+
+
+def describe_cpu(cpuinfo: str, cores: int | None) -> str:
+    """'<model name>, <n> cores, <flags>' from the text of /proc/cpuinfo (pure; unknown parts say so)."""
+    model, flags = parse_cpuinfo(cpuinfo)
     shown = [f for f in VECTOR_FLAGS if f in flags]
     parts = [model, f"{cores} cores" if cores else "cores unknown", " ".join(shown) if shown else "no AVX2"]
     return ", ".join(parts)
 
 
+def _cpuinfo_text() -> str:
+    try:
+        return CPUINFO.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def cpu_flags() -> set[str]:
+    """This machine's CPU flags (empty where /proc/cpuinfo cannot be read)."""
+    return parse_cpuinfo(_cpuinfo_text())[1]
+
+
 def machine_line() -> str:
     """This machine's CPU in one line (see `describe_cpu`); 'unknown CPU' where /proc/cpuinfo cannot be read."""
-    try:
-        text = CPUINFO.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    return describe_cpu(text, os.cpu_count())
+    return describe_cpu(_cpuinfo_text(), os.cpu_count())

@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         same inputs reuses it)."""
         from dataclasses import asdict
 
-        from longhaul.tiny.build import DEFAULT_OUT_DIR, TinyBuildConfig, ensure_tiny_models
+        from longhaul.tiny.build import DEFAULT_OUT_DIR, TinyBuildConfig, TinyBuildError, ensure_tiny_models
 
         t0 = time.monotonic()
 
@@ -68,7 +68,11 @@ def register(app: typer.Typer) -> None:
             "check_user_tasks": check_user_tasks,
         }
         config = TinyBuildConfig(**{k: v for k, v in given.items() if v is not None})
-        report = ensure_tiny_models(out_dir or DEFAULT_OUT_DIR, config, force=force, log=log)
+        try:
+            report = ensure_tiny_models(out_dir or DEFAULT_OUT_DIR, config, force=force, log=log)
+        except TinyBuildError as exc:
+            err.print(f"error: {exc}")
+            raise typer.Exit(1) from None
         if as_json:
             out.print(json.dumps(asdict(report), indent=2))
         else:

@@ -18,7 +18,7 @@ def _digest(path) -> str:
     return hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
 
 
-def test_build_reuse_force_and_determinism(tmp_path):
+def test_build_reuse_force_and_determinism(tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     runner = CliRunner()
@@ -44,9 +44,27 @@ def test_build_reuse_force_and_determinism(tmp_path):
     assert res.exit_code == 0 and json.loads(res.stdout)["cached"] is True
     assert (policy / "model.safetensors").stat().st_mtime_ns == mtime
 
+    # The rebuild runs on an emulated AVX2-only machine (kernel selection pinned lower): the same weights.
+    for name, value in {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}.items():
+        monkeypatch.setenv(name, value)
     res = runner.invoke(app, ["tiny", "build", "--out", str(out), *fast, "--force", "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["cached"] is False
     assert (_digest(policy), _digest(user)) == (first, first_user)  # seeded: the same inputs give the same weights
+    assert json.loads(res.stdout)["arithmetic"]["reproducible"] is True
+
+
+def test_a_build_that_misses_its_criteria_is_refused_and_writes_nothing(tmp_path):
+    """Three warm-start steps cannot teach the tool-call format: the held-out checks say so, the CLI prints one
+    line naming the criteria and exits 1, and the output directory holds no model."""
+    out = tmp_path / "models"
+    args = ["tiny", "build", "--out", str(out), "--steps", "3", "--check-prompts", "2", "--user-steps", "3"]
+    res = CliRunner().invoke(app, [*args, "--check-user-tasks", "0"])
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output
+    error = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "first_turn_well_formed" in error[0] and "p_tool_call_first_turn" in error[0]
+    assert "NOT MET" in res.stderr
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
 
 
 def test_build_key_sees_config_and_inputs_but_not_the_check():

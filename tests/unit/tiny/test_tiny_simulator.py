@@ -107,9 +107,9 @@ def test_check_prompts_and_judgement():
 
 
 def test_the_simulator_learns_from_training_tasks_only():
-    from longhaul.tiny.build import _default_date_line, _inputs
+    from longhaul.tiny.inputs import build_inputs, default_date_line
 
-    inputs = _inputs(_default_date_line())
+    inputs = build_inputs(default_date_line())
     held = _held_out_ids()
     scenarios = {c[0]["content"] for c in inputs["user_conversations"]}
     held_scenarios = {build_user_messages(get_task(t).user_instructions(), [])[0]["content"] for t in held}

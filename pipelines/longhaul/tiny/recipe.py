@@ -1,0 +1,122 @@
+"""The tiny build's recipe, run in a child process with machine-independent arithmetic (`longhaul.tiny.arithmetic`):
+tokenizer, both models, their warm starts and held-out checks, written into a build directory.
+
+    python -m longhaul.tiny.recipe BUILD_DIR     (BUILD_DIR/config.json in; tiny-policy/, tiny-user/, report.json out)
+
+`longhaul.tiny.build.ensure_tiny_models` is the only caller: it owns the cache, the lock and the criteria.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE = "config.json"
+REPORT_FILE = "report.json"
+
+
+def _warm_start(model: Any, examples: list, *, steps: int, seed: int, lr: float, log: Callable[[str], None]) -> Any:
+    from longhaul.tiny.warmstart import warm_start
+
+    t = time.perf_counter()
+
+    def progress(step: int, loss: float) -> None:
+        if step % 50 == 0 or step == steps - 1:
+            log(f"  step {step:4d}  loss {loss:.3f}  ({time.perf_counter() - t:.0f}s)")
+
+    return warm_start(model, examples, steps=steps, seed=seed, learning_rate=lr, on_step=progress)
+
+
+def build_into(build_dir: Path, config: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
+    """Run the recipe with `config` (a `TinyBuildConfig` as a dict); save both models under `build_dir`; return the
+    report's measured fields (timings, warm starts, checks, arithmetic)."""
+    import torch
+
+    from longhaul.sft.masking import build_supervised_dataset
+    from longhaul.tiny.arithmetic import arithmetic_facts
+    from longhaul.tiny.checks import check_policy, check_user
+    from longhaul.tiny.inputs import build_inputs, default_date_line
+    from longhaul.tiny.models import POLICY_ARCH, USER_ARCH, build_model
+    from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END, build_hf_tokenizer
+
+    torch.set_num_threads(config["threads"])
+    report: dict[str, Any] = {"timings_s": {}, "arithmetic": arithmetic_facts()}
+    timings = report["timings_s"]
+    t = time.perf_counter()
+    inputs = build_inputs(config["date_line"] or default_date_line())
+    tokenizer = build_hf_tokenizer(inputs["corpus"], config["vocab_size"])
+    timings["tokenizer"] = round(time.perf_counter() - t, 2)
+    report["vocab_size"] = vocab = len(tokenizer)
+    padded_vocab = (vocab + 63) // 64 * 64
+    eos, pad = tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+    system_text = tokenizer.apply_chat_template(inputs["held_prompts"][0][:1], tools=inputs["tools"], tokenize=False)
+    report["system_prompt_tokens"] = len(tokenizer(system_text, add_special_tokens=False)["input_ids"])
+    log(f"tokenizer: {vocab} tokens; system prompt (policy + tools) = {report['system_prompt_tokens']} tokens")
+    seed = config["seed"]
+    policy = build_model(POLICY_ARCH, vocab_size=padded_vocab, eos_token_id=eos, pad_token_id=pad, seed=seed)
+    user = build_model(USER_ARCH, vocab_size=padded_vocab, eos_token_id=eos, pad_token_id=pad, seed=seed + 1)
+
+    # (report key, label, model, conversations, tools, steps, learning rate, seed) of each warm start.
+    policy_run = ("warmstart", "policy", policy, inputs["conversations"], inputs["tools"], config["steps"])
+    user_run = ("user_warmstart", "user simulator", user, inputs["user_conversations"], None, config["user_steps"])
+    for (role, label, model, conversations, tools, steps), lr, role_seed in (
+        (policy_run, config["learning_rate"], seed),
+        (user_run, config["user_learning_rate"], seed + 1),
+    ):
+        examples, _, stats = build_supervised_dataset(
+            tokenizer, [(c, tools) for c in conversations], max_length=config["max_length"]
+        )
+        log(
+            f"{label} warm start: {stats.kept} conversations ({stats.label_tokens} label tokens; "
+            f"dropped {dict(stats.dropped)}), {steps} steps"
+        )
+        t = time.perf_counter()
+        result = _warm_start(model, examples, steps=steps, seed=role_seed, lr=lr, log=log)
+        timings[role] = round(time.perf_counter() - t, 2)
+        report[role] = {
+            **asdict(result),
+            "examples": stats.kept,
+            "dropped": dict(stats.dropped),
+            "label_tokens": stats.label_tokens,
+        }
+    report["warmstart"]["train_task_ids"] = inputs["train_task_ids"]
+
+    t = time.perf_counter()
+    report["tool_calls"] = (
+        check_policy(policy, tokenizer, inputs, prompts=config["check_prompts"]) if config["check_prompts"] else {}
+    )
+    checks = inputs["user_checks"][: config["check_user_tasks"]]
+    report["user_check"] = check_user(user, tokenizer, checks) if checks else {}
+    timings["checks"] = round(time.perf_counter() - t, 2)
+
+    for name, model in (("tiny-policy", policy), ("tiny-user", user)):
+        model.generation_config.eos_token_id = eos
+        model.generation_config.pad_token_id = pad
+        model.save_pretrained(build_dir / name)
+        tokenizer.save_pretrained(build_dir / name)
+    return report
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of the child process: BUILD_DIR holds config.json; writes report.json there."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    build_dir = Path(argv[0])
+    config = json.loads((build_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    report = build_into(build_dir, config, log)
+    (build_dir / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - run by ensure_tiny_models
+    sys.exit(main(sys.argv[1:]))
