@@ -34,7 +34,9 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--log/--no-log", help="Log the outputs to MLflow (experiment longhaul/comparisons).")
         ] = True,
     ) -> None:
-        """Ablation table (markdown + CSV) and comparison/progression PNGs over evaluated checkpoints."""
+        """Ablation table (markdown + CSV) and comparison/progression PNGs over evaluated checkpoints, then the
+        statistics: rates with CIs per arm and subset, and every pair of arms compared on every subset with a
+        verdict (training-seed noise included, Holm-corrected; no verdict with one seed per arm)."""
         from longhaul.tracking.compare import write_comparison
         from longhaul.tracking.runs import TrackingError
 

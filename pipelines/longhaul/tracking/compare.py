@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ from longhaul.tracking.study import (
     group_arms,
     seed_of,
 )
-from longhaul.tracking.study import render_statistics_markdown as render_stats
+from longhaul.tracking.study_render import render_statistics_markdown as render_stats
 
 TABLE_MD, TABLE_CSV = "ablation.md", "ablation.csv"
 STATS_MD, STATS_JSON, DESIGN_JSON = "statistics.md", "statistics.json", "design.json"
@@ -195,7 +194,7 @@ def write_comparison(
     build_progression_figure(records).savefig(files[3])
     stats_md = render_stats(statistics)
     files[4].write_text(stats_md.lstrip("\n"), encoding="utf-8")
-    files[5].write_text(json.dumps(statistics.to_dict(), indent=2) + "\n", encoding="utf-8")
+    files[5].write_text(statistics.to_json(), encoding="utf-8")
     if statistics.design is not None:
         files = (*files, out / DESIGN_JSON)
         files[-1].write_text(statistics.design.to_json(), encoding="utf-8")

@@ -3,7 +3,8 @@ CIs, flip rates, paired differences, MDEs and verdicts of `longhaul.eval.stats` 
 
 Input is built by `longhaul.tracking.compare` from MLflow (training runs, their evaluated checkpoints and the
 per-trial results JSONL of each evaluation); nothing here talks to MLflow, so the report can be tested from
-literal values.
+literal values. The comparisons and their verdicts are `longhaul.tracking.verdicts`; the markdown is
+`longhaul.tracking.study_render`.
 
 Which runs form an arm: the seed runs of one multi-seed Experiment (tag `longhaul.seed_group`), or a single
 training run on its own. Which checkpoint of each seed: the one selected on the run's `select_on` subset
@@ -13,10 +14,8 @@ training run on its own. Which checkpoint of each seed: the one selected on the 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 from typing import Any
 
 import numpy as np
@@ -25,9 +24,11 @@ from longhaul.eval import stats
 from longhaul.eval.metrics import TrialRecord, incomplete_tasks
 from longhaul.tracking import tags as T
 from longhaul.tracking.ablation import SUBSET_ORDER, EvalPoint, RunRecord, select_point
+from longhaul.tracking.verdicts import Comparison, build_comparisons
 
 OVERALL = "overall"
-#: The comparison's randomness is fixed: the same runs give the same table.
+#: The bootstrap of the rates' CIs draws from a generator seeded with this: the same runs give the same table.
+#: (The comparisons draw nothing: their p-values and CIs are exact or analytic.)
 RNG_SEED = 0
 
 
@@ -88,6 +89,8 @@ def choose_point(record: RunRecord) -> tuple[EvalPoint, str] | None:
 
 @dataclass(frozen=True)
 class Rate:
+    """A rate and its 95% CI."""
+
     value: float
     lo: float
     hi: float
@@ -109,28 +112,19 @@ class RateRow:
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """Arm B against arm A on one subset (pass^1, paired on the tasks both ran)."""
-
-    a: str
-    b: str
-    subset: str
-    result: stats.PairedResult
-    mde: float
-    verdict: str
-
-
-@dataclass(frozen=True)
 class Statistics:
+    """What `longhaul compare` reports below the ablation table (`statistics.md`, `statistics.json`)."""
+
     arms: tuple[Arm, ...]
     rows: tuple[RateRow, ...]
     comparisons: tuple[Comparison, ...]
     problems: tuple[str, ...] = ()
     design: stats.StudyDesign | None = None
     ks: tuple[int, ...] = field(default_factory=tuple)
+    alpha: float = stats.ALPHA
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (`statistics.json`)."""
+        """JSON-ready form (`statistics.json`): strict JSON — an undefined number is null, never NaN/Infinity."""
         return {
             "arms": [
                 {
@@ -157,13 +151,20 @@ class Statistics:
                 }
                 for r in self.rows
             ],
-            "comparisons": [
-                {"a": c.a, "b": c.b, "subset": c.subset, **c.result.to_dict(), "mde": c.mde, "verdict": c.verdict}
-                for c in self.comparisons
-            ],
+            "multiplicity": {
+                "correction": stats.CORRECTION,
+                "family": len(self.comparisons),
+                "alpha": self.alpha,
+                "members": "every pair of arms on every subset both ran (the comparisons below)",
+            },
+            "comparisons": [c.to_dict() for c in self.comparisons],
             "problems": list(self.problems),
             "design": None if self.design is None else json.loads(self.design.to_json()),
         }
+
+    def to_json(self) -> str:
+        """`statistics.json`'s text; ValueError rather than invalid JSON should a non-finite number slip in."""
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
 
 
 def arm_outcomes(arm: Arm, subset: str = OVERALL) -> stats.Outcomes:
@@ -191,23 +192,41 @@ def _rate(o: stats.Outcomes, k: int, kind: str, rng: np.random.Generator) -> Rat
     return Rate(stats.rate(o, k, kind), lo, hi)
 
 
-def _noise(o: stats.Outcomes, baseline: float) -> float:
-    """The flip rate the MDE assumes: the baseline arm's between-seed flip rate, else its within-seed one,
-    else the default of `longhaul.eval.stats`; at most 2·b·(1−b), what independent runs at rate b reach
-    (a small arm can measure more by chance)."""
-    measured = stats.flip_rate(o)
-    if measured is None:
-        measured = stats.within_seed_flip_rate(o)
-    f = stats.DEFAULT_FLIP_RATE if measured is None else measured
-    return min(f, 2 * baseline * (1 - baseline))
+def _rate_row(
+    label: str,
+    subset: str,
+    o: stats.Outcomes,
+    ks: Sequence[int],
+    floor: Mapping[str, float] | None,
+    rng: np.random.Generator,
+) -> RateRow:
+    valid = [k for k in ks if k <= o.samples] or [1]
+    vals = [floor[t] for t in o.tasks if floor and t in floor]
+    return RateRow(
+        arm=label,
+        subset=subset,
+        seeds=len(o.seeds),
+        tasks=len(o.tasks),
+        samples=o.samples,
+        pass_hat={k: _rate(o, k, "pass_hat", rng) for k in valid},
+        pass_at={k: _rate(o, k, "pass_at", rng) for k in valid if k > 1},
+        flip_rate=stats.flip_rate(o),
+        null_floor=sum(vals) / len(vals) if vals and len(vals) == len(o.tasks) else None,
+    )
 
 
 def build_statistics(
-    arms: Sequence[Arm], ks: Sequence[int], floor: Mapping[str, float] | None = None, *, problems: Sequence[str] = ()
+    arms: Sequence[Arm],
+    ks: Sequence[int],
+    floor: Mapping[str, float] | None = None,
+    *,
+    problems: Sequence[str] = (),
+    alpha: float = stats.ALPHA,
 ) -> Statistics:
-    """Rates with hierarchical-bootstrap CIs per arm and subset, and a paired comparison of every pair of arms
-    per shared subset (B − A in arm order). An arm whose seeds were evaluated on different designs is reported
-    in `problems` and left out; so is a k above an arm's samples per task."""
+    """Rates with hierarchical-bootstrap CIs per arm and subset, and the comparisons of every pair of arms on every
+    shared subset (B − A in arm order; `longhaul.tracking.verdicts`), Holm-corrected together. An arm whose seeds
+    were evaluated on different designs is reported in `problems` and left out; so is a k above an arm's samples
+    per task (its pass^k and pass@k are not computed, and `problems` says so)."""
     rng = np.random.default_rng(RNG_SEED)
     rows: list[RateRow] = []
     problems = list(problems)
@@ -219,92 +238,22 @@ def build_statistics(
             problems.append(f"{arm.label} ({arm.key}): left out — {exc}")
             continue
         usable.append((arm, per_subset))
-        for subset, o in per_subset.items():
-            valid = [k for k in ks if k <= o.samples] or [1]
-            tasks = o.tasks
-            vals = [floor[t] for t in tasks if floor and t in floor]
-            rows.append(
-                RateRow(
-                    arm=arm.label,
-                    subset=subset,
-                    seeds=len(o.seeds),
-                    tasks=len(tasks),
-                    samples=o.samples,
-                    pass_hat={k: _rate(o, k, "pass_hat", rng) for k in valid},
-                    pass_at={k: _rate(o, k, "pass_at", rng) for k in valid if k > 1},
-                    flip_rate=stats.flip_rate(o),
-                    null_floor=sum(vals) / len(vals) if vals and len(vals) == len(tasks) else None,
-                )
+        n = per_subset[OVERALL].samples
+        above = [k for k in ks if k > n]
+        if above:
+            shown = ", ".join(str(k) for k in above)
+            problems.append(
+                f"{arm.label} ({arm.key}): pass^k and pass@k for k = {shown} not reported — its evaluations have "
+                f"{n} sample(s) per task and k needs at most that many; evaluate with ≥ {max(above)} samples"
             )
-    comparisons: list[Comparison] = []
-    for (a, oa), (b, ob) in combinations(usable, 2):
-        for subset in [s for s in oa if s in ob]:
-            try:
-                result = stats.paired_difference(oa[subset], ob[subset], 1, "pass_hat", rng)
-            except ValueError as exc:
-                problems.append(f"{b.label} vs {a.label} on {subset}: {exc}")
-                continue
-            design_seeds = min(len(oa[subset].seeds), len(ob[subset].seeds))
-            samples = min(oa[subset].samples, ob[subset].samples)
-            baseline = _clip(result.rate_a)
-            m = stats.mde(
-                result.tasks, samples, design_seeds, baseline=baseline, flip_rate=_noise(oa[subset], baseline)
-            )
-            comparisons.append(
-                Comparison(a.label, b.label, subset, result, m, stats.verdict(result, m, a=a.label, b=b.label))
-            )
-    design = None
-    if usable:
+        rows += [_rate_row(arm.label, subset, o, ks, floor, rng) for subset, o in per_subset.items()]
+    comparisons, failed = build_comparisons([(a.label, o) for a, o in usable], alpha)
+    problems += failed
+    design = comparisons[0].design if comparisons else None
+    if design is None and usable:
         try:
             design = stats.StudyDesign.from_outcomes(usable[0][1][OVERALL])
         except ValueError as exc:
             problems.append(f"no study design for `longhaul power`: {exc}")
-    return Statistics(tuple(a for a, _ in usable), tuple(rows), tuple(comparisons), tuple(problems), design, tuple(ks))
-
-
-def _clip(p: float) -> float:
-    # A baseline of exactly 0 or 1 has no Bernoulli variance; the power model needs it inside (0, 1).
-    return min(max(p, 0.01), 0.99)
-
-
-def _pct(x: float | None) -> str:
-    return "—" if x is None or not math.isfinite(x) else f"{x:.3f}"
-
-
-def _rate_cell(r: Rate | None) -> str:
-    return "—" if r is None else f"{r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}]"
-
-
-def render_statistics_markdown(st: Statistics) -> str:
-    """The statistics section printed after the ablation table."""
-    ks_hat = sorted({k for r in st.rows for k in r.pass_hat})
-    ks_at = sorted({k for r in st.rows for k in r.pass_at})
-    lines = ["", "## Statistics over seeds × tasks × samples", ""]
-    for arm in st.arms:
-        seeds = ", ".join(f"s{s.seed} step {s.step} ({s.chosen})" for s in arm.seeds)
-        lines.append(f"- {arm.label} ({arm.method}): {len(arm.seeds)} seed(s): {seeds}")
-    lines += [
-        "",
-        "95% CIs: hierarchical bootstrap (tasks, then seeds). Flip rate: share of outcomes that differ "
-        "between two seeds of the arm. Null floor: the do-nothing agent on the same tasks.",
-        "",
-    ]
-    head = ["arm", "subset", "seeds", "tasks", "n/task"] + [f"pass^{k} [95% CI]" for k in ks_hat]
-    head += [f"pass@{k} [95% CI]" for k in ks_at] + ["flip rate", "null floor"]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|")
-    for r in st.rows:
-        cells = [r.arm, r.subset, str(r.seeds), str(r.tasks), str(r.samples)]
-        cells += [_rate_cell(r.pass_hat.get(k)) for k in ks_hat] + [_rate_cell(r.pass_at.get(k)) for k in ks_at]
-        cells += [_pct(r.flip_rate), _pct(r.null_floor)]
-        lines.append("| " + " | ".join(cells) + " |")
-    if st.comparisons:
-        lines += [
-            "",
-            "### Paired comparisons (pass^1, B − A on the tasks both ran; permutation p; MDE at 80% power)",
-            "",
-        ]
-        lines += [f"- {c.b} vs {c.a}, {c.subset}: {c.verdict}" for c in st.comparisons]
-    if st.problems:
-        lines += ["", "### Not compared", ""] + [f"- {p}" for p in st.problems]
-    return "\n".join(lines) + "\n"
+    arms_used = tuple(a for a, _ in usable)
+    return Statistics(arms_used, tuple(rows), tuple(comparisons), tuple(problems), design, tuple(ks), alpha)

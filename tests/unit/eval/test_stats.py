@@ -1,6 +1,8 @@
-"""longhaul.eval.stats: outcomes, rates, bootstrap, paired test, flip rates, power, verdict (issue 14 items 3, 4, 6).
+"""longhaul.eval.stats: outcomes, rates, bootstrap, the exact sign-flip test, flip rates (issue 14 items 3, 6;
+issue 29 item 1).
 
-The simulation-based calibration (coverage, false positives, power) is in test_stats_calibration.py."""
+The arm comparison and verdicts are in test_stats_arms.py, power and the design file in test_stats_planning.py; the
+simulation-based calibration in test_stats_calibration.py and tests/unit/tracking/test_compare_calibration.py."""
 
 from __future__ import annotations
 
@@ -11,28 +13,19 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
+from scipy.stats import t as student_t
 
 from longhaul.eval.metrics import TrialRecord, build_task_counts, compute_rate, pass_at_k, pass_hat_k
 from longhaul.eval.stats import (
-    ALPHA,
-    DEFAULT_BASELINE,
-    DEFAULT_FLIP_RATE,
-    POWER,
     Outcomes,
-    PairedResult,
-    StudyDesign,
     bootstrap_ci,
     cell_values,
-    difference_variance,
     flip_rate,
-    mde,
     paired_difference,
     permutation_p_value,
-    power,
     rate,
-    required_design,
-    t_quantile,
-    verdict,
+    sign_flip_p_value,
+    signflip,
     within_seed_flip_rate,
 )
 
@@ -148,7 +141,7 @@ def test_one_seed_bootstrap_is_the_task_bootstrap_widened_by_t_over_z():
     reps = x[rng.integers(0, 30, size=(4000, 30), dtype=np.int32)].mean(axis=1)
     plo, phi = np.quantile(reps, [0.025, 0.975])
     g = x.mean()
-    f = t_quantile(0.975, 29) / NormalDist().inv_cdf(0.975)
+    f = student_t.ppf(0.975, 29) / NormalDist().inv_cdf(0.975)
     assert (lo, hi) == pytest.approx((g - f * (g - plo), g + f * (phi - g)), abs=1e-12)
 
 
@@ -173,19 +166,6 @@ def test_seed_wide_shift_widens_the_interval():
     assert hi1 - lo1 > 1.5 * (hi0 - lo0)
 
 
-def test_t_quantile_matches_tables():
-    for q, df, want in [
-        (0.975, 1, 12.706205),
-        (0.975, 2, 4.302653),
-        (0.975, 10, 2.228139),
-        (0.95, 30, 1.697261),
-        (0.025, 5, -2.570582),
-        (0.5, 3, 0.0),
-    ]:
-        assert t_quantile(q, df) == pytest.approx(want, abs=1e-6)
-    assert t_quantile(0.975, 1e9) == pytest.approx(1.959964, abs=1e-6)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Paired difference
 
@@ -193,7 +173,7 @@ def test_t_quantile_matches_tables():
 def test_paired_difference_uses_common_tasks_only():
     a = Outcomes(("1", "2", "3"), (0,), np.array([[[1, 0], [0, 0], [1, 1]]], dtype=bool))
     b = Outcomes(("2", "3", "4"), (0, 1), np.array([[[1, 1], [1, 1], [0, 0]], [[1, 0], [1, 1], [0, 0]]], dtype=bool))
-    r = paired_difference(a, b, 1, "pass_hat", np.random.default_rng(0), samples=500, permutations=500)
+    r = paired_difference(a, b, 1, "pass_hat", np.random.default_rng(0), samples=500)
     assert r.tasks == 2
     assert r.rate_a == 0.5 and r.rate_b == pytest.approx(0.875)
     assert r.diff == pytest.approx(0.375)
@@ -210,25 +190,62 @@ def test_paired_difference_without_common_tasks_is_an_error():
 
 def test_identical_arms_have_p_one_and_a_large_effect_a_small_p():
     o = Outcomes.from_array(np.random.default_rng(3).random((1, 50, 4)) < 0.3)
-    assert permutation_p_value(o, o, 1, "pass_hat", np.random.default_rng(0)) == 1.0
+    assert permutation_p_value(o, o) == 1.0
     better = Outcomes.from_array(o.data | (np.random.default_rng(4).random((1, 50, 4)) < 0.5))
     r = paired_difference(o, better, 1, "pass_hat", np.random.default_rng(0))
     assert r.p_value < 0.001 and r.ci[0] > 0
 
 
-def test_permutation_p_value_by_exhaustive_enumeration():
-    # 8 tasks: the 2^8 sign patterns give the exact p; the Monte Carlo p is within its binomial noise.
-    rng = np.random.default_rng(6)
-    a = Outcomes.from_array(rng.random((1, 8, 2)) < 0.5)
-    b = Outcomes.from_array(rng.random((1, 8, 2)) < 0.7)
-    d = cell_values(b)[0] - cell_values(a)[0]
-    signs = np.array([[1 - 2 * ((i >> j) & 1) for j in range(8)] for i in range(256)])
-    perm = np.abs(signs @ d) / 8
-    obs = abs(d.mean())
-    exact_ge = np.mean(perm >= obs - 1e-12)
-    exact_gt = np.mean(perm > obs + 1e-12)
-    ps = [permutation_p_value(a, b, 1, "pass_hat", np.random.default_rng(i), 4000) for i in range(20)]
-    assert exact_gt - 0.02 < np.mean(ps) < exact_ge + 0.02
+def _exhaustive_p(d: np.ndarray) -> float:
+    """P(|Σ ±d_t| ≥ |Σ d_t|) over all 2^T sign patterns, enumerated."""
+    signs = np.array([[1 - 2 * ((i >> j) & 1) for j in range(d.size)] for i in range(2**d.size)])
+    return float(np.mean(np.abs(signs @ d) >= abs(d.sum()) - 1e-12))
+
+
+@pytest.mark.parametrize(("seeds_a", "seeds_b", "samples"), [(1, 1, 2), (3, 2, 4), (2, 2, 1)])
+def test_sign_flip_p_value_is_the_exhaustive_enumeration(seeds_a, seeds_b, samples):
+    # 9 tasks: all 512 sign patterns, ties counted as reaching the observed sum; exact, not a Monte Carlo draw.
+    rng = np.random.default_rng(seeds_a * 10 + seeds_b)
+    for _ in range(20):
+        a = Outcomes.from_array(rng.random((seeds_a, 9, samples)) < 0.4)
+        b = Outcomes.from_array(rng.random((seeds_b, 9, samples)) < 0.6)
+        d = cell_values(b).mean(axis=0) - cell_values(a).mean(axis=0)
+        assert permutation_p_value(a, b) == pytest.approx(_exhaustive_p(d), abs=1e-12)
+
+
+def test_sign_flip_p_value_is_deterministic_and_never_below_its_floor():
+    # The old test broke ties with one fixed random draw: one task with any difference got p = 0.013.
+    one = Outcomes.from_array(np.array([[[True, True]]])), Outcomes.from_array(np.array([[[False, False]]]))
+    assert permutation_p_value(*one) == 1.0  # 1 task: both sign patterns reach |d|
+    assert permutation_p_value(one[1], one[0]) == 1.0
+    five_a = Outcomes.from_array(np.zeros((1, 5, 4), dtype=bool))
+    five_b = Outcomes.from_array(np.ones((1, 5, 4), dtype=bool))
+    assert permutation_p_value(five_a, five_b) == 2 / 2**5  # every task moved the same way: the floor 2/2^T
+    assert sign_flip_p_value(np.array([3, -1, 0, 2])) == pytest.approx(_exhaustive_p(np.array([3.0, -1, 0, 2])))
+
+
+def test_sign_flip_p_value_holds_its_size_exactly_under_exchangeable_arms():
+    # Under H0 with per-task noise only, P(p ≤ α) ≤ α for every α: the exact distribution over all arms drawn.
+    rng = np.random.default_rng(11)
+    ps = []
+    for _ in range(3000):
+        p = rng.random(12)
+        a = Outcomes.from_array(rng.random((1, 12, 2)) < p[None, :, None])
+        b = Outcomes.from_array(rng.random((1, 12, 2)) < p[None, :, None])
+        ps.append(permutation_p_value(a, b))
+    ps = np.array(ps)
+    for alpha in (0.01, 0.05, 0.1, 0.2):
+        assert np.mean(ps <= alpha) <= alpha + 2 * math.sqrt(alpha * (1 - alpha) / ps.size), alpha
+
+
+def test_large_lattices_use_the_normal_approximation_of_the_same_distribution(monkeypatch):
+    rng = np.random.default_rng(12)
+    m = rng.integers(-40, 41, 200)
+    m[0] += 60
+    exact = sign_flip_p_value(m)
+    monkeypatch.setattr(signflip, "EXACT_LIMIT", 10)
+    assert sign_flip_p_value(m) == pytest.approx(exact, abs=2e-3)
+    assert 0.001 < exact < 0.9
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -261,167 +278,3 @@ def test_flip_rate_one_sample_is_the_fraction_of_differing_outcomes_averaged_ove
     c = np.array([[1, 0, 1, 1]], dtype=bool)[:, :, None]
     assert within_seed_flip_rate(Outcomes.from_array(np.array([[[1, 0, 1, 0]]], dtype=bool))) == pytest.approx(2 / 3)
     assert flip_rate(Outcomes.from_array(np.repeat(c, 2, axis=0))) == 0.0
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Power
-
-
-def test_defaults_reproduce_the_noise_floor_they_come_from():
-    # τ² issue #540: two single runs (1 sample per task) on 50 tasks must differ by ~11 points at the upper end.
-    sd = math.sqrt(difference_variance(0.0, 50, 1, 1, DEFAULT_BASELINE, DEFAULT_FLIP_RATE) / 50)
-    assert NormalDist().inv_cdf(0.975) * sd == pytest.approx(0.11, abs=0.002)
-    assert (ALPHA, POWER) == (0.05, 0.8)
-
-
-def test_variance_model_by_hand():
-    # V = [(f − f_w) + (f_w + δ(1 − 2b) − δ² − σ²)/N]/S + σ²
-    v = difference_variance(0.1, 50, 4, 2, 0.3, 0.3, within_flip_rate=0.2, effect_sd=0.05)
-    assert v == pytest.approx(((0.3 - 0.2) + (0.2 + 0.1 * 0.4 - 0.01 - 0.0025) / 4) / 2 + 0.0025)
-    assert difference_variance(0.0, 50, 4, 3, 0.3, 0.3) == pytest.approx(0.3 / 12)
-
-
-def test_power_is_alpha_at_no_effect_and_grows_with_effect_tasks_samples_and_seeds():
-    assert power(0.0, 50, 4, 1) == pytest.approx(ALPHA)
-    by_effect = [power(d, 50, 4, 1) for d in (0.02, 0.05, 0.1, 0.2)]
-    assert by_effect == sorted(by_effect) and by_effect[-1] > 0.99
-    assert power(0.065, 100, 4, 1) > power(0.065, 50, 4, 1) > power(0.065, 10, 4, 1)
-    assert power(0.065, 50, 8, 1) > power(0.065, 50, 4, 1)
-    assert power(0.065, 50, 4, 3) > power(0.065, 50, 4, 1)
-    assert power(-0.065, 50, 4, 1) > 0.3  # two-sided
-
-
-def test_mde_and_power_are_inverse_and_mde_shrinks_with_the_design():
-    for design in [(50, 4, 1), (50, 1, 1), (10, 4, 1), (50, 4, 3), (200, 2, 2)]:
-        m = mde(*design)
-        assert power(m, *design) == pytest.approx(POWER, abs=1e-6)
-        assert power(m * 0.9, *design) < POWER
-    assert mde(50, 4, 3) < mde(50, 4, 1) < mde(50, 1, 1)
-    assert mde(50, 4, 1, power=0.9) > mde(50, 4, 1)
-    assert mde(50, 4, 1, flip_rate=0.05) < mde(50, 4, 1)
-    assert mde(3, 4, 1) == math.inf  # the exact sign-flip test cannot reach p < 0.05 with 3 tasks
-
-
-def test_required_design_trades_seeds_for_samples_and_sees_the_task_bound():
-    need = required_design(0.065, 50, 4, 1)
-    assert not need.bounded_by_tasks
-    assert power(0.065, 50, 4, need.seeds) >= POWER > power(0.065, 50, 4, need.seeds - 1)
-    assert power(0.065, 50, need.samples, 1) >= POWER > power(0.065, 50, need.samples - 1, 1)
-    assert "seeds per arm at 4 samples per task" in need.describe()
-    # A seed × task component (f_w < f) does not shrink with samples: only seeds reach the target.
-    capped = required_design(0.065, 50, 4, 1, within_flip_rate=0.10)
-    assert capped.samples is None and capped.seeds is not None
-    # Effect heterogeneity does not shrink with seeds or samples: the task count bounds it.
-    bounded = required_design(0.065, 10, 4, 1, effect_sd=0.15)
-    assert bounded.bounded_by_tasks and bounded.power_limit < POWER
-    assert "not reachable with 10 tasks" in bounded.describe()
-    with pytest.raises(ValueError, match="non-zero"):
-        required_design(0.0, 50, 4, 1)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "field"),
-    [
-        ({"flip_rate": 0.5}, "flip_rate"),
-        ({"within_flip_rate": 0.3}, "within_flip_rate"),
-        ({"baseline": 1.0}, "baseline"),
-        ({"seeds": 0}, "seeds"),
-        ({"samples": 2.5}, "samples"),
-        ({"effect_sd": -0.1}, "effect_sd"),
-    ],
-)
-def test_design_arguments_are_checked(kwargs, field):
-    args = {"effect": 0.05, "tasks": 50, "samples": 4, "seeds": 1, "baseline": 0.175, "flip_rate": 0.16}
-    args.update(kwargs)
-    with pytest.raises(ValueError, match=f"^{field}"):
-        difference_variance(**args)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Study design file
-
-
-def test_study_design_round_trip_and_errors():
-    d = StudyDesign(50, 4, 2, 0.175, 0.2, 0.16)
-    assert StudyDesign.from_dict(json.loads(d.to_json())) == d
-    ok = {"tasks": 50, "samples": 4, "seeds": 1, "baseline": 0.175, "flip_rate": 0.16}
-    assert StudyDesign.from_dict(ok).within_flip_rate is None
-    for bad, msg in [
-        ({**ok, "flip": 1}, "unknown field 'flip'; valid: tasks, samples"),
-        ({k: v for k, v in ok.items() if k != "seeds"}, "field 'seeds' is missing"),
-        ({**ok, "tasks": "50"}, "field 'tasks': expected a whole number ≥ 1 (got '50')"),
-        ({**ok, "samples": True}, "field 'samples'"),
-        ({**ok, "baseline": 1.5}, "field 'baseline': expected a number in"),
-        ({**ok, "flip_rate": 0.4}, "field 'flip_rate': flip_rate must be in"),
-    ]:
-        with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
-            StudyDesign.from_dict(bad)
-    with pytest.raises(ValueError, match="JSON object"):
-        StudyDesign.from_dict([1, 2])  # type: ignore[arg-type]
-
-
-def test_study_design_from_outcomes():
-    rng = np.random.default_rng(0)
-    p = rng.random(50)
-    o = Outcomes.from_array(rng.random((2, 50, 4)) < p[None, :, None])
-    d = StudyDesign.from_outcomes(o)
-    assert (d.tasks, d.samples, d.seeds, d.baseline) == (50, 4, 2, rate(o))
-    assert d.flip_rate == flip_rate(o) and d.within_flip_rate <= d.flip_rate
-    one = StudyDesign.from_outcomes(Outcomes.from_array(o.data[:1]))
-    assert one.flip_rate == within_seed_flip_rate(Outcomes.from_array(o.data[:1]))
-    with pytest.raises(ValueError, match="measures no flip rate"):
-        StudyDesign.from_outcomes(Outcomes.from_array(o.data[:1, :, :1]))
-    # Two seeds at opposite extremes disagree on everything: clipped to what the planning model allows.
-    extreme = StudyDesign.from_outcomes(Outcomes.from_array(np.array([[[1, 1]] * 5, [[0, 0]] * 5], dtype=bool)))
-    assert (extreme.baseline, extreme.flip_rate, extreme.within_flip_rate) == (0.5, 0.5, 0.0)
-    StudyDesign.from_dict(json.loads(extreme.to_json()))  # valid for `longhaul power --from-comparison`
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Verdict
-
-
-def _result(diff: float, lo: float, hi: float, p: float) -> PairedResult:
-    return PairedResult(
-        diff=diff, ci=(lo, hi), p_value=p, tasks=50, se=0.03, rate_a=0.2, rate_b=0.2 + diff, confidence=0.95
-    )
-
-
-def test_verdict_lines():
-    assert (
-        verdict(_result(0.041, -0.020, 0.103, 0.21), 0.087)
-        == "+4.1 points [−2.0, 10.3], p = 0.21, MDE 8.7: not distinguishable from noise"
-    )
-    assert (
-        verdict(_result(0.09, 0.031, 0.152, 0.0042), 0.087, a="vanilla", b="LATA")
-        == "+9.0 points [3.1, 15.2], p = 0.0042, MDE 8.7: LATA better than vanilla"
-    )
-    assert (
-        verdict(_result(-0.09, -0.15, -0.03, 0.004), 0.087)
-        == "−9.0 points [−15.0, −3.0], p = 0.004, MDE 8.7: A better than B"
-    )
-    # Both conditions are needed: p < α with a CI over 0 (a seed-wide shift widened it), and the reverse.
-    assert verdict(_result(0.06, -0.01, 0.13, 0.03), 0.087).endswith(": not distinguishable from noise")
-    assert verdict(_result(0.06, 0.001, 0.12, 0.06), 0.087).endswith(": not distinguishable from noise")
-    assert "MDE n/a" in verdict(_result(0.06, 0.001, 0.12, 0.06), math.inf)
-
-
-def test_arm_outcomes_leave_out_a_task_unscored_in_any_seed():
-    """The study keeps a rectangular design: a task with an endpoint-error trial in one seed leaves every seed."""
-    from longhaul.eval.metrics import TrialRecord
-    from longhaul.tracking.study import Arm, SeedEval, arm_outcomes
-
-    def recs(bad: bool) -> tuple[TrialRecord, ...]:
-        out = [TrialRecord(t, j, j == 0) for t in ("1", "2") for j in range(2)]
-        if bad:
-            out[3] = TrialRecord("2", 1, False, termination="endpoint_error", scored=False)
-        return tuple(out)
-
-    arm = Arm(
-        "a",
-        "a",
-        "grpo",
-        (SeedEval(1, "r1", 2, "last evaluated", recs(False)), SeedEval(2, "r2", 2, "last evaluated", recs(True))),
-    )
-    o = arm_outcomes(arm)
-    assert list(o.tasks) == ["1"] and list(o.seeds) == [1, 2]
