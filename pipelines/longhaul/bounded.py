@@ -16,10 +16,11 @@ Size: over 400 lines because one bounded reader per kind of input file, sharing 
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,8 +89,12 @@ SFT_TRAJECTORIES = Limits(
     hint="build the dataset from fewer trajectories (one collection run's trajectories.jsonl)",
 )
 
-#: Small JSON side files read back from run directories (dataset stats, summaries).
+#: Small JSON side files read back from run directories (dataset stats, summaries, submit records) and models'
+#: config.json.
 SMALL_JSON = Limits("a JSON side file", max_bytes=4 * MiB, hint="this file is written by longhaul; regenerate it")
+
+#: `longhaul logs`: the last 8 MiB of a job log are shown (a note says how much is left out), read 1 MiB at a time.
+LOG_TAIL = Limits("a job log", max_bytes=8 * MiB, max_record_bytes=1 * MiB, hint="the file holds the whole log")
 
 #: `--tasks 1,2,3`: τ² airline has 50 tasks; 10,000 leaves room for larger domains. Ids are short strings.
 TASK_IDS = Limits(
@@ -256,7 +261,7 @@ def read_json_records(path: str | Path, limits: Limits, *, expected: str = "one 
     text = read_text(path, limits)
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
+    except ValueError:  # not one JSON value (or a number past the conversion limit): JSON Lines, line by line
         del text
         return [v for _, v in read_jsonl(path, limits, expected=expected)]
     except RecursionError:
@@ -269,6 +274,24 @@ def read_json_records(path: str | Path, limits: Limits, *, expected: str = "one 
     return items
 
 
+def read_json(path: str | Path, limits: Limits, *, expected: str = "a JSON object") -> Any:
+    """The one JSON value of a regular file within `limits` (size, nesting); `InputError` names the file, the line
+    and what was expected. OSError (missing file, a directory, permissions) propagates for the caller to word."""
+    text = read_text(path, limits)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(str(path), exc.lineno, "", f"not JSON ({exc.msg})", hint=f"expected {expected}") from None
+    except RecursionError:
+        raise _too_deep_json(path, None, limits) from None
+    except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
+        raise InputError(
+            str(path), None, "", f"not JSON a reader can take ({exc})", hint=f"expected {expected}"
+        ) from None
+    check_data(value, str(path), limits)
+    return value
+
+
 def _loads(text: str, path: str | Path, lineno: int, limits: Limits, expected: str) -> Any:
     try:
         value = json.loads(text)
@@ -276,6 +299,10 @@ def _loads(text: str, path: str | Path, lineno: int, limits: Limits, expected: s
         raise InputError(str(path), lineno, "", f"not JSON ({exc.msg})", hint=f"expected {expected}") from None
     except RecursionError:
         raise _too_deep_json(path, lineno, limits) from None
+    except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
+        raise InputError(
+            str(path), lineno, "", f"not JSON a reader can take ({exc})", hint=f"expected {expected}"
+        ) from None
     check_data(value, str(path), limits, line=lineno)
     return value
 
@@ -463,3 +490,25 @@ def split_ids(text: str, what: str = "--tasks", limits: Limits = TASK_IDS) -> li
                 hint="task ids are short, e.g. 0,12,37",
             )
     return ids
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Logs: the tail of a file that may be huge and may still grow
+
+
+def tail_start(path: str | Path, limits: Limits = LOG_TAIL) -> int:
+    """The offset where the last `limits.max_bytes` of the regular file `path` begin (0 for a smaller file)."""
+    with open_regular(path, limits) as fh:
+        return max(0, os.fstat(fh.fileno()).st_size - limits.max_bytes)
+
+
+def read_from(path: str | Path, pos: int, limits: Limits = LOG_TAIL) -> Iterator[tuple[str, int]]:
+    """The text of the regular file `path` from byte `pos` to its current end, in chunks of at most
+    `limits.max_record_bytes` (undecodable bytes replaced), each with the offset after it: memory stays flat
+    however large the file, and a file still being written is read up to where it ends now."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with open_regular(path, limits) as fh:
+        fh.seek(pos)
+        while data := fh.read(limits.max_record_bytes or MiB):
+            pos += len(data)
+            yield decoder.decode(data), pos

@@ -1,4 +1,8 @@
-"""`longhaul` command line. Each area registers its commands from `longhaul.commands.<area>`."""
+"""`longhaul` command line. Each area registers its commands from `longhaul.commands.<area>`.
+
+No input ends in a traceback: the root group (`longhaul.commands.guard.GuardedGroup`) turns anything a command
+did not handle into one line naming the file and exits non-zero; `longhaul --debug COMMAND …` shows the traceback.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from longhaul.commands import compare as _compare
 from longhaul.commands import env as _env
 from longhaul.commands import eval as _eval
 from longhaul.commands import explain as _explain
+from longhaul.commands import guard as _guard
 from longhaul.commands import images as _images
 from longhaul.commands import plan as _plan
 from longhaul.commands import power as _power
@@ -23,7 +28,18 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    cls=_guard.GuardedGroup,
 )
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(
+        False, _guard.DEBUG_FLAG, help="Show the Python traceback of an unexpected error instead of one line."
+    ),
+) -> None:
+    """Train long-horizon tool-using LLM agents with GRPO from declarative Experiment specs."""
+
 
 # Registration order = order in `longhaul --help`. One line per area.
 _spec.register(app)

@@ -22,6 +22,10 @@ ANNOTATION_GIT_COMMIT = f"{API_GROUP}/git-commit"
 STATUS_HISTORY_LIMIT = 50
 #: On a seed run: the run name of the multi-seed Experiment it was expanded from (`longhaul.spec.seed_runs`).
 ANNOTATION_SEED_GROUP = f"{API_GROUP}/seed-group"
+#: On a seed run, beside ANNOTATION_SEED_GROUP: the group's training seeds in order (`7,8`). With them the group's
+#: spec, and so its run name, is rebuilt from the seed run's own spec (`longhaul.spec.naming.seed_group`): the run
+#: name always derives from the spec hash, never from an annotation a hand could write.
+ANNOTATION_SEED_GROUP_SEEDS = f"{API_GROUP}/seed-group-seeds"
 ANNOTATION_MLFLOW_RUN_ID = f"{API_GROUP}/mlflow-run-id"
 ANNOTATION_MLFLOW_URL = f"{API_GROUP}/mlflow-url"
 ANNOTATION_CHECKPOINT_STEP = f"{API_GROUP}/checkpoint-step"

@@ -7,10 +7,24 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+from longhaul.commands import plain_console
+
+err = plain_console(stderr=True)
+
+
+def sqlite_store_problem(uri: str) -> str | None:
+    """Why a `sqlite:` tracking URI cannot be compared (its store file does not exist: MLflow would create an empty
+    database there and compare nothing), else None. Other schemes are left to MLflow."""
+    if not uri.startswith("sqlite:"):
+        return None
+    # sqlite:///relative/path or sqlite:////absolute/path (SQLAlchemy's form, which MLflow takes).
+    path = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else ""
+    if not path or path == ":memory:":
+        return f"{uri}: not a store file; pass sqlite:///PATH/mlflow.db (a run directory's store)"
+    if not Path(path).is_file():
+        return f"{uri}: no MLflow store at {path}; check the path (a run's store is <run dir>/mlflow.db)"
+    return None
 
 
 def register(app: typer.Typer) -> None:
@@ -37,9 +51,6 @@ def register(app: typer.Typer) -> None:
         """Ablation table (markdown + CSV) and comparison/progression PNGs over evaluated checkpoints, then the
         statistics: rates with CIs per arm and subset, and every pair of arms compared on every subset with a
         verdict (training-seed noise included, Holm-corrected; no verdict with one seed per arm)."""
-        from longhaul.tracking.compare import write_comparison
-        from longhaul.tracking.runs import TrackingError
-
         # One line per downloaded results file would bury the table.
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
@@ -49,6 +60,13 @@ def register(app: typer.Typer) -> None:
                 "sqlite:///runs/<run>/mlflow.db) or export MLFLOW_TRACKING_URI"
             )
             raise typer.Exit(2)
+        problem = sqlite_store_problem(uri)
+        if problem:
+            err.print(f"error --tracking-uri: {problem}")
+            raise typer.Exit(2)
+        from longhaul.tracking.compare import write_comparison
+        from longhaul.tracking.runs import TrackingError
+
         try:
             result = write_comparison(uri, experiments or [], out_dir, log=log)
         except TrackingError as exc:

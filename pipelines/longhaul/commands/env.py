@@ -7,17 +7,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+from longhaul.commands import plain_console
+
+out = plain_console()
+err = plain_console(stderr=True)
 
 
 def _ids(tasks: str | None) -> list[str] | None:
     """The ids of `--tasks` (bounded: `longhaul.bounded.TASK_IDS`); exits with a one-line error when too many."""
-    from rich.markup import escape
-
     from longhaul.bounded import InputError, split_ids
 
     if not tasks:
@@ -25,7 +24,7 @@ def _ids(tasks: str | None) -> list[str] | None:
     try:
         return split_ids(tasks, "--tasks")
     except InputError as exc:
-        err.print(f"[red]error[/red] {escape(str(exc))}")
+        err.print(f"error {exc}")
         raise typer.Exit(2) from None
 
 
@@ -46,7 +45,7 @@ def _split(preset: str | None, spec: Path | None):
     try:
         return build_split(preset or "seed_40_10", known_ids=known)
     except ValueError as exc:
-        err.print(f"[red]error[/red] --split: {exc}")
+        err.print(f"error --split: {exc}")
         raise typer.Exit(2) from None
 
 
@@ -71,7 +70,7 @@ def register(app: typer.Typer) -> None:
             for t in ids:
                 get_task(t)
         except KeyError as exc:
-            err.print(f"[red]error[/red] --tasks: {exc.args[0]}")
+            err.print(f"error --tasks: {exc.args[0]}")
             raise typer.Exit(2) from None
         grades = {t: replay_gold(t, communicate=communicate) for t in ids}
         ok = sum(1 for g in grades.values() if g.success)

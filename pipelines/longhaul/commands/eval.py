@@ -10,27 +10,33 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from longhaul import constants as C
-from longhaul.commands import table_console
+from longhaul.commands import plain_console, table_console
 from longhaul.redact import redact_uri
+from longhaul.spec.bounds import MAX_BOOTSTRAP, MAX_CONCURRENCY, MAX_RANDOM_SEED, MAX_SAMPLES
 
 out = table_console()
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = plain_console(stderr=True)
 
 
 def _parse_ks(text: str | None) -> list[int] | None:
+    """The k values of `--k` (`1,2,4`): at most 64 of them, each from 1 to `MAX_SAMPLES`."""
     if not text:
         return None
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    parts = [x.strip() for x in text.split(",", 64) if x.strip()]
+    if len(parts) > 64 or any(len(x) > 12 for x in parts):
+        err.print(f"error --k: {shown!r}: at most 64 values of at most 12 digits (e.g. 1,2,4)")
+        raise typer.Exit(2)
     try:
-        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+        ks = sorted({int(x) for x in parts})
     except ValueError:
-        err.print(f"[red]error[/red] --k: {text!r} is not a comma-separated list of integers (e.g. 1,2,4)")
+        err.print(f"error --k: {shown!r} is not a comma-separated list of integers (e.g. 1,2,4)")
         raise typer.Exit(2) from None
-    if not ks or ks[0] < 1:
-        err.print(f"[red]error[/red] --k: values must be ≥ 1 (got {text!r})")
+    if not ks or ks[0] < 1 or ks[-1] > MAX_SAMPLES:
+        err.print(f"error --k: values must be from 1 to {MAX_SAMPLES:,} (got {shown!r})")
         raise typer.Exit(2)
     return ks
 
@@ -82,8 +88,9 @@ def print_summary(summary: dict[str, Any]) -> None:
         out.print(f"[…] = {summary['confidence']:.0%} bootstrap CI over tasks")
     if summary.get("unscored_trials"):
         out.print(
-            f"[yellow]{summary['unscored_trials']} trial(s) ended on an endpoint error and are not scored: "
-            f"tasks {', '.join(summary['incomplete_tasks'])} are left out of every rate above[/yellow]"
+            f"{summary['unscored_trials']} trial(s) ended on an endpoint error and are not scored: "
+            f"tasks {', '.join(summary['incomplete_tasks'])} are left out of every rate above",
+            style="yellow",
         )
 
 
@@ -135,21 +142,28 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--subset", help="Only this subset of the split (train, test, unseen, …).")
         ] = None,
         samples: Annotated[
-            int | None, typer.Option("--samples", "-n", min=1, help="Trials per task (default: spec).")
+            int | None,
+            typer.Option("--samples", "-n", min=1, max=MAX_SAMPLES, help="Trials per task (default: spec)."),
         ] = None,
         k: Annotated[str | None, typer.Option("--k", help="k values, e.g. 1,2,4 (default: spec).")] = None,
         seed: Annotated[
-            list[int] | None, typer.Option("--seed", help="Base seed(s); trials of several seeds are pooled.")
+            list[int] | None,
+            typer.Option(
+                "--seed", min=0, max=MAX_RANDOM_SEED, help="Base seed(s); trials of several seeds are pooled."
+            ),
         ] = None,
         concurrency: Annotated[
-            int | None, typer.Option("--concurrency", min=1, help="Episodes in flight (default: spec).")
+            int | None,
+            typer.Option("--concurrency", min=1, max=MAX_CONCURRENCY, help="Episodes in flight (default: spec)."),
         ] = None,
         output: Annotated[
             Path | None,
             typer.Option("--output", "-o", help="Directory for results.jsonl, trajectories.jsonl, summary.json."),
         ] = None,
-        retries: Annotated[int, typer.Option("--retries", min=1, help="Attempts per request (timeouts, 5xx).")] = 4,
-        timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per request.")] = 300.0,
+        retries: Annotated[
+            int, typer.Option("--retries", min=1, max=100, help="Attempts per request (timeouts, 5xx).")
+        ] = 4,
+        timeout: Annotated[float, typer.Option("--timeout", min=0.1, max=86_400, help="Seconds per request.")] = 300.0,
         as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
         progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     ) -> None:
@@ -172,7 +186,7 @@ def register(app: typer.Typer) -> None:
         if not policy_url or not user_url:
             missing = [n for n, v in (("--policy-url", policy_url), ("--user-url", user_url)) if not v]
             err.print(
-                f"[red]error[/red] {' and '.join(missing)} missing: give the OpenAI-compatible base URL(s) "
+                f"error {' and '.join(missing)} missing: give the OpenAI-compatible base URL(s) "
                 "(e.g. http://127.0.0.1:8000/v1), or a spec with user_simulator.url"
             )
             raise typer.Exit(2)
@@ -204,33 +218,34 @@ def register(app: typer.Typer) -> None:
         k: Annotated[str | None, typer.Option("--k", help="k values, e.g. 1,2,4 (default: 1,2,4,8 up to n).")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
         bootstrap: Annotated[
-            int, typer.Option("--bootstrap", min=0, help="Bootstrap resamples for CIs (0 = none).")
+            int, typer.Option("--bootstrap", min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for CIs (0 = none).")
         ] = 1000,
         confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
         seed: Annotated[
             int,
             typer.Option(
-                "--seed", help="Seed of the bootstrap resampling (an evaluation's first seed reproduces its CIs)."
+                "--seed",
+                min=0,
+                max=MAX_RANDOM_SEED,
+                help="Seed of the bootstrap resampling (an evaluation's first seed reproduces its CIs).",
             ),
         ] = 0,
         null_floor: Annotated[bool, typer.Option(help="Add the do-nothing agent's floor (airline task ids).")] = True,
     ) -> None:
         """Recompute every metric from per-trial records (old runs can be re-scored)."""
-        from rich.markup import escape
-
         from longhaul.eval.evaluate import load_records, summarize_evaluation
 
         try:
             records = load_records(results)
         except ValueError as exc:  # bounded.InputError: names the file and line, the limit and a fix
-            err.print(f"[red]error[/red] {escape(str(exc))}")
+            err.print(f"error {exc}")
             raise typer.Exit(2) from None
         try:
             summary = summarize_evaluation(
                 records, _parse_ks(k), bootstrap=bootstrap, confidence=confidence, seed=seed, null_floor=null_floor
             )
         except (ValueError, KeyError) as exc:
-            err.print(f"[red]error[/red] {results}: {exc.args[0] if exc.args else exc}")
+            err.print(f"error {results}: {exc.args[0] if exc.args else exc}")
             raise typer.Exit(2) from None
         if as_json:
             out.print_json(json.dumps(summary))
@@ -285,15 +300,13 @@ def _run_eval(
             more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
             raise ValueError(f"unknown task ids {bad[:10]}{more}; valid ids 0 … {len(known) - 1}")
     except ValueError as exc:
-        err.print(f"[red]error[/red] {exc}")
+        err.print(f"error {exc}")
         raise typer.Exit(2) from None
     n = samples or ev.samples_per_task
     ks = ks or list(ev.k)
     seeds = list(seeds) if seeds else list(ev.seeds)
     if max(ks) > n * len(seeds):
-        err.print(
-            f"[red]error[/red] --k {max(ks)} needs at least that many trials per task (n = {n} × {len(seeds)} seed(s))"
-        )
+        err.print(f"error --k {max(ks)} needs at least that many trials per task (n = {n} × {len(seeds)} seed(s))")
         raise typer.Exit(2)
     policy_model = policy_model or exp_spec.policy.model.name
     user_model = user_model or exp_spec.user_simulator.model.name
@@ -369,7 +382,7 @@ def _run_eval(
     try:
         records = asyncio.run(go())
     except PolicyEndpointError as exc:
-        err.print(f"[red]error[/red] evaluation aborted: {exc}")
+        err.print(f"error evaluation aborted: {exc}")
         err.print(f"finished trials so far are in {results_path}; no summary was written.")
         raise typer.Exit(1) from None
     summary = summarize_evaluation(

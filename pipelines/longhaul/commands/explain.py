@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from longhaul import bounded
-from longhaul.commands import table_console
+from longhaul.commands import plain_console, table_console
+from longhaul.envs.records import check_trajectory_record
 
 out = table_console()
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = plain_console(stderr=True)
 
 
 def _trace_files(path: Path) -> list[Path]:
@@ -55,6 +56,10 @@ def _load_trajectories(path: Path) -> tuple[list[dict[str, Any]], list[Any], int
             raise ValueError(
                 f"{path}: item {i} is not a trajectory record (no 'turns'); expected the episode runner's JSON"
             )
+        try:
+            check_trajectory_record(it)
+        except ValueError as exc:
+            raise ValueError(f"{path}: item {i} {exc}; expected the episode runner's JSON") from None
         out_items.append(it)
         keys.append(key)
     return out_items, keys, skipped
@@ -78,9 +83,9 @@ def _print(report: dict[str, Any]) -> None:
     )
     for tr in report["trajectories"]:
         out.print(
-            f"\n[bold]task {tr['task_id']} trial {tr['trial']}[/bold]"
-            + (f"  group {tr['group']}" if report["num_groups"] > 1 else "")
-            + f"  termination={tr['termination']}  "
+            f"\n[bold]task {escape(str(tr['task_id']))} trial {escape(str(tr['trial']))}[/bold]"
+            + (f"  group {escape(str(tr['group']))}" if report["num_groups"] > 1 else "")
+            + f"  termination={escape(str(tr['termination']))}  "
             f"outcome={tr['outcome']:.0f}  process={tr['process']:+.4f} (raw {tr['process_raw']:+.4f}, "
             f"mean step {tr['mean_step_score']:+.4f})  reward={tr['reward']:+.4f}"
             + ("" if tr["process_in_reward"] else "  \\[process not in reward]"),

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from longhaul.commands import plain_console
 from longhaul.spec import Experiment, SpecError, load_specs
 from longhaul.spec.models import ModelRef, Placement, Stage
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+err = plain_console(stderr=True)
+out = plain_console()
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
 
@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
                     where = find_baked_model(need.ref, field=need.field)
                 except ModelNotBaked as exc:
                     missing += 1
-                    err.print(f"[red]error[/red] {f}: {exc}", markup=True)
+                    err.print(f"error {f}: {exc}")
                 else:
                     out.print(f"ok {f} {need.role} {need.ref.name} -> {where}")
         if missing:

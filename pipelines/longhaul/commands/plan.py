@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
+from longhaul.commands import plain_console
 from longhaul.spec import Experiment, Problem, SpecError, load_specs
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+err = plain_console(stderr=True)
+out = plain_console()
 
 
 @dataclass(frozen=True)
@@ -63,12 +62,12 @@ def warn_memory(exp: Experiment, file: Path) -> None:
     """`validate`: print the memory plan's findings as warnings; never changes the exit code."""
     check = check_memory(exp, file)
     if check.skipped:
-        err.print(f"note {escape(str(file))}: memory plan skipped: {escape(check.skipped)}")
+        err.print(f"note {file}: memory plan skipped: {check.skipped}")
     for line in (*check.blocking, *check.warnings):
-        err.print(f"[yellow]warning[/yellow] {escape(line)}", markup=True)
+        err.print(f"warning {line}")
     if check.blocking:
         err.print(
-            f"{escape(str(file))}: `longhaul plan {escape(str(file))}` shows the memory per GPU and phase; "
+            f"{file}: `longhaul plan {file}` shows the memory per GPU and phase; "
             "`longhaul submit` refuses this spec unless --ignore-memory-plan"
         )
 
@@ -78,20 +77,20 @@ def refuse_over_memory(exp: Experiment, file: Path, *, ignore: bool = False) -> 
     and go on)."""
     check = check_memory(exp, file)
     if check.skipped:
-        err.print(f"note {escape(str(file))}: memory plan skipped: {escape(check.skipped)}")
+        err.print(f"note {file}: memory plan skipped: {check.skipped}")
     for line in check.warnings:
-        err.print(f"[yellow]warning[/yellow] {escape(line)}", markup=True)
+        err.print(f"warning {line}")
     if not check.blocking:
         return
     if ignore:
         for line in check.blocking:
-            err.print(f"[yellow]warning[/yellow] {escape(line)}", markup=True)
+            err.print(f"warning {line}")
         err.print("submitting although the memory plan does not fit (--ignore-memory-plan)")
         return
     for line in check.blocking:
-        err.print(f"[red]error[/red] {escape(line)}", markup=True)
+        err.print(f"error {line}")
     err.print(
-        f"the memory plan does not fit (`longhaul plan {escape(str(file))}`); nothing was written or submitted. "
+        f"the memory plan does not fit (`longhaul plan {file}`); nothing was written or submitted. "
         "Pass --ignore-memory-plan to submit anyway."
     )
     raise typer.Exit(2)
@@ -117,7 +116,7 @@ def register(app: typer.Typer) -> None:
         try:
             memory = load_memory_plan(exp)
         except UnknownModel as exc:
-            err.print(f"[red]error[/red] {escape(str(file))}: {escape(str(exc))}", markup=True)
+            err.print(f"error {file}: {exc}")
             raise typer.Exit(2) from None
         if as_json:
             typer.echo(json.dumps(memory.to_dict(), indent=2))

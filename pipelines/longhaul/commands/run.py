@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from longhaul.commands import check_run_dir
+
 
 def register(app: typer.Typer) -> None:
     @app.command("run")
@@ -14,7 +16,8 @@ def register(app: typer.Typer) -> None:
         spec: Annotated[Path, typer.Argument(help="Experiment YAML, e.g. specs/smoke.yaml.")],
         stage: Annotated[str | None, typer.Option("--stage", help="Run only this stage (sft, grpo, eval).")] = None,
         run_dir: Annotated[
-            Path | None, typer.Option("--run-dir", help="Default: <backends.local.output_dir>/<run name>.")
+            Path | None,
+            typer.Option("--run-dir", help="Default: <backends.local.output_dir>/<run name>.", callback=check_run_dir),
         ] = None,
     ) -> None:
         """Run SPEC on this machine (local backend): servers, training, evaluation, MLflow; one seed run after another
@@ -37,7 +40,9 @@ def register(app: typer.Typer) -> None:
     def launch_cmd(
         spec: Annotated[Path, typer.Option("--spec", help="The mounted resolved spec (re-validated).")],
         backend: Annotated[str, typer.Option("--backend", help="kubernetes, slurm or local.")],
-        run_dir: Annotated[Path, typer.Option("--run-dir", help="The run directory (checkpoints, logs, eval).")],
+        run_dir: Annotated[
+            Path, typer.Option("--run-dir", help="The run directory (checkpoints, logs, eval).", callback=check_run_dir)
+        ],
         stage: Annotated[str | None, typer.Option("--stage", help="Run only this stage.")] = None,
     ) -> None:
         """The in-job launcher: start servers, wait for health, run the stages, stop cleanly.

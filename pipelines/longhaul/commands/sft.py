@@ -8,7 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -16,12 +16,15 @@ from rich.table import Table
 from rich.text import Text
 
 from longhaul import constants as C
+from longhaul.commands import check_run_dir, plain_console
 from longhaul.commands.spec import fail_on_spec_error
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = plain_console(stderr=True)
 
 SpecOpt = Annotated[Path, typer.Option("--spec", help="Experiment YAML.")]
-RunDirOpt = Annotated[Path, typer.Option("--run-dir", help="Run directory (outputs go to RUN_DIR/sft).")]
+RunDirOpt = Annotated[
+    Path, typer.Option("--run-dir", help="Run directory (outputs go to RUN_DIR/sft).", callback=check_run_dir)
+]
 
 
 def _load(spec: Path):
@@ -102,8 +105,6 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option("--out", help="Output parquet.")],
     ) -> None:
         """Render-Twice-Diff rows (labels = assistant turns only) → parquet; drops are counted, never truncated."""
-        from transformers import AutoTokenizer
-
         from longhaul.chat.thinking import chat_template_kwargs, chat_template_override
         from longhaul.envs.airline.splits import build_split
         from longhaul.sft.dataset import TestTaskInDataError, build_sft_rows, load_trajectories, write_dataset
@@ -113,6 +114,8 @@ def register(app: typer.Typer) -> None:
         if cfg is None:
             err.print(f"{spec}: spec.sft is missing")
             raise typer.Exit(2)
+        from transformers import AutoTokenizer  # after the spec is known to be valid: a refusal needs no torch
+
         tok = AutoTokenizer.from_pretrained(tokenizer)
         try:
             rows, dropped, stats = build_sft_rows(
@@ -187,18 +190,21 @@ def register(app: typer.Typer) -> None:
         ] = 1500,
     ) -> None:
         """Show one sample with masked (dim) and trained (green) spans, and dataset statistics."""
-        from transformers import AutoTokenizer
-
         from longhaul.sft.dataset import read_dataset, read_stats
         from longhaul.sft.inspect import build_dataset_summary, build_segments
 
-        rows = read_dataset(dataset)
+        rows = _read_rows(dataset, read_dataset)
         try:
             stats = read_stats(dataset)
         except ValueError as exc:  # bounded.InputError or bad JSON: one line naming the file
             err.print(f"error: {exc}")
             raise typer.Exit(2) from None
-        console = Console(highlight=False, soft_wrap=True, no_color=plain, force_terminal=not plain and None)
+        if not isinstance(stats, dict):
+            err.print(f"error: {dataset}: its stats file is not a JSON object; build the dataset again")
+            raise typer.Exit(2)
+        console = Console(
+            highlight=False, soft_wrap=True, markup=False, no_color=plain, force_terminal=not plain and None
+        )
         summary = build_dataset_summary(rows, stats)
         table = Table(title=f"{dataset}", show_header=False)
         for k, v in summary.items():
@@ -213,6 +219,8 @@ def register(app: typer.Typer) -> None:
         if not tok_dir:
             err.print("no tokenizer recorded in the dataset stats; pass --tokenizer DIR")
             raise typer.Exit(2)
+        from transformers import AutoTokenizer  # once the dataset is known to be readable
+
         tok = AutoTokenizer.from_pretrained(tok_dir)
         row = rows[index]
         segments = build_segments(tok, row["input_ids"], row["loss_mask"])
@@ -231,3 +239,27 @@ def register(app: typer.Typer) -> None:
             f"{row['num_label_tokens']} trained" + ("" if plain else " (green = trained, dim = masked)")
         )
         console.print(text)
+
+
+def _read_rows(dataset: Path, read_dataset: Any) -> list[dict[str, Any]]:
+    """The rows of a dataset parquet, or exit 2 with one line: not a regular file (a FIFO would block the reader),
+    missing, not parquet, or without the columns `build-dataset` writes."""
+    from longhaul import bounded
+    from longhaul.sft.dataset import COLUMNS
+
+    fix = "give a parquet written by `longhaul sft build-dataset`"
+    try:
+        bounded.open_regular(dataset, bounded.Limits("an SFT dataset parquet", max_bytes=0)).close()
+        rows = read_dataset(dataset)
+    except bounded.InputError as exc:
+        err.print(f"error: {exc}")
+        raise typer.Exit(2) from None
+    except (OSError, ValueError) as exc:  # missing, a directory, not parquet (pyarrow's ArrowInvalid)
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        err.print(f"error: {dataset}: cannot read it as a dataset ({first}); {fix}")
+        raise typer.Exit(2) from None
+    missing = [c for c in COLUMNS if rows and c not in rows[0]]
+    if missing:
+        err.print(f"error: {dataset}: no column {', '.join(missing)}; {fix}")
+        raise typer.Exit(2)
+    return rows

@@ -8,19 +8,19 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.console import Console
 
+from longhaul.commands import check_run_dir, plain_console
 from longhaul.files import PLAIN, atomic_write_text
 from longhaul.spec import SpecError, load_specs, run_name
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+err = plain_console(stderr=True)
+out = plain_console()
 
 
 def fail_on_spec_error(exc: SpecError) -> None:
     """Print every problem and exit 2 (nothing rendered, written or submitted)."""
     for p in exc.problems:
-        err.print(f"[red]error[/red] {p.render()}", markup=True)
+        err.print(f"error {p.render()}")
     err.print(f"{len(exc.problems)} problem(s); nothing was rendered, written or submitted.")
     raise typer.Exit(2)
 
@@ -46,7 +46,9 @@ def register(app: typer.Typer) -> None:
         file: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
         backend: Annotated[str, typer.Option("--backend", "-b", help="kubernetes | slurm | verl | local")] = "local",
         out: Annotated[Path | None, typer.Option("--out", help="Write the rendered files into this directory.")] = None,
-        run_dir: Annotated[str | None, typer.Option("--run-dir", help="Run directory (verl/local).")] = None,
+        run_dir: Annotated[
+            str | None, typer.Option("--run-dir", help="Run directory (verl/local).", callback=check_run_dir)
+        ] = None,
     ) -> None:
         """Render a spec for a backend (a pure dry run): print it, or write it with --out."""
         from longhaul.render import BACKENDS
@@ -54,6 +56,9 @@ def register(app: typer.Typer) -> None:
 
         if backend not in BACKENDS:
             err.print(f"error --backend: unknown '{backend}'; valid: {', '.join(BACKENDS)}")
+            raise typer.Exit(2)
+        if out is not None and out.exists() and not out.is_dir():
+            err.print(f"error --out: {out} is a file; give a directory (it is created if missing)")
             raise typer.Exit(2)
         try:
             (exp,) = load_specs([file])

@@ -8,19 +8,20 @@ from pathlib import Path
 from typing import Annotated, NamedTuple
 
 import typer
-from rich.console import Console
 
+from longhaul import bounded
+from longhaul.commands import plain_console
 from longhaul.constants import SPEC_FILENAME
 from longhaul.layout import DEFAULT_RUNS_DIR, RECORD_FILE, default_run_dir
 from longhaul.spec import SpecError, load_spec, run_name, seed_runs
 from longhaul.submit import BACKENDS, BackendUnavailable, backend_of_run, get_backend
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+err = plain_console(stderr=True)
+out = plain_console()
 
 
 def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error[/red] {message}", markup=True)
+    err.print(f"error {message}")
     raise typer.Exit(code)
 
 
@@ -263,6 +264,8 @@ def register(app: typer.Typer) -> None:
                 sys.stdout.write(chunk)
                 sys.stdout.flush()
         except BackendUnavailable as exc:
+            _fail(str(exc), 2)
+        except bounded.InputError as exc:  # the log is not a regular file
             _fail(str(exc), 2)
         except (RuntimeError, OSError) as exc:
             _fail(f"{run_dir}: {exc}")

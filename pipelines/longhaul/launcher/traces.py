@@ -63,7 +63,7 @@ def log_episode_traces(
 
     if not _tracked(ctx) or not episodes:
         return {"logged": 0, "dropped": 0}
-    alg, rules = ctx.exp.spec.algorithm, ctx.exp.spec.reward.rules
+    alg, rules = ctx.exp.spec.algorithm, ctx.exp.spec.reward.rules.overrides()
     link = eval_run or ctx.run_id
     traces = []
     for traj in episodes:
@@ -97,7 +97,7 @@ def log_training_episodes(ctx: StageContext, rollouts_dir: str, say: Any) -> dic
     if not _tracked(ctx):
         return none
     per_step = ctx.exp.spec.tracking.training_traces_per_step
-    alg, rules = ctx.exp.spec.algorithm, ctx.exp.spec.reward.rules
+    alg, rules = ctx.exp.spec.algorithm, ctx.exp.spec.reward.rules.overrides()
     traces, last_sampled, unlogged = [], None, []
     try:
         for step, lines in read_training_steps(rollouts_dir):

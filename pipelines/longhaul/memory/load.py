@@ -6,7 +6,6 @@ the shapes of the shipped models in `longhaul.memory.shapes.BUILTIN_CONFIGS`. No
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from longhaul import bounded
@@ -28,8 +27,8 @@ def load_model_shape(ref: ModelRef, *, field: str, cwd: Path | None = None) -> M
         config = directory / "config.json"
         if config.is_file():
             try:
-                data = json.loads(bounded.read_text(config, bounded.SMALL_JSON))
-            except (bounded.InputError, json.JSONDecodeError, OSError, UnicodeDecodeError) as exc:
+                data = bounded.read_json(config, bounded.SMALL_JSON, expected="a model's config.json")
+            except (bounded.InputError, OSError) as exc:
                 raise UnknownModel(f"{field}.path: cannot read {config}: {exc}") from None
             try:
                 return shape_from_config(data, str(config))

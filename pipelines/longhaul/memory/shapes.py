@@ -168,10 +168,15 @@ def format_count(n: int) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
 
 
+#: The largest dimension, layer count or vocabulary a config.json may state (2^24: far above any real model, far
+#: below what makes the plan's arithmetic meaningless).
+MAX_CONFIG_INT = 2**24
+
+
 def _int(cfg: dict[str, Any], key: str, where: str) -> int:
     v = cfg.get(key)
-    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-        raise ShapeError(f"{where}: `{key}` must be a positive integer (got {v!r})")
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= MAX_CONFIG_INT:
+        raise ShapeError(f"{where}: `{key}` must be an integer from 1 to {MAX_CONFIG_INT:,} (got {str(v)[:40]})")
     return v
 
 

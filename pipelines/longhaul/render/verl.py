@@ -36,7 +36,10 @@ def _b(v: bool) -> str:
 def _q(s: str) -> str:
     """Quote a string value for Hydra's override grammar: single quotes, a quote escaped with a backslash, and
     backslashes doubled only where Hydra reads them as escapes (before a quote, at the end); Hydra keeps every
-    other backslash as it is (a chat template's `'\\n'` must reach veRL unchanged)."""
+    other backslash as it is (a chat template's `'\\n'` must reach veRL unchanged). An interpolation's `${` is
+    escaped (`\\${`, its backslashes doubled) so that OmegaConf keeps it as text: a run directory named
+    `${oc.env:HOME}` must not resolve an environment variable into paths, veRL's printed config or MLflow."""
+    s = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", s)
     body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", s)
     body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
     return "'" + body + "'"

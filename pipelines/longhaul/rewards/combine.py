@@ -83,7 +83,7 @@ class RewardSettings:
             process=str(getattr(rew.process, "value", rew.process)),
             weight=float(rew.weight),
             credit=str(getattr(rew.credit, "value", rew.credit)),
-            rules={k: dict(v) for k, v in rew.rules.items()},
+            rules=rew.rules.overrides(),
             seed_compat=bool(spec.algorithm.seed_compat),
         )
 

@@ -61,7 +61,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from longhaul.envs.airline.toolnames import WRITE_TOOLS
-from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
+from longhaul.rewards.prm_lite_params import PARAM_DOMAINS, RULE_DEFAULTS
 
 # ---------------------------------------------------------------------------------------------------------
 # Tool classes, entity patterns and placeholder vocabulary (method.md a.1)
@@ -179,12 +179,26 @@ def build_rule_params(overrides: Mapping[str, Mapping[str, float | bool]] | None
             if name == "enabled":
                 enabled[rule] = bool(value)
             elif name in values[rule]:
-                values[rule][name] = float(value)
+                values[rule][name] = _in_domain(rule, name, value)
             else:
                 raise ValueError(
                     f"PRM-Lite rule '{rule}': unknown parameter '{name}'; valid: {', '.join([*values[rule], 'enabled'])}"  # noqa: E501 - a string literal kept whole
                 )
     return RuleParams(values, enabled)
+
+
+def _in_domain(rule: str, name: str, value: Any) -> float:
+    """`value` as a float when it lies in the parameter's domain (`PARAM_DOMAINS`: type, bounds; never NaN)."""
+    dom = PARAM_DOMAINS[rule][name]
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = ok and (dom.type is float or float(value).is_integer())
+    ok = ok and (dom.low < value if dom.low_open else dom.low <= value) and value <= dom.high
+    if not ok:
+        raise ValueError(
+            f"PRM-Lite rule '{rule}': {name} must be a {'whole ' if dom.type is int else ''}number "
+            f"{'above' if dom.low_open else 'from'} {dom.low:g} to {dom.high:g} (got {value!r})"
+        )
+    return float(value)
 
 
 DEFAULT_PARAMS = build_rule_params()

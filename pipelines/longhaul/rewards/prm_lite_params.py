@@ -8,6 +8,7 @@ Values are the original "v4-optimal" numbers (see shared notes, method.md sectio
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import NamedTuple
 
 #: rule name -> {parameter name -> default value}. Every rule also accepts ``enabled`` (bool, default True).
 RULE_DEFAULTS: MappingProxyType[str, MappingProxyType[str, float]] = MappingProxyType(
@@ -47,3 +48,45 @@ RULE_DEFAULTS: MappingProxyType[str, MappingProxyType[str, float]] = MappingProx
 )
 
 RULE_NAMES: tuple[str, ...] = tuple(RULE_DEFAULTS)
+
+
+class ParamDomain(NamedTuple):
+    """What one parameter may be: its type (`int`: a whole number of history entries, characters or tools;
+    `float`: a score), the lowest and highest value, and whether the lowest is excluded."""
+
+    type: type
+    low: float
+    high: float
+    low_open: bool = False
+
+
+#: A per-hit score of either sign: the defaults are a few hundredths; a process score is clipped to ±clip anyway.
+WEIGHT = ParamDomain(float, -1.0, 1.0)
+#: A whole number of history entries, steps or tools.
+ENTRIES = ParamDomain(int, 0, 10_000)
+#: A whole number of characters.
+CHARS = ParamDomain(int, 0, 1_000_000)
+
+#: rule name -> {parameter name -> its domain}: every parameter of `RULE_DEFAULTS`, typed and bounded. The spec
+#: builds its per-rule models from this table (`longhaul.spec.rules`).
+PARAM_DOMAINS: MappingProxyType[str, MappingProxyType[str, ParamDomain]] = MappingProxyType(
+    {
+        "placeholder": MappingProxyType({"read_weight": WEIGHT, "write_weight": WEIGHT}),
+        # window 0 would compare with nothing (and a slice [-0:] with the whole history): at least one entry.
+        "redundancy": MappingProxyType({"weight": WEIGHT, "window": ParamDomain(int, 1, 1_000)}),
+        "error_repetition": MappingProxyType({"weight": WEIGHT}),
+        "recovery": MappingProxyType({"weight": WEIGHT}),
+        "escalation": MappingProxyType({"premature_weight": WEIGHT, "late_weight": WEIGHT}),
+        "data_chain": MappingProxyType({"read_weight": WEIGHT, "write_weight": WEIGHT}),
+        "first_read": MappingProxyType({"weight": WEIGHT}),
+        "think_bonus": MappingProxyType({"weight": WEIGHT}),
+        "cheap_reasoning": MappingProxyType({"weight": WEIGHT, "min_chars": CHARS}),
+        "no_reasoning": MappingProxyType({"weight": WEIGHT, "min_steps": ENTRIES}),
+        "read_diversity": MappingProxyType({"weight": WEIGHT, "min_distinct": ENTRIES}),
+        "length_penalty": MappingProxyType({"per_step": WEIGHT, "threshold": ENTRIES}),
+        "implicit_think": MappingProxyType({"min_chars": CHARS, "keep_chars": CHARS}),
+        "unknown_tool": MappingProxyType({"weight": WEIGHT}),
+        # A clip of 0 silences the process reward, a negative one turns every penalty into the full bonus.
+        "aggregate": MappingProxyType({"clip": ParamDomain(float, 0.0, 10.0, low_open=True)}),
+    }
+)

@@ -18,8 +18,11 @@ from pydantic import BaseModel, ValidationError
 
 from longhaul import bounded
 from longhaul.bounded import InputError, dotted_path
+from longhaul.constants import ANNOTATION_SEED_GROUP
 from longhaul.redact import redact_value
+from longhaul.spec.hints import number_problem, strip_union_tags
 from longhaul.spec.models import Experiment, FieldError
+from longhaul.spec.naming import seed_group_problem
 
 
 @dataclass(frozen=True)
@@ -204,8 +207,7 @@ def _problems_from_validation(
 ) -> list[Problem]:
     problems: list[Problem] = []
     for err in exc.errors(include_url=False):
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
-        loc = _strip_union_tags(loc)
+        loc = strip_union_tags(tuple(err["loc"]), data_for_values)
         kind = err["type"]
         msg = err["msg"]
         hint = None
@@ -227,6 +229,8 @@ def _problems_from_validation(
         elif kind == "missing":
             msg = "required field is missing"
             value = None
+        elif (number := number_problem(kind, loc)) is not None:
+            msg, hint = number
         elif kind == "string_pattern_mismatch":
             msg = "contains characters or a form that is not allowed"
             hint = f"must match {err.get('ctx', {}).get('pattern')}"
@@ -253,13 +257,6 @@ def _lookup(data: Any, loc: tuple[Any, ...]) -> Any:
     return data
 
 
-def _strip_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    # Pydantic adds the failing union member ('list[...]', "literal['all','last']") to locations.
-    return tuple(
-        p for p in loc if not (isinstance(p, str) and ("'" in p or p.startswith(("list", "literal", "int", "str"))))
-    )
-
-
 def build_experiment(data: Any, file: str = "<spec>", located: _Located | None = None) -> Experiment:
     """Validate a parsed document; raise `SpecError` with every problem found."""
     located = located or _Located()
@@ -278,6 +275,10 @@ def build_experiment(data: Any, file: str = "<spec>", located: _Located | None =
     except ValidationError as exc:
         problems.extend(_problems_from_validation(exc, file, located, data))
         raise SpecError(_dedupe(problems)) from None
+    group_problem = seed_group_problem(exp)
+    if group_problem:
+        loc = ("metadata", "annotations", ANNOTATION_SEED_GROUP)
+        problems.append(Problem(file, located.line_for(loc), _dotted(loc), group_problem))
     if problems:
         raise SpecError(problems)
     return exp

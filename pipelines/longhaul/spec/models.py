@@ -22,6 +22,7 @@ from longhaul.constants import (
     ANNOTATION_GIT_COMMIT,
     ANNOTATION_ON_SPEC_CHANGE,
     ANNOTATION_SEED_GROUP,
+    ANNOTATION_SEED_GROUP_SEEDS,
     API_GROUP,
     API_VERSION,
     ENV_GIT_COMMIT,
@@ -30,7 +31,34 @@ from longhaul.constants import (
     SPEC_CHANGE_REFUSE,
 )
 from longhaul.envs.trajectory import TAU2_MAX_ERRORS
-from longhaul.rewards.prm_lite_params import RULE_DEFAULTS
+from longhaul.spec.bounds import (
+    DOMAIN_TASKS,
+    MAX_BOOTSTRAP,
+    MAX_CPUS_PER_NODE,
+    MAX_GPUS_PER_NODE,
+    MAX_GROUP,
+    MAX_KL_COEF,
+    MAX_LORA_ALPHA,
+    MAX_LORA_RANK,
+    MAX_STARTUP_S,
+    MAX_STEPS,
+    MAX_TOOL_CHARS,
+    Batch,
+    Concurrency,
+    EpisodeEvents,
+    Epochs,
+    NodeCount,
+    RandomSeed,
+    Samples,
+    Seqs,
+    Step,
+    Steps,
+    TensorParallel,
+    Tokens,
+    Turns,
+)
+from longhaul.spec.quantities import check_quantity, check_time_limit
+from longhaul.spec.rules import RulesSpec
 
 # ---------------------------------------------------------------------------------------------------------
 # Shared string types. Untrusted strings end up in shell scripts and manifests: restrict them at the door.
@@ -42,6 +70,15 @@ MAX_SEEDS = 16
 DEFAULT_SEED = 42
 MAX_SEED = 9999
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def parse_seed_list(text: str) -> list[int]:
+    """The seeds of a `7,8` annotation value; [] when it is not such a list (distinct seeds 0 … MAX_SEED, at most
+    MAX_SEEDS of them)."""
+    if not re.fullmatch(r"[0-9]{1,4}(,[0-9]{1,4})*", text):
+        return []
+    seeds = [int(x) for x in text.split(",")]
+    return seeds if len(seeds) <= MAX_SEEDS and len(set(seeds)) == len(seeds) else []
 
 
 def is_dns1123_label(value: str) -> bool:
@@ -113,6 +150,19 @@ def _path_problem(value: str, *, write: bool) -> str | None:
                 )
                 return f"is inside {d}, a system directory: {why}"
     return None
+
+
+def write_path_problem(value: str) -> str | None:
+    """Why `value` cannot be a directory a run writes into (None: it can) — the rules of the spec's `output_dir`
+    fields, for paths given elsewhere (`--run-dir`): its characters, its length and `_path_problem`."""
+    if len(value) > 1024:
+        return "is longer than 1024 characters"
+    if not re.fullmatch(SAFE_PATH, value):
+        return (
+            "contains characters or a form that is not allowed: letters, digits and _ . / ~ + - @ = , only (no "
+            "spaces, quotes, '$' or control characters), not starting with '@', '=' or ','"
+        )
+    return _path_problem(value, write=True)
 
 
 def _read_path(value: str) -> str:
@@ -188,7 +238,6 @@ ArgvWord = Annotated[str, Field(pattern=SAFE_PATH, max_length=1024)]
 Url = Annotated[str, Field(pattern=URL, max_length=2048), AfterValidator(_url)]
 ModelName = Annotated[str, Field(pattern=MODEL_NAME, max_length=256)]
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
-PositiveInt = Annotated[int, Field(ge=1)]
 #: Kubernetes qualified name (label keys, toleration keys): optional DNS prefix + '/' + name.
 QUALIFIED_NAME = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -206,7 +255,9 @@ class FieldError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, validate_default=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", use_enum_values=False, validate_default=True, allow_inf_nan=False
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -418,7 +469,7 @@ class ModelRef(_Model):
 class Sampling(_Model):
     temperature: float = Field(default=0.7, ge=0.0, le=2.0, description="Sampling temperature.")
     top_p: float = Field(default=0.9, gt=0.0, le=1.0, description="Nucleus sampling threshold.")
-    max_tokens: PositiveInt | None = Field(
+    max_tokens: Tokens | None = Field(
         default=None, description="Per-call token cap; null = environment.max_tokens_per_turn."
     )
 
@@ -427,11 +478,11 @@ class RolloutSpec(_Model):
     """The policy's vLLM rollout engine inside the trainer (and the policy server used for evaluation)."""
 
     engine: Literal["vllm"] = Field(default="vllm", description="Rollout engine (veRL server mode).")
-    tensor_parallel_size: PositiveInt = Field(default=1, description="Tensor-parallel size of the policy engine.")
+    tensor_parallel_size: TensorParallel = Field(default=1, description="Tensor-parallel size of the policy engine.")
     gpu_memory_utilization: Fraction = Field(default=0.45, description="vLLM memory fraction per GPU.")
-    max_model_len: PositiveInt = Field(default=24576, description="Maximum context length of the policy engine.")
-    max_num_seqs: PositiveInt = Field(default=12, description="Maximum concurrent sequences.")
-    max_num_batched_tokens: PositiveInt = Field(default=24576, description="Maximum batched tokens per step.")
+    max_model_len: Tokens = Field(default=24576, description="Maximum context length of the policy engine.")
+    max_num_seqs: Seqs = Field(default=12, description="Maximum concurrent sequences.")
+    max_num_batched_tokens: Tokens = Field(default=24576, description="Maximum batched tokens per step.")
     enforce_eager: bool = Field(default=False, description="Disable CUDA graphs.")
     free_cache_engine: bool = Field(
         default=True,
@@ -446,8 +497,8 @@ class RolloutSpec(_Model):
 
 
 class LoraSpec(_Model):
-    rank: int = Field(default=16, ge=0, description="LoRA rank; 0 = full fine-tuning.")
-    alpha: PositiveInt = Field(default=32, description="LoRA alpha.")
+    rank: int = Field(default=16, ge=0, le=MAX_LORA_RANK, description="LoRA rank; 0 = full fine-tuning.")
+    alpha: int = Field(default=32, ge=1, le=MAX_LORA_ALPHA, description="LoRA alpha.")
     dropout: float = Field(default=0.05, ge=0.0, lt=1.0, description="LoRA dropout (SFT stage).")
     target_modules: Literal["all-linear"] | list[SafeToken] = Field(
         default="all-linear", description="Modules that receive adapters."
@@ -507,10 +558,10 @@ class SimulatorSpec(_Model):
         default_factory=lambda: ModelRef(name="Qwen/Qwen2.5-72B-Instruct-AWQ"), description="Simulator model."
     )
     quantization: Quantization = Field(default=Quantization.AWQ_MARLIN, description="vLLM quantization.")
-    tensor_parallel_size: PositiveInt = Field(default=2, description="Tensor-parallel size of the simulator.")
+    tensor_parallel_size: TensorParallel = Field(default=2, description="Tensor-parallel size of the simulator.")
     gpu_memory_utilization: Fraction = Field(default=0.4, description="vLLM memory fraction per GPU.")
-    max_model_len: PositiveInt = Field(default=16384, description="Simulator context length.")
-    max_num_seqs: PositiveInt = Field(default=8, description="Simulator concurrent sequences.")
+    max_model_len: Tokens = Field(default=16384, description="Simulator context length.")
+    max_num_seqs: Seqs = Field(default=8, description="Simulator concurrent sequences.")
     enforce_eager: bool = Field(default=False, description="Disable CUDA graphs in the simulator.")
     sampling: Sampling = Field(
         default_factory=lambda: Sampling(temperature=0.7, top_p=0.9, max_tokens=1024),
@@ -528,7 +579,9 @@ class SimulatorSpec(_Model):
     url: Url | None = Field(default=None, description="Base URL (…/v1) of an external server.")
     api_key_secret: SecretRef | None = Field(default=None, description="Secret holding the external server's key.")
     port: int = Field(default=8001, ge=1024, le=65535, description="Port of the colocated server.")
-    startup_timeout_s: PositiveInt = Field(default=1800, description="Health-check timeout at start.")
+    startup_timeout_s: int = Field(
+        default=1800, ge=1, le=MAX_STARTUP_S, description="Health-check timeout at start (seconds)."
+    )
 
     @model_validator(mode="after")
     def _placement(self) -> SimulatorSpec:
@@ -544,6 +597,9 @@ class SimulatorSpec(_Model):
 # ---------------------------------------------------------------------------------------------------------
 # Environment
 
+#: A task id of the (only) domain, airline: 0 … 49.
+TaskId = Annotated[int, Field(ge=0, le=DOMAIN_TASKS["airline"] - 1)]
+
 
 class SplitSpec(_Model):
     preset: SplitPreset = Field(
@@ -551,9 +607,9 @@ class SplitSpec(_Model):
         description="seed_40_10 (train 40 / test 10, covered_seen from the original teacher), "
         "tau2_official (τ²'s split file), or explicit (lists below).",
     )
-    train: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, description="explicit: train task ids.")
-    test: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, description="explicit: test task ids.")
-    covered_seen: list[Annotated[int, Field(ge=0)]] | None = Field(
+    train: list[TaskId] | None = Field(default=None, description="explicit: train task ids.")
+    test: list[TaskId] | None = Field(default=None, description="explicit: test task ids.")
+    covered_seen: list[TaskId] | None = Field(
         default=None, description="explicit: train tasks covered by SFT data (optional)."
     )
 
@@ -585,19 +641,19 @@ class EnvironmentSpec(_Model):
 
     domain: Literal["airline"] = Field(default="airline", description="τ²-bench domain.")
     split: SplitSpec = Field(default_factory=SplitSpec, description="Task split.")
-    max_turns: PositiveInt = Field(default=30, description="Maximum assistant turns per episode.")
-    max_tokens_per_turn: PositiveInt = Field(default=4096, description="Maximum generated tokens per assistant turn.")
-    max_response_tokens: PositiveInt = Field(
+    max_turns: Turns = Field(default=30, description="Maximum assistant turns per episode.")
+    max_tokens_per_turn: Tokens = Field(default=4096, description="Maximum generated tokens per assistant turn.")
+    max_response_tokens: Tokens = Field(
         default=12288,
         description="Maximum tokens of the whole multi-turn response (assistant, tool and user tokens).",
     )
-    max_prompt_tokens: PositiveInt = Field(
+    max_prompt_tokens: Tokens = Field(
         default=8192, description="Maximum prompt tokens (system policy text, tool schemas, first user message)."
     )
-    tool_output_limit: PositiveInt | None = Field(
+    tool_output_limit: Annotated[int, Field(ge=1, le=MAX_TOOL_CHARS)] | None = Field(
         default=None, description="Maximum characters of a tool result shown to the policy; null = unlimited."
     )
-    abort_repeated_calls: PositiveInt | None = Field(
+    abort_repeated_calls: EpisodeEvents | None = Field(
         default=None,
         description="End the episode (reason 'loop') when the same call repeats this many times; null = never.",
     )
@@ -607,7 +663,7 @@ class EnvironmentSpec(_Model):
         "'transfer'). Default false = τ²: the transfer is an ordinary tool, the user simulator or the agent ends "
         "the episode, and later writes and messages count.",
     )
-    max_tool_errors: PositiveInt | None = Field(
+    max_tool_errors: EpisodeEvents | None = Field(
         default=TAU2_MAX_ERRORS,
         description="End the episode (reason 'too_many_errors', scored 0) once this many tool calls have returned "
         "an error, counted over the whole episode and checked after each assistant turn's calls; null = no limit. "
@@ -635,35 +691,11 @@ class RewardSpec(_Model):
         description="trajectory: one scalar per episode (the original); turn: each assistant turn's own "
         "process score reaches that turn's tokens.",
     )
-    rules: dict[str, dict[str, float | bool]] = Field(
-        default_factory=dict,
+    rules: RulesSpec = Field(
+        default_factory=RulesSpec,
         description="Per-rule overrides of PRM-Lite weights/thresholds by rule name, e.g. "
         "{placeholder: {write_weight: -0.1}, length_penalty: {enabled: false}}.",
     )
-
-    @field_validator("rules")
-    @classmethod
-    def _known_rules(cls, rules: dict[str, dict[str, float | bool]]) -> dict[str, dict[str, float | bool]]:
-        from difflib import get_close_matches
-
-        for rule, params in rules.items():
-            if rule not in RULE_DEFAULTS:
-                close = get_close_matches(rule, list(RULE_DEFAULTS), n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise FieldError(rule, f"unknown rule '{rule}'; valid: {', '.join(RULE_DEFAULTS)}{hint}")
-            valid = [*RULE_DEFAULTS[rule], "enabled"]
-            for p, v in params.items():
-                if p not in valid:
-                    close = get_close_matches(p, valid, n=1)
-                    hint = f" (did you mean '{close[0]}'?)" if close else ""
-                    raise FieldError(
-                        f"{rule}.{p}", f"rule '{rule}': unknown parameter '{p}'; valid: {', '.join(valid)}{hint}"
-                    )
-                if (p == "enabled") != isinstance(v, bool):
-                    raise FieldError(
-                        f"{rule}.{p}", f"rule '{rule}': '{p}' must be {'a boolean' if p == 'enabled' else 'a number'}"
-                    )
-        return rules
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -672,7 +704,7 @@ class RewardSpec(_Model):
 
 class KLSpec(_Model):
     use_kl_loss: bool = Field(default=True, description="KL to the reference policy as a loss term.")
-    coef: float = Field(default=0.01, ge=0.0, description="KL loss coefficient.")
+    coef: float = Field(default=0.01, ge=0.0, le=MAX_KL_COEF, description="KL loss coefficient.")
     type: KLType = Field(default=KLType.LOW_VAR_KL, description="KL estimator.")
 
 
@@ -689,18 +721,18 @@ class AlgorithmSpec(_Model):
         description="veRL loss aggregation; seq-mean-token-mean is GRPO's 1/L and LATA's exact A/√L.",
     )
     norm_adv_by_std: bool = Field(default=True, description="Divide group-centred rewards by the group std.")
-    group_size: Annotated[int, Field(ge=2)] = Field(default=8, description="Rollouts per task (GRPO n).")
+    group_size: Annotated[int, Field(ge=2, le=MAX_GROUP)] = Field(default=8, description="Rollouts per task (GRPO n).")
     learning_rate: float = Field(default=5e-6, gt=0.0, lt=1.0, description="Actor learning rate.")
     kl: KLSpec = Field(default_factory=KLSpec, description="KL regularisation.")
-    train_batch_size: PositiveInt = Field(default=4, description="Tasks per training step.")
-    ppo_mini_batch_size: PositiveInt = Field(default=4, description="Tasks per optimizer step.")
-    ppo_micro_batch_size_per_gpu: PositiveInt = Field(default=2, description="Sequences per micro batch per GPU.")
-    ppo_epochs: PositiveInt = Field(default=1, description="PPO epochs per batch.")
+    train_batch_size: Batch = Field(default=4, description="Tasks per training step.")
+    ppo_mini_batch_size: Batch = Field(default=4, description="Tasks per optimizer step.")
+    ppo_micro_batch_size_per_gpu: Batch = Field(default=2, description="Sequences per micro batch per GPU.")
+    ppo_epochs: Epochs = Field(default=1, description="PPO epochs per batch.")
     clip_ratio: float = Field(default=0.2, gt=0.0, lt=1.0, description="PPO clip ratio.")
-    total_steps: PositiveInt = Field(default=300, description="Training steps.")
-    save_freq: PositiveInt = Field(default=50, description="Checkpoint every N steps.")
-    test_freq: int = Field(default=50, ge=-1, description="Validation every N steps (-1 = never).")
-    seed: int = Field(default=DEFAULT_SEED, ge=0, description="Global seed of a run (data order, rollouts).")
+    total_steps: Steps = Field(default=300, description="Training steps.")
+    save_freq: Steps = Field(default=50, description="Checkpoint every N steps.")
+    test_freq: int = Field(default=50, ge=-1, le=MAX_STEPS, description="Validation every N steps (-1 = never).")
+    seed: RandomSeed = Field(default=DEFAULT_SEED, description="Global seed of a run (data order, rollouts).")
     seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] | None = Field(
         default=None,
         min_length=1,
@@ -760,12 +792,12 @@ class TeacherSpec(_Model):
         default_factory=lambda: ModelRef(name="Qwen/Qwen2.5-72B-Instruct-AWQ"), description="Teacher policy."
     )
     url: Url | None = Field(default=None, description="Teacher endpoint; null = the simulator server.")
-    samples_per_task: PositiveInt = Field(default=16, description="Best-of-N attempts per training task.")
+    samples_per_task: Samples = Field(default=16, description="Best-of-N attempts per training task.")
     temperatures: list[Annotated[float, Field(ge=0.0, le=2.0)]] = Field(
         default_factory=lambda: [0.0] * 4 + [0.5] * 4 + [0.8] * 4 + [1.0] * 4,
         description="Temperature schedule, one per attempt (length = samples_per_task).",
     )
-    max_tokens: PositiveInt = Field(default=768, description="Teacher tokens per turn.")
+    max_tokens: Tokens = Field(default=768, description="Teacher tokens per turn.")
 
     @model_validator(mode="after")
     def _schedule(self) -> TeacherSpec:
@@ -781,26 +813,28 @@ class SFTSpec(_Model):
     teacher: TeacherSpec = Field(default_factory=TeacherSpec, description="Trajectory collection.")
     dataset: SafePath | None = Field(default=None, description="Use an existing trajectories JSONL; skip collection.")
     learning_rate: float = Field(default=1e-4, gt=0.0, lt=1.0, description="SFT learning rate.")
-    epochs: PositiveInt = Field(default=5, description="SFT epochs.")
-    max_length: PositiveInt = Field(default=10240, description="Samples longer than this are dropped (never cut).")
-    batch_size: PositiveInt = Field(default=8, description="Global batch size.")
-    micro_batch_size_per_gpu: PositiveInt = Field(default=2, description="Micro batch per GPU.")
-    min_label_tokens: PositiveInt = Field(default=5, description="Drop samples with fewer label tokens.")
+    epochs: Epochs = Field(default=5, description="SFT epochs.")
+    max_length: Tokens = Field(default=10240, description="Samples longer than this are dropped (never cut).")
+    batch_size: Batch = Field(default=8, description="Global batch size.")
+    micro_batch_size_per_gpu: Batch = Field(default=2, description="Micro batch per GPU.")
+    min_label_tokens: Tokens = Field(default=5, description="Drop samples with fewer label tokens.")
 
 
 class EvaluationSpec(_Model):
-    checkpoints: list[Annotated[int, Field(ge=0)]] | Literal["all", "last"] = Field(
+    checkpoints: list[Step] | Literal["all", "last"] = Field(
         default="all", description="Training steps to evaluate (0 = initial policy), 'all' saved, or 'last'."
     )
-    samples_per_task: PositiveInt = Field(default=8, description="Trials per task (n ≥ max k).")
-    k: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4], description="k values for pass^k and pass@k.")
-    seeds: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], description="Evaluation seeds.")
+    samples_per_task: Samples = Field(default=8, description="Trials per task (n ≥ max k).")
+    k: list[Samples] = Field(default_factory=lambda: [1, 2, 4], description="k values for pass^k and pass@k.")
+    seeds: list[RandomSeed] = Field(
+        default_factory=lambda: [0], min_length=1, max_length=MAX_SEEDS, description="Evaluation seeds."
+    )
     select_on: SubsetName = Field(
         default=SubsetName.TRAIN, description="Subset that selects the best checkpoint (never 'test')."
     )
-    bootstrap_samples: PositiveInt = Field(default=1000, description="Bootstrap resamples for CIs.")
+    bootstrap_samples: int = Field(default=1000, ge=1, le=MAX_BOOTSTRAP, description="Bootstrap resamples for CIs.")
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0, description="CI level.")
-    concurrency: PositiveInt = Field(default=32, description="Episodes in flight.")
+    concurrency: Concurrency = Field(default=32, description="Episodes in flight.")
 
     @model_validator(mode="after")
     def _k(self) -> EvaluationSpec:
@@ -851,20 +885,27 @@ class TrackingSpec(_Model):
 
 
 class ResourcesSpec(_Model):
-    nodes: PositiveInt = Field(default=1, description="Nodes (> 1 uses Ray across nodes).")
-    gpus_per_node: int = Field(default=2, ge=0, description="GPUs per node (0 = CPU-only smoke run).")
-    gpu_type: SafeToken | None = Field(default=None, description="GPU type for scheduling (e.g. a800, h100).")
-    cpus_per_node: PositiveInt = Field(default=16, description="CPUs per node.")
-    memory: str = Field(
-        default="256Gi", pattern=QUANTITY, max_length=32, description="Memory per node (Kubernetes quantity)."
+    nodes: NodeCount = Field(default=1, description="Nodes (> 1 uses Ray across nodes).")
+    gpus_per_node: int = Field(
+        default=2, ge=0, le=MAX_GPUS_PER_NODE, description="GPUs per node (0 = CPU-only smoke run)."
     )
-    time_limit: str = Field(
+    gpu_type: SafeToken | None = Field(default=None, description="GPU type for scheduling (e.g. a800, h100).")
+    cpus_per_node: int = Field(default=16, ge=1, le=MAX_CPUS_PER_NODE, description="CPUs per node.")
+    memory: Annotated[str, AfterValidator(check_quantity(minimum="1Gi"))] = Field(
+        default="256Gi",
+        pattern=QUANTITY,
+        max_length=32,
+        description="Memory per node (Kubernetes quantity), at least 1Gi (torch, Ray and vLLM must start).",
+    )
+    time_limit: Annotated[str, AfterValidator(check_time_limit)] = Field(
         default="3-00:00:00",
         pattern=TIME_LIMIT,
         max_length=32,
         description="Wall-clock limit, [D-]HH:MM:SS (both backends).",
     )
-    shm_size: str = Field(default="32Gi", pattern=QUANTITY, max_length=32, description="/dev/shm size (NCCL, Ray).")
+    shm_size: Annotated[str, AfterValidator(check_quantity(minimum="1Mi"))] = Field(
+        default="32Gi", pattern=QUANTITY, max_length=32, description="/dev/shm size (NCCL, Ray), at least 1Mi."
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1175,6 +1216,15 @@ class Experiment(_Model):
                     f"annotation {ANNOTATION_SEED_GROUP}: {group!r} is not "
                     f"'{self.metadata.name}-<8 hex>'; it is set by longhaul when it expands seeds: remove it",
                 )
+        group_seeds = self.metadata.annotations.get(ANNOTATION_SEED_GROUP_SEEDS)
+        if (group is None) != (group_seeds is None) or (
+            group_seeds is not None and self.spec.algorithm.seed not in parse_seed_list(group_seeds)
+        ):
+            raise FieldError(
+                "metadata.annotations",
+                f"annotations {ANNOTATION_SEED_GROUP} and {ANNOTATION_SEED_GROUP_SEEDS} are set by longhaul, "
+                "together, when it expands spec.algorithm.seeds (the seeds list this run's seed): remove them",
+            )
         if seeds:
             longest = len(self.metadata.name) + 9 + len(f"-s{max(seeds)}")
             if longest > MAX_NAME_LEN + 9:

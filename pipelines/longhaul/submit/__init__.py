@@ -14,11 +14,13 @@ about progress (`read_run_progress`).
 from __future__ import annotations
 
 import importlib
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+from longhaul import bounded
 from longhaul.layout import CHECKPOINTS_SUBDIR, DONE_SUFFIX, STAGES_DIR, TRACKER_FILE
 from longhaul.layout import RECORD_FILE as RECORD
 
@@ -76,10 +78,55 @@ def backend_of_run(run_dir: str | Path) -> str:
             f"{run_dir}: not a submitted run directory ({RECORD} missing); "
             "pass the run directory printed by `longhaul submit`"
         )
-    backend = json.loads(path.read_text(encoding="utf-8")).get("backend")
+    backend = read_record(path, {"backend": str})["backend"]
     if backend not in BACKENDS:
         raise BackendUnavailable(f"{path}: backend {backend!r} is not one of {', '.join(BACKENDS)}")
     return str(backend)
+
+
+#: A record's field types: a type or a tuple of them (`float` also takes an int; `bool` is never an int).
+FieldTypes = Mapping[str, type | tuple[type, ...]]
+
+#: veRL's tracker file holds one step number.
+_MARKER = bounded.Limits("a checkpoint tracker file", max_bytes=64)
+
+
+class RecordError(RuntimeError):
+    """A record file of a run directory (submit.json, exit.json) that is not what longhaul writes there."""
+
+
+def _has_type(value: Any, types: type | tuple[type, ...]) -> bool:
+    types = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, bool):
+        return bool in types
+    return isinstance(value, types) or (float in types and isinstance(value, int))
+
+
+def read_record(path: Path, required: FieldTypes, optional: FieldTypes | None = None) -> dict[str, Any]:
+    """A JSON record written by longhaul into a run directory (`submit.json`, the exit record), read within
+    `bounded.SMALL_JSON` and type-checked: every `required` field present with its type, every `optional` one of
+    its type when present (null allowed). Raises `RecordError` naming the file and field (a truncated, edited or
+    foreign file), OSError when it cannot be read."""
+    fix = "it is written by longhaul: submit the spec again, or remove the run directory"
+    try:
+        doc = bounded.read_json(path, bounded.SMALL_JSON, expected="the JSON object longhaul writes there")
+    except bounded.InputError as exc:
+        raise RecordError(f"{exc}; {fix}") from None
+    if not isinstance(doc, dict):
+        raise RecordError(f"{path}: not a JSON object (got {type(doc).__name__}); {fix}")
+    for key, types in {**required, **(optional or {})}.items():
+        if key not in doc and key in required:
+            raise RecordError(f"{path} {key}: missing; {fix}")
+        value = doc.get(key)
+        if key in doc and not (value is None and key not in required) and not _has_type(value, types):
+            names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+            raise RecordError(f"{path} {key}: must be {names} (got {str(value)[:60]!r}); {fix}")
+    return doc
+
+
+def skipped_note(path: Path, skipped: int) -> str:
+    """The line `longhaul logs` prints first when it shows only the end of a long log (`bounded.LOG_TAIL`)."""
+    return f"[longhaul logs: the first {skipped:,} bytes of {path} are not shown; the file holds the whole log]\n"
 
 
 def read_run_progress(run_dir: Path) -> dict[str, object]:
@@ -89,6 +136,9 @@ def read_run_progress(run_dir: Path) -> dict[str, object]:
     step = None
     marker = run_dir / CHECKPOINTS_SUBDIR / TRACKER_FILE
     if marker.is_file():
-        text = marker.read_text(encoding="utf-8").strip()
-        step = int(text) if text.isdigit() else None
+        try:
+            text = bounded.read_text(marker, _MARKER).strip()
+        except (OSError, ValueError):  # unreadable, not a regular file, too large, not UTF-8: no step known
+            text = ""
+        step = int(text) if text.isdigit() and len(text) <= 12 else None
     return {"stages_done": done, "checkpoint_step": step}

@@ -28,7 +28,7 @@ from longhaul.layout import DEFAULT_RUNS_DIR
 from longhaul.layout import RECORD_FILE as RECORD
 from longhaul.spec.models import Experiment, is_dns1123_label
 from longhaul.spec.naming import resolved_yaml, run_name
-from longhaul.submit import SubmitResult
+from longhaul.submit import SubmitResult, read_record
 
 CMD_TIMEOUT_S = 60
 Runner = Callable[..., subprocess.CompletedProcess[str]]
@@ -104,7 +104,7 @@ def _record(run_dir: Path) -> dict[str, Any]:
     path = run_dir / RECORD
     if not path.is_file():
         raise KubectlError(f"{run_dir}: no Kubernetes submission recorded ({RECORD} missing)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_record(path, {"experiment": str, "namespace": str, "run_name": str}, {"backend": str})
 
 
 def fetch_status(run_dir: str | Path, *, runner: Runner = subprocess.run) -> dict[str, object]:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
+from longhaul import bounded
 from longhaul import constants as C
 from longhaul.files import atomic_write_json, atomic_write_text
 from longhaul.k8s.status import Phase
@@ -27,7 +28,7 @@ from longhaul.protocol import EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_SIGINT
 from longhaul.render.plan import render_plan, stage_refusal
 from longhaul.spec.models import Experiment
 from longhaul.spec.naming import resolved_yaml, run_name, seed_group, seed_runs
-from longhaul.submit import SubmitResult, read_run_progress
+from longhaul.submit import SubmitResult, read_record, read_run_progress, skipped_note
 
 
 def local_run_dir(exp: Experiment, base: str | Path | None = None) -> Path:
@@ -162,13 +163,13 @@ def fetch_status(run_dir: str | Path) -> dict[str, object]:
         raise FileNotFoundError(
             f"{run_dir}: no local run recorded ({RECORD} missing); start it with `longhaul run SPEC`"
         )
-    record = json.loads(rec_path.read_text())
+    record = read_record(rec_path, {"backend": str}, {"run_name": str, "pid": int, "started": float})
     exit_path = run_dir / EXIT_RECORD_FILE
-    exit_rec = json.loads(exit_path.read_text()) if exit_path.is_file() else None
-    if exit_rec and exit_rec.get("finished", 0) >= record.get("started", 0):
-        rc = int(exit_rec["exit_code"])
+    exit_rec = read_record(exit_path, {"exit_code": int, "finished": float}) if exit_path.is_file() else None
+    if exit_rec and exit_rec["finished"] >= (record.get("started") or 0):
+        rc = exit_rec["exit_code"]
         phase, state = PHASES.get(rc, Phase.FAILED), f"exit {rc}"
-    elif _alive(int(record.get("pid", 0))):
+    elif _alive(record.get("pid") or 0):
         phase, state = Phase.RUNNING, "running"
     else:
         phase, state = Phase.FAILED, "process gone without an exit record"
@@ -194,16 +195,21 @@ def _alive(pid: int) -> bool:
 
 
 def fetch_logs(run_dir: str | Path, *, follow: bool = False, poll_s: float = 0.5) -> Iterator[str]:
-    """The launcher log of a local run (all attempts appended)."""
+    """The launcher log of a local run (all attempts appended): its last `bounded.LOG_TAIL` bytes (a first line
+    says how much is left out), then, with `follow`, what is appended while the run lives."""
     path = Path(run_dir) / LAUNCHER_LOG
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"{path}: no launcher log yet")
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        while True:
-            chunk = fh.read()
-            if chunk:
-                yield chunk
-            elif not follow or fetch_status(run_dir)["job"]["phase"] != Phase.RUNNING:
-                return
-            else:
-                time.sleep(poll_s)
+    pos = bounded.tail_start(path)  # refuses a pipe or device where the log should be
+    if pos:
+        yield skipped_note(path, pos)
+    while True:
+        before = pos
+        for chunk, end in bounded.read_from(path, pos):
+            pos = end
+            yield chunk
+        if pos != before:
+            continue
+        if not follow or fetch_status(run_dir)["job"]["phase"] != Phase.RUNNING:
+            return
+        time.sleep(poll_s)

@@ -50,6 +50,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from longhaul import bounded
 from longhaul import constants as C
 from longhaul.files import PLAIN, atomic_write_text
 from longhaul.k8s.status import Phase
@@ -57,7 +58,7 @@ from longhaul.layout import RECORD_FILE as RECORD
 from longhaul.render.slurm import EXIT_REQUEUE_LIMIT, TASK_JOB_ID_FILE, render_slurm, slurm_run_dir
 from longhaul.spec.models import ContainerRuntime, Experiment
 from longhaul.spec.naming import resolved_yaml, run_name, seed_runs
-from longhaul.submit import SubmitResult, read_run_progress
+from longhaul.submit import SubmitResult, read_record, read_run_progress, skipped_note
 
 CMD_TIMEOUT_S = 60
 #: Held (flock) by `longhaul submit` from the live-job check to submit.json: one job per run (module docstring).
@@ -184,7 +185,11 @@ def load_record(run_dir: str | Path) -> dict[str, object] | None:
     path = Path(run_dir) / RECORD
     if not path.is_file():
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_record(
+        path,
+        {"backend": str},
+        {"job_id": str, "log": str, "history": list, "run_name": str, "seed": int, "max_requeues": int},
+    )
 
 
 def _live_job(record: Mapping[str, object], run_dir: Path, runner: Runner) -> JobStatus | None:
@@ -556,9 +561,9 @@ def fetch_status(run_dir: str | Path, *, runner: Runner = subprocess.run) -> dic
     """Status of a run directory: the Slurm job (phase, state, reason) plus what the launcher recorded."""
     run_dir = Path(run_dir)
     record = load_record(run_dir)
-    if record is None or record.get("backend") != "slurm":
+    if record is None or record.get("backend") != "slurm" or not record.get("job_id"):
         raise SlurmError(
-            f"{run_dir}: no Slurm submission recorded ({RECORD} missing); submit with "
+            f"{run_dir}: no Slurm submission recorded ({RECORD} missing, or without a job id); submit with "
             "`longhaul submit --backend slurm SPEC`"
         )
     limit = record.get("max_requeues")
@@ -585,8 +590,15 @@ def _raw_job_id(record: Mapping[str, object], run_dir: Path) -> str | None:
     if "_" not in str(record.get("job_id", "")):
         return None
     path = run_dir / TASK_JOB_ID_FILE
-    text = path.read_text(encoding="utf-8").strip() if path.is_file() else ""
+    try:
+        text = bounded.read_text(path, _TASK_ID).strip() if path.is_file() else ""
+    except (OSError, ValueError):  # not a regular file, too large, not UTF-8: as if the task never started
+        text = ""
     return text if text.isdigit() else None
+
+
+#: The file an array task writes its own job id into.
+_TASK_ID = bounded.Limits("an array task's job-id file", max_bytes=64)
 
 
 # ------------------------------------------------------------------------------------------------- logs
@@ -596,8 +608,8 @@ def log_path(run_dir: str | Path) -> Path:
     """The current job's log file (`--open-mode=append`: every requeued run of the job is in it)."""
     run_dir = Path(run_dir)
     record = load_record(run_dir)
-    if record is None:
-        raise SlurmError(f"{run_dir}: no Slurm submission recorded ({RECORD} missing)")
+    if record is None or not (record.get("log") or record.get("job_id")):
+        raise SlurmError(f"{run_dir}: no Slurm submission recorded ({RECORD} missing, or without a job id)")
     return Path(str(record.get("log") or run_dir / f"slurm-{record['job_id']}.out"))
 
 
@@ -608,24 +620,21 @@ def fetch_logs(
     path = log_path(run_dir)
     record = load_record(run_dir) or {}
     job_id = str(record.get("job_id", ""))
-    pos = 0
+    pos = bounded.tail_start(path) if os.path.lexists(path) else 0  # refuses a pipe or device: not yet: 0
+    if pos:
+        yield skipped_note(path, pos)
     while True:
         if path.is_file():
-            with path.open("r", encoding="utf-8", errors="replace") as fh:
-                fh.seek(pos)
-                chunk = fh.read()
-                pos = fh.tell()
-            if chunk:
+            for chunk, end in bounded.read_from(path, pos):
+                pos = end
                 yield chunk
         if not follow:
             return
         if fetch_job_status(job_id, raw_id=_raw_job_id(record, Path(run_dir)), runner=runner).terminal:
             # One last read: the final lines may land between the read above and the state change.
             if path.is_file():
-                with path.open("r", encoding="utf-8", errors="replace") as fh:
-                    fh.seek(pos)
-                    rest = fh.read()
-                if rest:
-                    yield rest
+                for chunk, end in bounded.read_from(path, pos):
+                    pos = end
+                    yield chunk
             return
         time.sleep(poll_s)

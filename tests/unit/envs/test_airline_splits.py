@@ -40,7 +40,9 @@ def test_spec_default_and_explicit_lists():
 
 
 def test_unknown_ids_and_presets_are_refused():
-    with pytest.raises(ValueError, match="unknown task ids"):
-        build_split(SplitSpec(preset="explicit", train=[0, 99], test=[3]), known_ids=KNOWN)
+    with pytest.raises(ValueError, match="less than or equal to 49"):  # the spec knows the domain's ids (issue 30)
+        SplitSpec(preset="explicit", train=[0, 99], test=[3])
+    with pytest.raises(ValueError, match=r"unknown task ids \['2'\]"):  # and the split checks the tasks that exist
+        build_split(SplitSpec(preset="explicit", train=[0, 2], test=[3]), known_ids=["0", "1", "3"])
     with pytest.raises(ValueError, match="valid: seed_40_10, tau2_official"):
         build_split("seed_40")

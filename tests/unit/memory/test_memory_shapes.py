@@ -67,8 +67,10 @@ def test_shape_from_config_reads_a_config_and_refuses_what_it_cannot_model() -> 
     assert shape.num_kv_heads == 2 and shape.head_dim == 32 and not shape.qkv_bias and not shape.tie_word_embeddings
     with pytest.raises(ShapeError, match="model_type 'qwen3_moe' is not modelled.*supported: qwen2"):
         shape_from_config({**cfg, "model_type": "qwen3_moe"}, "x/config.json")
-    with pytest.raises(ShapeError, match="x/config.json: `hidden_size` must be a positive integer"):
+    with pytest.raises(ShapeError, match="x/config.json: `hidden_size` must be an integer from 1 to 16,777,216"):
         shape_from_config({**cfg, "hidden_size": None}, "x/config.json")
+    with pytest.raises(ShapeError, match="`vocab_size` must be an integer from 1 to 16,777,216 .got 1000000000000"):
+        shape_from_config({**cfg, "vocab_size": 10**12}, "x/config.json")  # issue 30: a plan of absurd sizes
 
 
 def test_gpu_capacities() -> None:

@@ -166,3 +166,20 @@ def test_invalid_override_is_caught_by_verl() -> None:
     ]
     with pytest.raises(Exception, match="loss_agg_mode|seq-mean"):
         validate_verl(overrides)
+
+
+def test_no_interpolation_reaches_verl_from_a_path() -> None:
+    """Issue 30, class 5: every string value is escaped for Hydra and OmegaConf, so a run directory (or any path)
+    that reads `${oc.env:…}` stays that text in veRL's composed, resolved config — no environment variable is
+    pulled into paths, the printed config or MLflow params. (`--run-dir` refuses such a value before it gets here;
+    this holds the renderer itself.)"""
+    from omegaconf import OmegaConf
+
+    from support.verl_config import compose_verl
+
+    run_dir = "/runs/${oc.env:HOME}/a\\${x}/it's"
+    exp = load_spec(ROOT / "specs" / "smoke.yaml")
+    cfg = compose_verl(render_verl_overrides(exp, Paths.under(run_dir)))
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert resolved["trainer"]["default_local_dir"] == run_dir + "/checkpoints"
+    assert resolved["data"]["train_files"].startswith(run_dir + "/")

@@ -18,6 +18,7 @@ from longhaul.spec import (
     seed_group,
     seed_runs,
 )
+from longhaul.spec.naming import group_of
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -71,7 +72,7 @@ def test_different_seed_lists_are_different_groups() -> None:
         ({"seeds": [1, 1]}, {}, "spec.algorithm.seeds", "distinct"),
         ({"seeds": [1, 2], "seed": 4}, {}, "spec.algorithm.seeds", "not both"),
         ({"seeds": []}, {}, "spec.algorithm.seeds", "at least 1"),
-        ({"seeds": [10_000]}, {}, "spec.algorithm.seeds[0]", "less than or equal to 9999"),
+        ({"seeds": [10_000]}, {}, "spec.algorithm.seeds[0]", "too large"),
         ({"seeds": list(range(17))}, {}, "spec.algorithm.seeds", "at most 16"),
         ({"seeds": [1, 2]}, {C.ANNOTATION_SEED_GROUP: "smoke-0123abcd"}, "spec.algorithm.seeds", "remove"),
         ({"seed": 1}, {C.ANNOTATION_SEED_GROUP: "other-0123abcd"}, "metadata.annotations", "set by longhaul"),
@@ -96,3 +97,56 @@ def test_a_long_name_with_seeds_is_refused_with_the_room_left() -> None:
     (p,) = [p for p in info.value.problems if p.path == "metadata.name"]
     assert "at most 48 characters" in p.message
     assert text.splitlines()[p.line - 1].strip() == "name: " + "x" * 54
+
+
+def _seed_run_doc(lr: float | None = None) -> dict:
+    """The resolved spec of seed run 0 of smoke with seeds [7, 8], as a job re-reads it; `lr` edits it by hand."""
+    group = parse_spec_text(_smoke_with(seeds=[7, 8]), file="g.yaml")
+    doc = yaml.safe_load(resolved_yaml(seed_runs(group)[0]))
+    if lr is not None:
+        doc["spec"]["algorithm"]["learning_rate"] = lr
+    return doc
+
+
+def test_a_seed_runs_name_derives_from_its_own_spec_not_from_the_annotation() -> None:
+    """Issue 30, class 2: the group's run name is rebuilt from the seed run's spec and the group's seeds; the
+    annotation is only checked against it. A hand-edited seed-run spec cannot keep the group's name (its run
+    directory, MLflow run and checkpoints)."""
+    from longhaul.spec.models import Experiment
+
+    doc = _seed_run_doc()
+    exp = parse_spec_text(yaml.safe_dump(doc), file="seed.yaml")
+    group_name = doc["metadata"]["annotations"][C.ANNOTATION_SEED_GROUP]
+    assert doc["metadata"]["annotations"][C.ANNOTATION_SEED_GROUP_SEEDS] == "7,8"
+    assert seed_group(exp) == group_name and run_name(exp) == f"{group_name}-s7"
+
+    edited = _seed_run_doc(lr=0.5)
+    with pytest.raises(SpecError) as info:
+        parse_spec_text(yaml.safe_dump(edited), file="edited.yaml")
+    (p,) = info.value.problems
+    assert p.path == f"metadata.annotations.{C.ANNOTATION_SEED_GROUP}" and "remove both annotations" in p.message
+    assert p.line is not None  # where the annotation is written
+    # Built without the loader, the edited spec still gets the name its own spec derives (the group it would be a
+    # seed run of), never the annotated one.
+    direct = Experiment.model_validate(edited)
+    rebuilt = group_of(direct, [7, 8])
+    assert rebuilt is not None and seed_group(direct) == run_name(rebuilt) != group_name
+    assert run_name(direct) == f"{run_name(rebuilt)}-s7"
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {C.ANNOTATION_SEED_GROUP: "smoke-0123abcd"},  # the group's name alone, by hand
+        {C.ANNOTATION_SEED_GROUP_SEEDS: "7,8"},  # the seeds alone
+        {C.ANNOTATION_SEED_GROUP: "smoke-0123abcd", C.ANNOTATION_SEED_GROUP_SEEDS: "7;8"},
+        {C.ANNOTATION_SEED_GROUP: "smoke-0123abcd", C.ANNOTATION_SEED_GROUP_SEEDS: "8,9"},  # not this run's seed
+        {C.ANNOTATION_SEED_GROUP: "smoke-0123abcd", C.ANNOTATION_SEED_GROUP_SEEDS: "7,8"},  # another group's name
+    ],
+)
+def test_hand_written_seed_group_annotations_are_refused(annotations: dict) -> None:
+    doc = yaml.safe_load(_smoke_with(seed=7))
+    doc["metadata"]["annotations"] = annotations
+    with pytest.raises(SpecError) as info:
+        parse_spec_text(yaml.safe_dump(doc), file="pinned.yaml")
+    assert all(p.path.startswith("metadata.annotations") for p in info.value.problems), info.value
