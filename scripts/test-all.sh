@@ -50,16 +50,16 @@ scripts/ci/images-setup.sh
 # The vLLM servers run on the project venv's python (vLLM's CPU build beside veRL, `make install`).
 export LONGHAUL_VLLM_PYTHON="$PWD/$VENV/bin/python"
 phase "services and tools (Slurm, k8s, chromium, podman)"
+# Lint while the build finishes (seconds of CPU; the build is on the critical path, lint need not be).
+log "lint: ruff (check, format)"
+ruff check pipelines tests scripts benchmarks operator
+ruff format --check pipelines tests scripts benchmarks operator
+phase "lint"
 log "tiny local models: waiting for the build"
 tiny_rc=0; wait "$tiny_pid" || tiny_rc=$?
 cat ci-artifacts/tiny-build.log
 if (( tiny_rc != 0 )); then echo "longhaul tiny build failed (exit $tiny_rc)" >&2; exit "$tiny_rc"; fi
 phase "tiny models (the rest of the build)"
-
-log "lint: ruff (check, format)"
-ruff check pipelines tests scripts benchmarks operator
-ruff format --check pipelines tests scripts benchmarks operator
-phase "lint"
 
 # The browser tests' screenshots (MLflow's compare page, an episode's trace) are kept here as CI artefacts.
 export LONGHAUL_BROWSER_SHOTS="${LONGHAUL_BROWSER_SHOTS:-$PWD/ci-artifacts/screenshots}"
