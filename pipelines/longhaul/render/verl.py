@@ -33,7 +33,7 @@ def _b(v: bool) -> str:
     return "true" if v else "false"
 
 
-def _q(s: str) -> str:
+def hydra_quote(s: str) -> str:
     """Quote a string value for Hydra's override grammar: single quotes, a quote escaped with a backslash, and
     backslashes doubled only where Hydra reads them as escapes (before a quote, at the end); Hydra keeps every
     other backslash as it is (a chat template's `'\\n'` must reach veRL unchanged). An interpolation's `${` is
@@ -43,6 +43,9 @@ def _q(s: str) -> str:
     body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", s)
     body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
     return "'" + body + "'"
+
+
+_q = hydra_quote
 
 
 def policy_model_path(exp: Experiment, paths: Paths) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from longhaul.layout import Paths
+from longhaul.render.verl import hydra_quote as _q
 from longhaul.spec.models import Experiment
 from longhaul.spec.naming import run_name
 
@@ -34,11 +35,6 @@ DATASET_CLS_NAME = "RenderTwiceDiffDataset"
 class SFTStep:
     name: str
     argv: tuple[str, ...]
-
-
-def _q(s: str) -> str:
-    """Quote a string for Hydra's override grammar."""
-    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def base_model(exp: Experiment) -> str:
