@@ -277,26 +277,16 @@ def read_json_records(path: str | Path, limits: Limits, *, expected: str = "one 
 def read_json(path: str | Path, limits: Limits, *, expected: str = "a JSON object") -> Any:
     """The one JSON value of a regular file within `limits` (size, nesting); `InputError` names the file, the line
     and what was expected. OSError (missing file, a directory, permissions) propagates for the caller to word."""
-    text = read_text(path, limits)
+    return _loads(read_text(path, limits), path, None, limits, expected)
+
+
+def _loads(text: str, path: str | Path, lineno: int | None, limits: Limits, expected: str) -> Any:
+    """`text` (line `lineno` of a JSONL file, or a whole file: None) parsed and held to `limits`."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(str(path), exc.lineno, "", f"not JSON ({exc.msg})", hint=f"expected {expected}") from None
-    except RecursionError:
-        raise _too_deep_json(path, None, limits) from None
-    except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
-        raise InputError(
-            str(path), None, "", f"not JSON a reader can take ({exc})", hint=f"expected {expected}"
-        ) from None
-    check_data(value, str(path), limits)
-    return value
-
-
-def _loads(text: str, path: str | Path, lineno: int, limits: Limits, expected: str) -> Any:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(str(path), lineno, "", f"not JSON ({exc.msg})", hint=f"expected {expected}") from None
+        at = exc.lineno if lineno is None else lineno
+        raise InputError(str(path), at, "", f"not JSON ({exc.msg})", hint=f"expected {expected}") from None
     except RecursionError:
         raise _too_deep_json(path, lineno, limits) from None
     except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit

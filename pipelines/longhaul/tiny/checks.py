@@ -15,6 +15,7 @@ from typing import Any
 from longhaul.tiny.gold import parse_tool_calls
 from longhaul.tiny.simulator import judge_simulator_replies
 from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END
+from longhaul.tiny.warmstart import encode_prefix, shared_prefix
 
 #: Sampling temperature the decision probabilities are read at: the demo's rollout temperature
 #: (specs/demo.yaml `policy.rollout.train.temperature`; a unit test keeps the two equal).
@@ -86,11 +87,8 @@ class PrefixCache:
     """
 
     def __init__(self, model: Any, prefix_ids: list[int]) -> None:
-        import torch
-
         self.ids = list(prefix_ids)
-        with torch.no_grad():
-            self.cache = model.model(input_ids=torch.tensor([self.ids]), use_cache=True).past_key_values
+        self.cache = encode_prefix(model, self.ids)
 
     def covers(self, ids: list[int]) -> bool:
         return len(ids) > len(self.ids) and ids[: len(self.ids)] == self.ids
@@ -119,19 +117,6 @@ class PrefixCache:
                 logits_to_keep=1,
             )
             return out.logits[0, -1]
-
-
-def shared_prefix(sequences: list[list[int]]) -> list[int]:
-    """The longest token prefix every sequence starts with, one token short of the shortest (so each keeps a
-    token to run)."""
-    first = sequences[0]
-    n = min(len(s) for s in sequences) - 1
-    for s in sequences[1:]:
-        i = 0
-        while i < n and s[i] == first[i]:
-            i += 1
-        n = i
-    return first[: max(0, n)]
 
 
 def tool_call_probability(model: Any, tokenizer: Any, ids: list[int], prefix: PrefixCache, temperature: float) -> float:

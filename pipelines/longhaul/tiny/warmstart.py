@@ -30,16 +30,23 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
-def common_prefix_len(examples: Sequence[SupervisedExample]) -> int:
-    """Length of the token prefix shared by every example (the system prompt: policy text + tool schemas)."""
-    first = examples[0].input_ids
-    n = min(len(e.input_ids) for e in examples)
-    for e in examples[1:]:
+def shared_prefix(sequences: Sequence[Sequence[int]]) -> list[int]:
+    """The longest token prefix every sequence starts with, one token short of the shortest (so each keeps a
+    token to run)."""
+    first = sequences[0]
+    n = min(len(s) for s in sequences) - 1
+    for s in sequences[1:]:
         i = 0
-        while i < n and e.input_ids[i] == first[i]:
+        while i < n and s[i] == first[i]:
             i += 1
         n = i
-    # Keep at least one token per example after the prefix, and never a label inside the prefix.
+    return list(first[: max(0, n)])
+
+
+def common_prefix_len(examples: Sequence[SupervisedExample]) -> int:
+    """Length of the token prefix shared by every example (the system prompt: policy text + tool schemas)."""
+    n = len(shared_prefix([e.input_ids for e in examples]))
+    # Never a label inside the prefix.
     first_label = min(e.spans[0][0] for e in examples)
     return max(0, min(n, first_label - 1))
 

@@ -103,8 +103,9 @@ def test_prefix_cache_gives_the_full_forward_results():
     """Reading the decision from a cached system prompt equals running the whole prompt (a random tiny model)."""
     import torch
 
-    from longhaul.tiny.checks import PrefixCache, shared_prefix
+    from longhaul.tiny.checks import PrefixCache
     from longhaul.tiny.models import POLICY_ARCH, build_model
+    from longhaul.tiny.warmstart import shared_prefix
 
     model = build_model(POLICY_ARCH, vocab_size=128, eos_token_id=1, pad_token_id=0, seed=3).eval()
     gen = torch.Generator().manual_seed(0)
