@@ -76,3 +76,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under `--dist loadgroup`: order the lanes heaviest first (stable: a file keeps its order)."""
     if _lanes_on(config):
         items.sort(key=_rank)
+
+
+#: Seconds of test time (setup, call, teardown) per (worker, lane), collected on the controller: where the
+#: critical path is. Printed under --dist loadgroup (CI's run).
+_BUSY: dict[tuple[str, str], float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    node = getattr(report, "node", None)  # xdist's WorkerController, on the controller only
+    if node is None:
+        return
+    worker = node.gateway.id
+    lane = _where(report.nodeid.split("::", 1)[0].removeprefix("tests/"))[1]
+    if lane not in {name for _, name in SCHEDULE}:  # a file of its own: counted under its folder
+        lane = "/".join(lane.split("/")[:2]).removesuffix(".py")
+    key = (worker, lane)
+    _BUSY[key] = _BUSY.get(key, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
+    """Each worker's busy seconds by lane: the longest worker is the test phase's critical path."""
+    if not _BUSY:
+        return
+    tr = terminalreporter
+    tr.section("busy seconds per worker and lane")
+    for worker in sorted({w for w, _ in _BUSY}):
+        lanes = sorted(((s, lane) for (w, lane), s in _BUSY.items() if w == worker), reverse=True)
+        total = sum(s for s, _ in lanes)
+        tr.write_line(f"{worker}: {total:7.0f} s  " + ", ".join(f"{lane} {s:.0f}" for s, lane in lanes))
