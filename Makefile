@@ -116,6 +116,13 @@ bench: install tiny ## Run the benchmarks (ratios measured side by side); instal
 	scripts/ci/k8s-tools.sh
 	for b in benchmarks/*.py; do [ "$$b" = benchmarks/bench_learning.py ] && continue; echo "== $$b"; $(VPY) $$b; done
 
+GPU_CHECK_OUT = $(or $(OUT),build/gpu-check)
+
+.PHONY: gpu-check-bundle
+gpu-check-bundle: install ## Bundle of the one-GPU memory-plan check for a GPU machine: make gpu-check-bundle OUT=build/gpu-check
+	$(VPY) scripts/gpu_check/prepare.py --out "$(GPU_CHECK_OUT)"
+	@echo "then: copy $(GPU_CHECK_OUT) to a GPU machine and run python3 $(notdir $(GPU_CHECK_OUT))/check.py (see its docstring)"
+
 .PHONY: bench-learning
 bench-learning: install tiny ## Does the demo learn? specs/demo.yaml with 3 training seeds (about an hour on 2 cores)
 	$(VPY) benchmarks/bench_learning.py

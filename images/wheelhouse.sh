@@ -40,10 +40,10 @@ fi
 "$PY" -m pip wheel --quiet --wheel-dir "$OUT" -c "$SDIR/constraints.txt" -r "$work/requirements.txt"
 
 # flash-attn is source-only on PyPI and its build imports torch and CUDA: it cannot come from `pip wheel`
-# above. Bring a prebuilt wheel matching CUDA x torch x Python x cxx11abi (FLASH_ATTN_WHEEL=path), or build
-# one on a GPU builder with the CUDA toolkit (the devel base image) and torch from this wheelhouse:
-#   python3 -m venv /tmp/fa && /tmp/fa/bin/pip install --no-index --find-links OUT torch packaging ninja
-#   MAX_JOBS=8 /tmp/fa/bin/pip wheel --no-deps --no-build-isolation -w OUT flash-attn==VERSION
+# above. Build it with images/flash-attn-wheel.sh STACK in the stack's builder image (CUDA toolkit, torch from
+# this wheelhouse, pinned build dependencies, --no-build-isolation; step by step in images/README.md, section
+# "flash-attn wheel"), then rerun this script with FLASH_ATTN_WHEEL=build/flash-attn/STACK/flash_attn-*.whl.
+# A prebuilt wheel for exactly the stack's CUDA x torch x Python x cxx11abi works too (FLASH_ATTN_WHEEL=path).
 fa=$(grep -E '^[[:space:]]*flash-attn==' "$SDIR/requirements.txt" | sed -E 's/.*==//' || true)
 if [ -n "$fa" ]; then
   if [ -n "${FLASH_ATTN_WHEEL:-}" ]; then
