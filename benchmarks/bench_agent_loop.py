@@ -134,7 +134,7 @@ def stub_tools(observations):
     from verl.tools.base_tool import BaseTool
     from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-    from longhaul.envs.runner import tool_schemas
+    from longhaul.envs.prompt import tool_schemas
 
     class StubTool(BaseTool):
         async def execute(self, instance_id, parameters, **kwargs):
@@ -148,7 +148,7 @@ def build(entry, cfg, server, tokenizer, tools):
     import hydra
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 
-    from longhaul.envs.runner import tool_schemas
+    from longhaul.envs.prompt import tool_schemas
 
     loop = hydra.utils.instantiate(
         config=entry,
@@ -170,7 +170,8 @@ def build(entry, cfg, server, tokenizer, tools):
 
 def rows(n: int, step: int = 1):
     from longhaul.envs.airline.env import AirlineEnv
-    from longhaul.envs.runner import EpisodeLimits, build_initial_messages
+    from longhaul.envs.limits import EpisodeLimits
+    from longhaul.envs.prompt import build_initial_messages
 
     raw = build_initial_messages(AirlineEnv().policy_text, EpisodeLimits().date_line, OPENING)
     return [

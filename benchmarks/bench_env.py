@@ -142,7 +142,9 @@ def bench_concurrency(episodes: int, latency: float) -> dict:
     from longhaul.clients.user_simulator import OpenAIUserSimulator
     from longhaul.envs.airline.env import AirlineEnv
     from longhaul.envs.airline.tasks import base_db, load_tasks
-    from longhaul.envs.runner import EpisodeLimits, run_episode, tool_schemas
+    from longhaul.envs.limits import EpisodeLimits
+    from longhaul.envs.prompt import tool_schemas
+    from longhaul.envs.runner import run_episode
 
     base_db()
     tool_schemas()
@@ -216,7 +218,9 @@ def bench_in_process(episodes: int, latency: float) -> dict:
     from longhaul.clients.user_simulator import build_user_messages
     from longhaul.envs.airline.env import AirlineEnv
     from longhaul.envs.airline.tasks import load_tasks
-    from longhaul.envs.runner import EpisodeLimits, ParsedCall, PolicyTurn, run_episode
+    from longhaul.envs.limits import EpisodeLimits
+    from longhaul.envs.protocols import ParsedCall, PolicyTurn
+    from longhaul.envs.runner import run_episode
     from support.airline_scripts import ScriptedUser, gold_policy
 
     scripted_user = ScriptedUser()

@@ -1,4 +1,4 @@
-"""Calibration of `longhaul compare`'s verdicts, measured through `longhaul.tracking.study.build_statistics` on
+"""Calibration of `longhaul compare`'s verdicts, measured through `longhaul.analysis.study.build_statistics` on
 simulated studies with a known truth (tests/support/compare_sim.py says how they are drawn). Prints, per layout:
 
 - null studies (`logit` generator, τ²-airline-like: pass^1 ≈ 0.175, flip rate ≈ 0.16; a whole-seed shift of

@@ -84,6 +84,10 @@ ENV_SUPERVISED_BY = "LONGHAUL_SUPERVISED_BY"
 #: Set beside it: the name of the launcher's child a process descends from (`simulator`, `grpo`, …), so that
 #: stopping one child also stops what it started in sessions of its own (Ray's agents, vLLM's resource tracker).
 ENV_SUPERVISED_ROLE = "LONGHAUL_SUPERVISED_ROLE"
+#: Seconds a trainer's process waits for the user simulator to serve before its first episode: the launcher
+#: starts the trainer while the simulator is still loading and sets this to the simulator's start-up budget
+#: (`longhaul.clients.ready`).
+ENV_SERVER_WAIT_S = "LONGHAUL_SERVER_WAIT_S"
 #: Multi-node Kubernetes (JobSet): node count, this pod's rank and the Ray head's address.
 ENV_NODES = "LONGHAUL_NODES"
 ENV_NODE_RANK = "LONGHAUL_NODE_RANK"

@@ -1,6 +1,9 @@
 """Atomic file writes (I/O): a temporary file in the same directory, fsync, then rename, so readers never see half
 a file and a failed write (a full disk) leaves the previous file as it was.
 
+`atomic_write_bytes` / `_text` / `_json` write what is in memory; `atomic_output` hands a writer that needs a file
+name of its own (pyarrow, a JSONL appended to while episodes run) the temporary file, and publishes it the same way.
+
 A leaf module below every layer: the launcher, the checkpoint tools, the submit adapters and the CLI all write
 files that others read while they change.
 """
@@ -10,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,28 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, mode: int = PRIVATE) ->
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+@contextmanager
+def atomic_output(path: str | Path, *, mode: int = PRIVATE) -> Iterator[Path]:
+    """A new, empty temporary file next to `path` (a file of `mode` less the umask; parent directories are created)
+    for the `with` block to write by name; when the block ends it is flushed to disk and renamed onto `path`, when
+    the block raises it is removed and `path` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_temp(path, mode)
+    os.close(fd)
+    try:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_text(path: str | Path, text: str, *, mode: int = PRIVATE) -> Path:

@@ -9,8 +9,11 @@ submit adapters all take their paths from here:
               merged/global_step_<N>/      a checkpoint merged into a servable model (evaluation)
               data/  config/  eval/  logs/  rollouts/
               sft/                         the SFT stage (`SFTPaths`); its exported model is the GRPO start
+              mlflow.db  mlartifacts/      the local backend's MLflow store and its artefacts
+              mlflow_run.json  mlflow_run_id   the run's MLflow run (`longhaul.tracking.runs`)
               .longhaul/stages/<stage>.done   stages the launcher finished (skipped on a restart)
               .longhaul/plan.json, launcher.lock, exit.json
+              .longhaul/mlflow-relay/      the MLflow relay's buffer store, outbox and state (`RelayPaths`)
 
 A run directory is `<root>/<run name>` (`default_run_dir`): the root comes from the spec's backend section and
 the name from the spec, so this module sits just above the spec; it imports nothing of longhaul but the spec and
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from longhaul import constants as C
-from longhaul.spec.models import LocalSpec
+from longhaul.spec.backends import LocalSpec
 from longhaul.spec.naming import run_name
 
 if TYPE_CHECKING:
@@ -66,6 +69,27 @@ AGENT_LOOP_FILE = "agent_loops.yaml"
 TOOL_CONFIG_FILE = "tools.yaml"
 #: The SFT stage's exported Hugging Face model, relative to the run directory: the GRPO stage's initial policy.
 SFT_MODEL_SUBDIR = f"{SFT_SUBDIR}/model"
+#: A `longhaul eval` output directory holds the same two files as `Paths.eval_step_dir`, and the trajectories.
+EVAL_TRAJECTORIES_FILE = "trajectories.jsonl"
+#: The rollout traces of training step N: `<rollouts_dir>/step_<N>/<pid>.jsonl`, validation ones under
+#: `val_step_<N>` (written by `longhaul.agentloop.traces`, read back by `longhaul.tracking.traces`).
+ROLLOUT_STEP_PREFIX = "step_"
+ROLLOUT_VALIDATION_PREFIX = "val_"
+#: The embedded MLflow store (`sqlite:///<dir>/mlflow.db`) of a local run (of a seed group: in the group's
+#: directory), and beside it the artefacts of the experiments longhaul creates in it (`longhaul.tracking.config`).
+MLFLOW_STORE_FILE = "mlflow.db"
+MLFLOW_ARTIFACTS_SUBDIR = "mlartifacts"
+#: The run's MLflow run as JSON (`longhaul.tracking.runs.TrackedRun`), and its bare id (written too; the only
+#: record of runs from before the JSON one).
+MLFLOW_RUN_FILE = "mlflow_run.json"
+MLFLOW_RUN_ID_FILE = "mlflow_run_id"
+#: The MLflow relay of a run whose tracking URI is a server (`longhaul.tracking.relay`): its buffer store, its
+#: outbox of longhaul's own operations, its forwarding state and the artefacts of its mirror runs.
+RELAY_DIR = f"{STATE_DIR}/mlflow-relay"
+RELAY_BUFFER_DB = "buffer.db"
+RELAY_STATE_FILE = "state.json"
+RELAY_OUTBOX_SUBDIR = "outbox"
+RELAY_ARTIFACTS_SUBDIR = "artifacts"
 
 
 def _clean(run_dir: str) -> str:
@@ -125,6 +149,21 @@ class Paths:
     def sft(self) -> SFTPaths:
         return SFTPaths.under(self)
 
+    @property
+    def mlflow_run_file(self) -> str:
+        """The run's MLflow run (`TrackedRun` as JSON): a restarted job resumes into it."""
+        return f"{self.run_dir}/{MLFLOW_RUN_FILE}"
+
+    @property
+    def mlflow_run_id_file(self) -> str:
+        """The bare MLflow run id (read when `mlflow_run_file` is missing: runs from before it existed)."""
+        return f"{self.run_dir}/{MLFLOW_RUN_ID_FILE}"
+
+    @property
+    def relay(self) -> RelayPaths:
+        """The files of the run's MLflow relay."""
+        return RelayPaths.under(self)
+
 
 @dataclass(frozen=True)
 class SFTPaths:
@@ -152,6 +191,40 @@ class SFTPaths:
             checkpoints=f"{sft}/checkpoints",
             model=f"{run_dir}/{SFT_MODEL_SUBDIR}",
         )
+
+
+@dataclass(frozen=True)
+class RelayPaths:
+    """Files of a run's MLflow relay, all under `<run_dir>/.longhaul/mlflow-relay`."""
+
+    relay_dir: str
+    buffer_db: str
+    state_file: str
+    outbox_dir: str
+    artifacts_dir: str
+
+    @classmethod
+    def under(cls, paths: Paths) -> RelayPaths:
+        """From the run's `Paths`."""
+        d = f"{_clean(paths.run_dir)}/{RELAY_DIR}"
+        return cls(
+            relay_dir=d,
+            buffer_db=f"{d}/{RELAY_BUFFER_DB}",
+            state_file=f"{d}/{RELAY_STATE_FILE}",
+            outbox_dir=f"{d}/{RELAY_OUTBOX_SUBDIR}",
+            artifacts_dir=f"{d}/{RELAY_ARTIFACTS_SUBDIR}",
+        )
+
+
+def rollout_step_name(step: int | str, *, validation: bool = False) -> str:
+    """The directory of one step's rollout traces under the rollouts directory: `step_<N>` (`val_step_<N>`)."""
+    return f"{ROLLOUT_VALIDATION_PREFIX if validation else ''}{ROLLOUT_STEP_PREFIX}{step}"
+
+
+def rollout_step_of(name: str) -> int | None:
+    """The training step of a rollout-trace directory named `step_<N>`; None for any other name (validation)."""
+    digits = name[len(ROLLOUT_STEP_PREFIX) :] if name.startswith(ROLLOUT_STEP_PREFIX) else ""
+    return int(digits) if digits.isdigit() else None
 
 
 def run_dir_under(root: str, name: str) -> str:

@@ -30,7 +30,8 @@ from longhaul.clients.openai_compat import ChatClient, FaultKind, RetryPolicy
 from longhaul.clients.policy import OpenAIPolicy
 from longhaul.clients.user_simulator import OpenAIUserSimulator
 from longhaul.envs.airline.splits import Split
-from longhaul.envs.runner import EpisodeLimits, PolicyEndpointError
+from longhaul.envs.limits import EpisodeLimits
+from longhaul.envs.protocols import PolicyEndpointError
 from longhaul.eval.evaluate import EvalPlan, evaluate
 from longhaul.eval.metrics import TrialRecord, compute_summary
 from support.airline_scripts import ScriptedUser, gold_plan

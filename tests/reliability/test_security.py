@@ -57,8 +57,9 @@ from longhaul.render import BACKENDS, _yaml_docs, render
 from longhaul.render.kubernetes import launcher_argv, render_kubernetes
 from longhaul.render.slurm import render_slurm, slurm_run_dir
 from longhaul.spec import SpecError, run_name, seed_runs, spec_hash
+from longhaul.spec.backends import ContainerRuntime
 from longhaul.spec.load import build_experiment
-from longhaul.spec.models import ContainerRuntime, Experiment
+from longhaul.spec.models import Experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).with_name("data")

@@ -23,9 +23,10 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from longhaul.analysis import tags as T
+from longhaul.layout import RELAY_DIR, RELAY_STATE_FILE
 from longhaul.spec import load_spec, parse_spec_text
-from longhaul.tracking import tags as T
-from longhaul.tracking.relay import RELAY_DIR, STATE_FILE, start_relay
+from longhaul.tracking.relay import start_relay
 from longhaul.tracking.runs import (
     fetch_eval_runs,
     finish_run,
@@ -229,7 +230,7 @@ def test_server_down_with_a_launcher_restart_loses_nothing(server, tmp_path, rel
     assert any("unavailable" in m for m in said) and any("reachable again" in m for m in said)
 
     # a launcher killed between the server's acknowledgement and saving its progress sends again: no duplicate
-    state_file = run_dir / RELAY_DIR / STATE_FILE
+    state_file = run_dir / RELAY_DIR / RELAY_STATE_FILE
     state = json.loads(state_file.read_text())
     state_file.write_text(json.dumps({**state, "metrics_rowid": 0}))
     resent = start_relay(srv.uri, tracked.run_id, run_dir, say=said.append, **RELAY).close(flush_s=120)

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from longhaul.analysis.study import Arm, SeedEval, build_statistics
 from longhaul.eval import stats
 from longhaul.eval.metrics import TrialRecord
-from longhaul.tracking.study import Arm, SeedEval, build_statistics
 
 M, TAU, SIGMA_B = -2.99, 2.63, 0.5  # pass^1 ≈ 0.175, flip rate ≈ 0.16
 SIGMA_A = 0.3  # whole-seed logit SD ≈ 2.4 points of pass^1 at this baseline

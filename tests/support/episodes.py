@@ -8,7 +8,9 @@ import json
 
 from longhaul.envs.airline.env import AirlineEnv
 from longhaul.envs.airline.tasks import get_task
-from longhaul.envs.runner import EpisodeLimits, ParsedCall, PolicyTurn, run_episode
+from longhaul.envs.limits import EpisodeLimits
+from longhaul.envs.protocols import ParsedCall, PolicyTurn
+from longhaul.envs.runner import run_episode
 
 
 class _Policy:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from longhaul.files import PLAIN, atomic_write_bytes, atomic_write_json, atomic_write_text
+from longhaul.files import PLAIN, atomic_output, atomic_write_bytes, atomic_write_json, atomic_write_text
 
 
 def _mode(path: Path) -> int:
@@ -32,3 +32,33 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
     with pytest.raises(TypeError):
         atomic_write_bytes(target, "not bytes")  # type: ignore[arg-type]  # fails inside the temporary file
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_a_writer_by_name_publishes_the_whole_file_when_its_block_ends(tmp_path: Path) -> None:
+    """`atomic_output`: the writer (pyarrow, a JSONL appended to while episodes run) gets a temporary file of the
+    caller's mode; `path` keeps its old content until the block ends, then has all the new content."""
+    target = atomic_write_text(tmp_path / "out" / "results.jsonl", "old\n", mode=PLAIN)
+    old = os.umask(0o022)
+    try:
+        with atomic_output(target, mode=PLAIN) as tmp:
+            assert tmp.parent == target.parent and tmp.read_text() == "" and _mode(tmp) == 0o644
+            for line in ("a\n", "b\n"):
+                with tmp.open("a", encoding="utf-8") as fh:
+                    fh.write(line)
+                assert target.read_text() == "old\n"
+        private = atomic_output(tmp_path / "new" / "private.bin")
+        with private as tmp:
+            tmp.write_bytes(b"x")
+    finally:
+        os.umask(old)
+    assert target.read_text() == "a\nb\n" and _mode(target) == 0o644
+    assert _mode(tmp_path / "new" / "private.bin") == 0o600
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_a_writer_that_raises_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    target = atomic_write_text(tmp_path / "results.jsonl", "old\n")
+    with pytest.raises(KeyboardInterrupt), atomic_output(target) as tmp:
+        tmp.write_text("half")
+        raise KeyboardInterrupt  # a stop request in the middle of an evaluation
+    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["results.jsonl"]

@@ -112,3 +112,44 @@ def test_the_batch_script_speaks_the_launchers_protocol() -> None:
     assert f"SIG{slurm.CHECKPOINT_SIGNAL}" == protocol.CHECKPOINT_SIGNAL.name
     script = slurm.render_slurm(spec_variant("lata"))
     assert f"--signal=B:{slurm.CHECKPOINT_SIGNAL}@" in script and f'"$rc" -eq {protocol.EXIT_REQUEUE}' in script
+
+
+def test_tracking_takes_its_run_files_from_the_layout() -> None:
+    """The MLflow adapter's files in a run directory (the store, the run record, the relay's files, the rollout
+    traces it reads back) are named in `longhaul.layout` only: no string of `longhaul.tracking`'s code (docstrings
+    aside) spells one of them."""
+    import ast
+
+    names = (
+        layout.MLFLOW_STORE_FILE,
+        layout.MLFLOW_ARTIFACTS_SUBDIR,
+        layout.MLFLOW_RUN_FILE,
+        layout.MLFLOW_RUN_ID_FILE,
+        layout.RELAY_DIR.rsplit("/", 1)[-1],
+        layout.RELAY_BUFFER_DB,
+        layout.RELAY_STATE_FILE,
+        layout.RELAY_OUTBOX_SUBDIR,
+        layout.ROLLOUT_STEP_PREFIX,
+        layout.STATE_DIR,
+    )
+    root = Path(layout.__file__).parent / "tracking"
+    spelled = []
+    for path in sorted(root.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                spelled += [f"{path.name}: {node.value!r}" for name in names if node.value == name]
+    assert not spelled, spelled
+    paths = Paths.under("/runs/r")
+    assert paths.mlflow_run_file == "/runs/r/mlflow_run.json" and paths.relay.state_file == (
+        "/runs/r/.longhaul/mlflow-relay/state.json"
+    )
+    assert layout.rollout_step_name(3) == "step_3" and layout.rollout_step_name(3, validation=True) == "val_step_3"
+    assert [layout.rollout_step_of(n) for n in ("step_3", "val_step_3", "step_x")] == [3, None, None]

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from longhaul import constants as C
-from longhaul.envs.runner import EpisodeLimits
+from longhaul.envs.limits import EpisodeLimits
 from longhaul.rewards.combine import RewardSettings
 
 #: The name rows select with their `agent_name` column (and the default agent loop).

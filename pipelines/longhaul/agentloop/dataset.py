@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from longhaul.agentloop.config import AGENT_LOOP_NAME, render_agent_loop_yaml, render_tool_config_yaml
+from longhaul.files import PLAIN, atomic_output, atomic_write_text
 from longhaul.layout import AGENT_LOOP_FILE, TOOL_CONFIG_FILE, Paths
 from longhaul.spec.models import Experiment
 
@@ -60,19 +61,13 @@ def write_verl_inputs(exp: Experiment, paths: Paths) -> list[Path]:
     written: list[Path] = []
     for name, rows in build_verl_rows(exp).items():
         target = Path(paths.data_file(name))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
-        tmp.replace(target)
+        with atomic_output(target, mode=PLAIN) as tmp:
+            pq.write_table(pa.Table.from_pylist(rows), tmp)
         written.append(target)
     for name, text in (
         (AGENT_LOOP_FILE, render_agent_loop_yaml(exp)),
         (TOOL_CONFIG_FILE, render_tool_config_yaml(exp)),
     ):
-        target = Path(paths.config_dir) / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(target)
+        target = atomic_write_text(Path(paths.config_dir) / name, text, mode=PLAIN)
         written.append(target)
     return written

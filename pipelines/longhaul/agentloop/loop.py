@@ -38,12 +38,12 @@ makes its core validation metric instead of the shaped reward; process, tool-cal
 calls, abort flag), the task id, the termination, `rollout_seed` and veRL's weights-version tags
 (`global_steps`, `min_global_steps`, `max_global_steps`, always integers).
 
-Size: over 400 lines because the hooks of veRL's ToolAgentLoop interface this class implements must sit together.
+The token-level policy is `longhaul.agentloop.policy.VerlTokenPolicy`.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -55,17 +55,19 @@ from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 from verl.utils.profiler import simple_timer
 
 from longhaul.agentloop.context import RolloutContext
+from longhaul.agentloop.policy import VERSION_KEYS, VerlTokenPolicy, render_prompt_tokens, template_messages
 from longhaul.agentloop.traces import build_trace_record, log_trace, rollout_dir_from_env
-from longhaul.envs.hermes import parse_hermes
-from longhaul.envs.runner import (
-    ContextOverflowError,
-    EpisodeLimits,
-    ParsedCall,
-    PolicyEndpointError,
-    PolicyTurn,
-    run_episode,
-)
-from longhaul.envs.trajectory import Termination
+from longhaul.clients.openai_compat import shared_chat_client
+from longhaul.clients.policy import SamplingParams
+from longhaul.clients.ready import wait_from_env, wait_until_serving
+from longhaul.clients.user_simulator import OpenAIUserSimulator
+from longhaul.envs.airline.env import AirlineEnv, ToolAction
+from longhaul.envs.airline.tasks import get_task
+from longhaul.envs.limits import EpisodeLimits
+from longhaul.envs.prompt import tool_schemas
+from longhaul.envs.protocols import ContextOverflowError, PolicyEndpointError
+from longhaul.envs.runner import run_episode
+from longhaul.envs.trajectory import Termination, Trajectory
 from longhaul.rewards.combine import RewardBreakdown, RewardSettings, build_token_rewards
 from longhaul.rewards.prm_lite import build_rule_params, score_trajectory
 
@@ -97,202 +99,18 @@ class LonghaulAgentLoopOutput(AgentLoopOutput):
         return output
 
 
-def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as chat templates expect them: tool-call arguments as objects when they parse."""
-    out = []
-    for m in messages:
-        if m.get("role") == "assistant" and m.get("tool_calls"):
-            m = dict(m)
-            calls = []
-            for c in m["tool_calls"]:
-                fn = dict(c["function"])
-                if isinstance(fn.get("arguments"), str):
-                    try:
-                        parsed = json.loads(fn["arguments"])
-                        if isinstance(parsed, dict):
-                            fn["arguments"] = parsed
-                    except ValueError:
-                        pass
-                calls.append({**c, "function": fn})
-            m["tool_calls"] = calls
-        out.append(m)
-    return out
-
-
-#: Keys of the servers' `extra_fields` that count something per generation (0 for a trajectory without one).
-_COUNT_KEYS = ("num_cached_tokens", "spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
-_SPEC_KEYS = _COUNT_KEYS[1:]
-#: The weights-version tags veRL's v1 trainer reads as integers from every trajectory (`_compute_metrics`).
-VERSION_KEYS = ("global_steps", "min_global_steps", "max_global_steps")
-#: Server `extra_fields` keys seen in this process: a trajectory without a generation carries them too, so every
-#: output of a batch has the same keys.
-_SERVER_KEYS_SEEN: set[str] = set()
-
-
-class VerlTokenPolicy:
-    """A `Policy` over veRL's LLM server manager that keeps veRL's token-level state (ids, mask, log-probs) and
-    what veRL's servers report per generation (`extra_fields`: weights version, cache and spec-decode counts)."""
-
-    def __init__(self, loop: ToolAgentLoop, sampling_params: dict[str, Any], request_id: str) -> None:
-        self.loop = loop
-        self.sampling_params = dict(sampling_params)
-        self.request_id = request_id
-        self.calculate_log_probs = bool(loop.rollout_config.calculate_log_probs)
-        self.token_ids: list[int] | None = None
-        self.prompt_len = 0
-        self.prompt_overflow: str | None = None  # why the first prompt was refused, if it was
-        self.response_mask: list[int] = []
-        self.response_logprobs: list[float] = []
-        self.generations = 0
-        self.extra_fields: dict[str, Any] = {}
-        self._synced = 0  # messages already represented in token_ids (plus the assistant turn just generated)
-        self.metrics: dict[str, Any] = {"generate_sequences": 0.0, "tool_calls": 0.0, "num_preempted": -1}
-
-    def _logprobs_arg(self, incoming: list[float] | None) -> list[float] | None:
-        if self.calculate_log_probs:
-            return self.response_logprobs  # always carried (0.0 on context tokens), even before the first generation
-        return self.response_logprobs if (self.response_logprobs or incoming) else None
-
-    def _record_extra_fields(self, extra: dict[str, Any]) -> None:
-        """veRL's ToolAgentLoop semantics: the first generation's fields as they are, later ones only move
-        `max_global_steps` forward and add up the spec-decode counts."""
-        _SERVER_KEYS_SEEN.update(extra)
-        if self.generations == 0:
-            self.extra_fields.update(extra)
-            return
-        if extra.get("max_global_steps") is not None:
-            self.extra_fields["max_global_steps"] = extra["max_global_steps"]
-        for key in _SPEC_KEYS:
-            if key in extra and key in self.extra_fields:
-                self.extra_fields[key] = int(self.extra_fields[key] or 0) + int(extra[key] or 0)
-
-    async def next_turn(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int
-    ) -> PolicyTurn:
-        loop = self.loop
-        msgs = _template_messages(messages)
-        if self.token_ids is None:
-            # Rendered without veRL's prompt cap: veRL would silently left-truncate a long prompt (cutting the
-            # policy text); the runner ends the episode as context_overflow and the loop fails the trajectory.
-            full = await render_prompt_tokens(loop, msgs, tools)
-            self.token_ids = full[-loop.prompt_length :]
-            self.prompt_len = len(self.token_ids)
-            if len(full) > loop.prompt_length:
-                self.prompt_overflow = f"prompt has {len(full)} tokens; rollout.prompt_length is {loop.prompt_length}"
-                raise ContextOverflowError(self.prompt_overflow)
-        else:
-            previous = msgs[: self._synced + 1]  # up to and including the assistant turn generated last
-            if len(msgs) > len(previous):
-                merge, mask, lps = await loop.ct_merge_context_msg(
-                    previous,
-                    msgs,
-                    self.token_ids,
-                    self.response_mask,
-                    self._logprobs_arg(None),
-                    tools=tools,
-                )
-                self.token_ids = list(merge.token_ids)
-                self.response_mask = list(mask)
-                if lps is not None:
-                    self.response_logprobs = list(lps)
-        self._synced = len(msgs)
-        prompt_tokens = len(self.token_ids)
-
-        params = dict(self.sampling_params)
-        remaining = loop.response_length - len(self.response_mask)
-        params["max_tokens"] = max(1, min(int(max_tokens), remaining))
-        stop = loop.tool_parser.stop_token_ids
-        if stop:
-            params["stop_token_ids"] = list(set((params.get("stop_token_ids") or []) + list(stop)))
-        with simple_timer("generate_sequences", self.metrics):
-            out = await loop.server_manager.generate(
-                request_id=self.request_id,
-                prompt_ids=self.token_ids,
-                sampling_params=params,
-                image_data=None,
-                video_data=None,
-            )
-        if out.num_preempted is not None:
-            self.metrics["num_preempted"] = max(self.metrics["num_preempted"], 0) + out.num_preempted
-        self._record_extra_fields(dict(out.extra_fields or {}))
-        self.generations += 1
-        merge, mask, lps = await loop.ct_merge_assistant_token(
-            self.token_ids,
-            out.token_ids,
-            self.response_mask,
-            self._logprobs_arg(out.log_probs),
-            assistant_logprobs=out.log_probs or None,
-        )
-        self.token_ids = list(merge.token_ids)
-        self.response_mask = list(mask)
-        if lps is not None:
-            self.response_logprobs = list(lps)
-
-        text = loop.tokenizer.decode(out.token_ids, skip_special_tokens=False)
-        for tok in {loop.tokenizer.eos_token, loop.tokenizer.pad_token, "<|im_end|>", "<|endoftext|>"}:
-            if tok:
-                text = text.replace(tok, "")
-        if loop.tool_parser_name == "hermes":
-            content, calls = parse_hermes(text)
-        else:
-            content, fcalls = await loop.tool_parser.extract_tool_calls(out.token_ids, None)
-            calls = []
-            for fc in fcalls:
-                try:
-                    args = json.loads(fc.arguments)
-                    calls.append(
-                        ParsedCall(
-                            fc.name,
-                            args if isinstance(args, dict) else None,
-                            fc.arguments,
-                            None if isinstance(args, dict) else "arguments are not an object",
-                        )
-                    )
-                except ValueError as e:
-                    calls.append(ParsedCall(fc.name, None, fc.arguments, parse_error=str(e)))
-        return PolicyTurn(
-            content=content,
-            tool_calls=calls,
-            completion_tokens=len(out.token_ids),
-            finish_reason=out.stop_reason,
-            prompt_tokens=prompt_tokens,
-        )
-
-    def output_extra_fields(self, ctx: RolloutContext) -> dict[str, Any]:
-        """The server fields for the output, with integer version tags. A trajectory without a generation (or a
-        server that reports no version) gets the version its step runs with (`RolloutContext.weights_version_floor`)
-        and the count keys this process's server reports, set to 0."""
-        fields = dict(self.extra_fields)
-        if self.generations == 0:
-            for key in _SERVER_KEYS_SEEN - set(VERSION_KEYS):
-                fields.setdefault(key, 0 if key in _COUNT_KEYS else None)
-        floor = ctx.weights_version_floor()
-        lo = fields.get("min_global_steps", fields.get("global_steps"))
-        hi = fields.get("max_global_steps", fields.get("global_steps"))
-        lo = floor if lo is None else int(lo)
-        hi = lo if hi is None else int(hi)
-        fields.update(
-            global_steps=hi if fields.get("global_steps") is None else int(fields["global_steps"]),
-            min_global_steps=lo,
-            max_global_steps=max(lo, hi),
-        )
-        return fields
-
-
 class _TimedTools:
     """The episode's environment, with the time spent executing tool calls added to veRL's `tool_calls` metric
     (the runner executes them; veRL's ToolAgentLoop times its own the same way)."""
 
     def __init__(self, env: Any, metrics: dict[str, Any]) -> None:
-        from longhaul.envs.airline.env import ToolAction
-
-        self._env, self._metrics, self._tool_action = env, metrics, ToolAction
+        self._env, self._metrics = env, metrics
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._env, name)
 
     def step(self, action: Any) -> Any:
-        if not isinstance(action, self._tool_action):
+        if not isinstance(action, ToolAction):
             return self._env.step(action)
         with simple_timer("tool_calls", self._metrics):
             return self._env.step(action)
@@ -310,14 +128,6 @@ class _FailingUser:
                 return await self._user.reply(task, conversation)
         except (PolicyEndpointError, ContextOverflowError) as exc:
             raise TrajectoryFailed("user_simulator_error", f"{type(exc).__name__}: {exc}") from exc
-
-
-async def render_prompt_tokens(
-    loop: ToolAgentLoop, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-) -> list[int]:
-    """System prompt + tools + first user message as veRL's continuous-token builder renders them (uncapped)."""
-    builder = loop.continuous_token_builder
-    return list(await loop.loop.run_in_executor(None, lambda: builder.build_initial_tokens(messages, tools=tools)))
 
 
 def task_id_from_row(row: Mapping[str, Any]) -> str:
@@ -339,6 +149,16 @@ def _plain(x: Any) -> Any:
     return x
 
 
+def _failure(traj: Trajectory, policy: VerlTokenPolicy) -> TrajectoryFailed | None:
+    """Why a finished episode cannot be graded on its merits: an endpoint the harness lost, or a first prompt over
+    `rollout.prompt_length`; None for every other ending (graded, and it trains)."""
+    if traj.termination == Termination.ENDPOINT_ERROR:  # the harness ended it, not the agent: never trains
+        return TrajectoryFailed("endpoint_error", str(traj.metadata.get("endpoint_error", "")))
+    if policy.prompt_overflow is not None or traj.termination == Termination.CONTEXT_OVERFLOW:
+        return TrajectoryFailed("prompt_over_budget", policy.prompt_overflow or "the first prompt is over budget")
+    return None
+
+
 class LonghaulAirlineAgentLoop(ToolAgentLoop):
     """τ² airline episodes inside veRL rollouts (module docstring). Constructed by veRL from the
     `agent_loop_config_path` entry rendered by `longhaul.agentloop.config.render_agent_loop_yaml`."""
@@ -356,24 +176,16 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
 
     # Overridable factories (tests replace them with scripted stand-ins).
     def make_env(self) -> Any:
-        from longhaul.envs.airline.env import AirlineEnv
-
+        """A fresh airline environment for one episode."""
         return AirlineEnv()
 
     def make_task(self, task_id: str) -> Any:
-        from longhaul.envs.airline.tasks import get_task
-
+        """The τ² airline task of a dataset row."""
         return get_task(task_id)
 
     def make_user_simulator(self, row: Mapping[str, Any], seed: int) -> Any:
         """The LLM user simulator for one trajectory, sampling with `seed`, over the worker's shared HTTP client
         (one per process and event loop: building pools per trajectory blocked the worker's loop)."""
-        import os
-
-        from longhaul.clients.openai_compat import shared_chat_client
-        from longhaul.clients.policy import SamplingParams
-        from longhaul.clients.user_simulator import OpenAIUserSimulator
-
         s = self.user_settings
         key = os.environ.get(s["api_key_env"]) if s.get("api_key_env") else None
         client = shared_chat_client(
@@ -381,11 +193,20 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
         )
         return OpenAIUserSimulator(client, SamplingParams(s["temperature"], s["top_p"], s["max_tokens"]), seed=seed)
 
+    async def await_simulator(self) -> None:
+        """Wait until the user simulator serves: the launcher starts the trainer while the simulator still loads
+        (`longhaul.clients.ready`; once per process, no wait outside a launch)."""
+        s = self.user_settings
+        key = os.environ.get(s["api_key_env"]) if s.get("api_key_env") else None
+        await wait_until_serving(s["base_url"], wait_from_env(), api_key=key)
+
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
+        """One trajectory of a dataset row (module docstring): run the episode, fail it or reward it, trace it."""
         started = time.perf_counter()
         ctx = RolloutContext.from_row(kwargs)
         task = self.make_task(task_id_from_row(kwargs))
         request_id = self._make_request_id(priority, self.rollout_config.full_determinism)
+        await self.await_simulator()
         policy = VerlTokenPolicy(self, sampling_params, request_id)
         timing: dict[str, float] = {}
         user = _FailingUser(self.make_user_simulator(kwargs, ctx.seed), timing)
@@ -409,12 +230,7 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
                 )
                 await log_trace(trace_root, ctx, record, failed=True)
             raise
-        if traj.termination == Termination.ENDPOINT_ERROR:  # the harness ended it, not the agent: never trains
-            failed = TrajectoryFailed("endpoint_error", str(traj.metadata.get("endpoint_error", "")))
-        elif policy.prompt_overflow is not None or traj.termination == Termination.CONTEXT_OVERFLOW:
-            failed = TrajectoryFailed("prompt_over_budget", policy.prompt_overflow or "the first prompt is over budget")
-        else:
-            failed = None
+        failed = _failure(traj, policy)
         if failed is not None:
             if trace_root:
                 # `trajectory` stays null for a failure (readers such as `longhaul explain` skip it: it never
@@ -432,9 +248,7 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
         if policy.token_ids is None:
             # The episode ended before the first generation (the user's opening message said ###STOP###): a
             # legitimate, graded ending. veRL still needs a prompt; the response is one masked pad token.
-            from longhaul.envs.runner import tool_schemas
-
-            full = await render_prompt_tokens(self, _template_messages(traj.messages[:2]), tool_schemas())
+            full = await render_prompt_tokens(self, template_messages(traj.messages[:2]), tool_schemas())
             policy.token_ids = full[-self.prompt_length :]
             policy.prompt_len = len(policy.token_ids)
         output, reward = self.build_output(traj, policy, ctx)
@@ -444,30 +258,40 @@ class LonghaulAirlineAgentLoop(ToolAgentLoop):
                 tool_calls=policy.metrics["tool_calls"],
                 total=time.perf_counter() - started,
             )
-            record = build_trace_record(
-                ctx,
-                traj.to_dict(),
-                task_id=traj.task_id,
-                termination=str(traj.termination),
-                reward={
-                    "score": reward.score,
-                    "outcome": reward.outcome,
-                    "process": reward.process,
-                    "weight": reward.weight,
-                    "turn_rewards": list(reward.turn_rewards),
-                    "credit": self.reward_settings.credit,
-                },
-                reward_extra_info=output.extra_fields["reward_extra_info"],
-                tokens={
-                    "prompt": len(output.prompt_ids),
-                    "response": len(output.response_ids),
-                    "generated": int(sum(output.response_mask)),
-                },
-                weights_version={k: output.extra_fields[k] for k in VERSION_KEYS},
-                timing={k: round(v, 6) for k, v in timing.items()},
-            )
-            await log_trace(trace_root, ctx, record)
+            await log_trace(trace_root, ctx, self._trace_record(ctx, traj, output, reward, timing))
         return output
+
+    def _trace_record(
+        self,
+        ctx: RolloutContext,
+        traj: Trajectory,
+        output: LonghaulAgentLoopOutput,
+        reward: RewardBreakdown,
+        timing: dict[str, float],
+    ) -> dict[str, Any]:
+        """The trace line of a trajectory that trains: the trajectory, its reward, tokens, weights version, timing."""
+        return build_trace_record(
+            ctx,
+            traj.to_dict(),
+            task_id=traj.task_id,
+            termination=str(traj.termination),
+            reward={
+                "score": reward.score,
+                "outcome": reward.outcome,
+                "process": reward.process,
+                "weight": reward.weight,
+                "turn_rewards": list(reward.turn_rewards),
+                "credit": self.reward_settings.credit,
+            },
+            reward_extra_info=output.extra_fields["reward_extra_info"],
+            tokens={
+                "prompt": len(output.prompt_ids),
+                "response": len(output.response_ids),
+                "generated": int(sum(output.response_mask)),
+            },
+            weights_version={k: output.extra_fields[k] for k in VERSION_KEYS},
+            timing={k: round(v, 6) for k, v in timing.items()},
+        )
 
     def build_output(
         self, traj: Any, policy: VerlTokenPolicy, ctx: RolloutContext

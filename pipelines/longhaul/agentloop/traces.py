@@ -25,6 +25,7 @@ from typing import Any
 
 from longhaul import constants as C
 from longhaul.agentloop.context import RolloutContext
+from longhaul.layout import rollout_step_name
 
 #: Environment variable with the rollout trace directory (set by the launcher; unset: no traces are written).
 ROLLOUT_DIR_ENV = C.ENV_ROLLOUT_DIR
@@ -38,7 +39,7 @@ def rollout_dir_from_env() -> str | None:
 def build_trace_path(root: str | Path, ctx: RolloutContext, pid: int, *, failed: bool = False) -> Path:
     """`<root>/[val_]step_<N>/[failures/]<pid>.jsonl` (pure)."""
     step = "unknown" if ctx.step is None else str(ctx.step)
-    d = Path(root) / f"{'val_' if ctx.validate else ''}step_{step}"
+    d = Path(root) / rollout_step_name(step, validation=ctx.validate)
     if failed:
         d = d / "failures"
     return d / f"{pid}.jsonl"

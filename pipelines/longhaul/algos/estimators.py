@@ -73,8 +73,8 @@ in range, so weights far below a row's largest (< ~1e−38 of it in float32) flu
 Empty masks, single-token responses, singleton groups and very long responses give finite values (empty rows
 are 0). Cost at 256 × 12,288: within 2× of veRL's `grpo` (benchmarks/bench_estimators.py).
 
-Size: over 400 lines because the four estimators share masks and group baselines; most lines are the formulas'
-documentation.
+The run table of the assistant turns is in `longhaul.algos.runs`, Turn-Discount's weights in
+`longhaul.algos.discount`; `discount_weights` and `turn_index` are importable from here too (`__all__`).
 """
 
 from __future__ import annotations
@@ -83,10 +83,25 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
 import torch
 
+from longhaul.algos.discount import discount_weights, token_weight_matrix, turn_weights
+from longhaul.algos.runs import Runs, build_runs, paint, turn_index
 from longhaul.algos.settings import ADVANTAGES, CREDITS, DISCOUNT_UNITS, DISCOUNTED, LENGTH_SCALED
+
+__all__ = [
+    "ADVANTAGES",
+    "CREDITS",
+    "PROCESS_SCALE_FLOOR",
+    "TIE_STD",
+    "TurnCredit",
+    "compute_advantages",
+    "compute_turn_credit",
+    "discount_weights",
+    "group_ids",
+    "group_stats",
+    "turn_index",
+]
 
 #: A group whose trajectory-level rewards have an unbiased std below this (reward units) is a tie: its
 #: trajectory term is 0 rather than float noise divided by ε. Real differences are far larger (a PRM-Lite rule of
@@ -120,175 +135,6 @@ def group_stats(scores: torch.Tensor, gid: torch.Tensor) -> tuple[torch.Tensor, 
     row_mean = torch.where(single, torch.zeros_like(scores), mean[gid])
     row_std = torch.where(single, torch.ones_like(scores), std[gid])
     return row_mean, row_std
-
-
-def turn_index(response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For each token: index of its assistant turn (−1 where the mask is 0); per row: number of turns; per token:
-    position of the first token of its turn (0 where the mask is 0). (Diagnostics and tests.)"""
-    runs = _runs(response_mask)
-    tid = _paint(runs.k.to(torch.float64), runs, response_mask.shape, torch.float64, fill=-1.0).long()
-    start = _paint(runs.start.to(torch.float64), runs, response_mask.shape, torch.float64).long()
-    return tid, runs.n_turns, start
-
-
-class _Runs(NamedTuple):
-    """The assistant turns of a batch as a small table: one entry per run of 1s in the mask, row-major."""
-
-    row: torch.Tensor  # (R,) row of the run
-    k: torch.Tensor  # (R,) index of the run within its row
-    start: torch.Tensor  # (R,) first position
-    end: torch.Tensor  # (R,) last position (inclusive)
-    n_turns: torch.Tensor  # (bs,) runs per row
-    L: torch.Tensor  # (bs,) float64 valid tokens per row
-
-
-def _nonzero_2d(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows, cols) of the True entries of a 2-D bool tensor, row-major. On CPU numpy's flatnonzero is an order
-    of magnitude faster than torch.nonzero for the few-percent-dense transition masks seen here."""
-    if x.device.type == "cpu":
-        flat = torch.from_numpy(np.flatnonzero(x.contiguous().numpy()))
-        w = x.shape[1]
-        return flat // w, flat % w
-    nz = x.nonzero()
-    return nz[:, 0], nz[:, 1]
-
-
-def _runs(mask: torch.Tensor) -> _Runs:
-    """Run table from the mask's 0/1 transitions (one conversion pass, one comparison, one nonzero)."""
-    bs, T = mask.shape
-    dev = mask.device
-    if T == 0:
-        e = torch.zeros(0, dtype=torch.long, device=dev)
-        return _Runs(
-            e, e, e, e, torch.zeros(bs, dtype=torch.long, device=dev), torch.zeros(bs, dtype=torch.float64, device=dev)
-        )
-    m8 = (
-        mask
-        if mask.dtype in (torch.bool, torch.int8, torch.uint8)
-        else (mask != 0).to(torch.int8)
-        if mask.is_floating_point()
-        else mask.to(torch.int8)
-    )
-    r_t, p_t = _nonzero_2d(m8[:, 1:] != m8[:, :-1])  # boundary between p and p+1
-    rising = m8[r_t, p_t + 1] != 0
-    first_on = (m8[:, 0] != 0).nonzero().flatten()
-    last_on = (m8[:, -1] != 0).nonzero().flatten()
-    s_row = torch.cat([first_on, r_t[rising]])
-    s_pos = torch.cat([torch.zeros_like(first_on), p_t[rising] + 1])
-    e_row = torch.cat([r_t[~rising], last_on])
-    e_pos = torch.cat([p_t[~rising], torch.full_like(last_on, T - 1)])
-    s_ord = torch.argsort(s_row * T + s_pos)
-    e_ord = torch.argsort(e_row * T + e_pos)
-    row, start, end = s_row[s_ord], s_pos[s_ord], e_pos[e_ord]
-    n_turns = torch.bincount(row, minlength=bs)
-    first = torch.cumsum(n_turns, 0) - n_turns
-    k = torch.arange(row.shape[0], device=dev) - first[row]
-    L = torch.zeros(bs, dtype=torch.float64, device=dev).index_add_(0, row, (end - start + 1).to(torch.float64))
-    return _Runs(row, k, start, end, n_turns, L)
-
-
-def _paint(
-    values: torch.Tensor, runs: _Runs, shape: tuple[int, int], dtype: torch.dtype, fill: float = 0.0
-) -> torch.Tensor:
-    """Per-run values (R,) spread over their tokens, `fill` elsewhere: one repeat_interleave pass."""
-    bs, T = shape
-    R = runs.row.shape[0]
-    dev = values.device
-    prev_end = torch.full((R,), -1, dtype=torch.long, device=dev)
-    if R > 1:
-        same = runs.row[1:] == runs.row[:-1]
-        prev_end[1:] = torch.where(same, runs.end[:-1], prev_end[1:])
-    last_end = torch.full((bs,), -1, dtype=torch.long, device=dev).scatter_reduce(0, runs.row, runs.end, "amax")
-    n_before = torch.cumsum(runs.n_turns, 0)  # runs in rows <= i
-    idx = torch.arange(R, device=dev)
-    gap_at = 2 * idx + runs.row
-    tail_at = 2 * n_before + torch.arange(bs, device=dev)
-    lengths = torch.empty(2 * R + bs, dtype=torch.long, device=dev)
-    vals = torch.full((2 * R + bs,), fill, dtype=dtype, device=dev)
-    lengths[gap_at] = runs.start - prev_end - 1
-    lengths[gap_at + 1] = runs.end - runs.start + 1
-    vals[gap_at + 1] = values.to(dtype)
-    lengths[tail_at] = T - 1 - last_end
-    if dev.type == "cpu":
-        return torch.from_numpy(np.repeat(vals.numpy(), lengths.numpy())).view(bs, T)
-    return torch.repeat_interleave(vals, lengths, output_size=bs * T).view(bs, T)
-
-
-def _row_logsumexp(x: torch.Tensor, row: torch.Tensor, bs: int) -> torch.Tensor:
-    """log Σ exp(x) per row for a flat (R,) tensor grouped by `row`; −inf for rows without entries."""
-    mx = torch.full((bs,), -math.inf, dtype=torch.float64, device=x.device).scatter_reduce(0, row, x, "amax")
-    safe = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
-    tot = torch.zeros(bs, dtype=torch.float64, device=x.device).index_add_(0, row, torch.exp(x - safe[row]))
-    return torch.log(tot) + safe
-
-
-def _log_geometric(n: torch.Tensor, la: float) -> torch.Tensor:
-    """log Σ_{j<n} α^j for n ≥ 1 (float64, stable for any α > 0)."""
-    n = n.to(torch.float64)
-    if la == 0.0:
-        return torch.log(n)
-    if la > 0:
-        return n * la + torch.log(-torch.expm1(-n * la)) - math.log(math.expm1(la))
-    return torch.log(-torch.expm1(n * la)) - math.log(-math.expm1(la))
-
-
-def _turn_weights(runs: _Runs, la: float) -> torch.Tensor:
-    """Per-run weight ∝ α^(K−1−k), normalised so the mean over the row's valid tokens is 1 (float64, log space)."""
-    K = runs.n_turns.to(torch.float64)[runs.row]
-    n = (runs.end - runs.start + 1).to(torch.float64)
-    logw = (K - 1.0 - runs.k.to(torch.float64)) * la
-    logz = _row_logsumexp(logw + torch.log(n), runs.row, runs.L.shape[0])
-    return torch.exp(logw - logz[runs.row] + torch.log(runs.L[runs.row]))
-
-
-def _token_log_offset(runs: _Runs, la: float) -> torch.Tensor:
-    """Per row c with w_t = exp(c − t·log α) = L·α^(L−1−t) / Σ_valid α^(L−1−s) (float64 log space; 0 for empty
-    rows). The normaliser is a sum of per-run geometric series, so no (bs, T) pass is needed."""
-    L = runs.L
-    mass = (L[runs.row] - 1.0 - runs.end.to(torch.float64)) * la + _log_geometric(runs.end - runs.start + 1, la)
-    logz = _row_logsumexp(mass, runs.row, L.shape[0])
-    c = torch.log(L.clamp(min=1.0)) + (L - 1.0) * la - logz
-    return torch.where(torch.isfinite(c), c, torch.zeros_like(c))
-
-
-#: Per-token weights are materialised as float32 blocks exp(c − t0·log α) · α^−(t−t0): both factors stay inside
-#: float32 range when |log α| · block ≤ this bound (weights below ~1e−38 of the row's largest flush to 0).
-_BLOCK_LOG_RANGE = 40.0
-
-
-def _token_weight_matrix(runs: _Runs, shape: tuple[int, int], la: float, dtype: torch.dtype) -> torch.Tensor:
-    """(bs, T) token-unit weights, exact up to `dtype` rounding; large values only where the mask is 0 and
-    clamped there (callers multiply by a row that is 0 on those positions)."""
-    bs, T = shape
-    dev = runs.L.device
-    c = _token_log_offset(runs, la)
-    B = T if la == 0.0 else max(1, min(T, int(_BLOCK_LOG_RANGE / abs(la))))
-    nb = -(-T // B)
-    t0 = torch.arange(nb, dtype=torch.float64, device=dev) * B
-    if la >= 0:
-        block = (c.unsqueeze(1) - t0.unsqueeze(0) * la).clamp(max=80.0)
-        local = torch.exp(-torch.arange(B, dtype=torch.float64, device=dev) * la)
-    else:  # anchor each block at its last position so both factors stay bounded
-        t1 = t0 + (B - 1)
-        block = (c.unsqueeze(1) - t1.unsqueeze(0) * la).clamp(max=80.0)
-        local = torch.exp((B - 1 - torch.arange(B, dtype=torch.float64, device=dev)) * la)
-    w = torch.exp(block).to(dtype).unsqueeze(2) * local.to(dtype).view(1, 1, B)
-    return w.view(bs, nb * B)[:, :T]
-
-
-def discount_weights(response_mask: torch.Tensor, alpha: float, unit: str) -> torch.Tensor:
-    """Weights ∝ α^(U−1−u) over valid tokens, mean 1 over each row's valid tokens, 0 elsewhere (float64)."""
-    if unit not in DISCOUNT_UNITS:
-        raise ValueError(f"unknown discount unit '{unit}'; valid: {', '.join(DISCOUNT_UNITS)}")
-    if alpha <= 0:
-        raise ValueError(f"alpha must be > 0 (got {alpha})")
-    runs = _runs(response_mask)
-    la = math.log(alpha)
-    shape = tuple(response_mask.shape)
-    if unit == "token":
-        ones = _paint(torch.ones_like(runs.L[runs.row]), runs, shape, torch.float64)
-        return _token_weight_matrix(runs, shape, la, torch.float64) * ones
-    return _paint(_turn_weights(runs, la), runs, shape, torch.float64)
 
 
 def _centre(x: torch.Tensor, key: torch.Tensor, n_keys: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -339,7 +185,7 @@ class TurnCredit(NamedTuple):
 
 
 def _turn_credit(
-    r: torch.Tensor, runs: _Runs, scores: torch.Tensor, gid: torch.Tensor, norm_by_std: bool, epsilon: float
+    r: torch.Tensor, runs: Runs, scores: torch.Tensor, gid: torch.Tensor, norm_by_std: bool, epsilon: float
 ) -> TurnCredit:
     bs = r.shape[0]
     q = r[runs.row, runs.start].to(torch.float64)
@@ -364,7 +210,7 @@ def compute_turn_credit(
 ) -> TurnCredit:
     """The credit="turn" table of a batch: per-turn shares, baselines and advantages before the multipliers
     (diagnostics, `longhaul explain` and tests; `compute_advantages` uses the same computation)."""
-    runs = _runs(response_mask)
+    runs = build_runs(response_mask)
     scores = token_level_rewards.sum(dim=1, dtype=torch.float64)
     bs = token_level_rewards.shape[0]
     gid = group_ids(index, bs, token_level_rewards.device)
@@ -431,7 +277,7 @@ def compute_advantages(
         adv = row.to(out_dtype).unsqueeze(1) * response_mask.to(out_dtype)
         return adv, adv.clone()
 
-    runs = _runs(response_mask)
+    runs = build_runs(response_mask)
     la = math.log(alpha)
     if credit == "turn":
         tc = _turn_credit(token_level_rewards, runs, scores, gid, norm_by_std, epsilon)
@@ -442,8 +288,8 @@ def compute_advantages(
         Lr = runs.L[runs.row].clamp(min=1.0)
         per_run = per_run * (Lr.pow(-length_exponent) if seed_compat else Lr.pow(1.0 - length_exponent))
     if unit == "turn":
-        per_run = per_run * _turn_weights(runs, la)
-    adv = _paint(per_run, runs, shape, out_dtype)
+        per_run = per_run * turn_weights(runs, la)
+    adv = paint(per_run, runs, shape, out_dtype)
     if unit == "token":
-        adv = adv * _token_weight_matrix(runs, shape, la, out_dtype)
+        adv = adv * token_weight_matrix(runs, shape, la, out_dtype)
     return adv, adv.clone()

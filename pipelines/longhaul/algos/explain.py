@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from longhaul.algos.estimators import ADVANTAGES, compute_advantages, compute_turn_credit
+from longhaul.algos.estimators import ADVANTAGES, TurnCredit, compute_advantages, compute_turn_credit
 from longhaul.algos.settings import estimator_name, settings_from_spec
 from longhaul.rewards.combine import RewardSettings, build_token_rewards
-from longhaul.rewards.prm_lite import build_rule_params, score_trajectory
+from longhaul.rewards.prm_lite import PrmLiteResult, build_rule_params, score_trajectory
 
 CHARS_PER_TOKEN = 4
 
@@ -64,67 +64,11 @@ def build_explanation(
 
     items, rows, masks, spans_all = [], [], [], []
     for traj in trajectories:
-        # scored whatever `process` says: the rule hits are shown even when they do not enter the reward
-        prm = score_trajectory(traj, params, seed_compat=reward_settings.seed_compat)
-        grade = traj.get("grade") or {}
-        outcome = 1.0 if grade.get("success") else 0.0
-        reward = reward_settings.combine(outcome, prm)
-        mask, spans = build_token_layout(traj)
-        rows.append(build_token_rewards(reward, mask, credit) if mask else [])
+        item, row, mask, spans = _explain_trajectory(traj, index[len(items)], reward_settings, params)
+        items.append(item)
+        rows.append(row)
         masks.append(mask)
         spans_all.append(spans)
-        steps_by_turn: dict[int, list[dict[str, Any]]] = {}
-        for s in prm.steps:
-            steps_by_turn.setdefault(s.turn, []).append(
-                {
-                    "tool": s.tool,
-                    "score": s.score,
-                    "hits": [{"rule": h.rule, "weight": h.weight, "detail": h.detail} for h in s.hits],
-                }
-            )
-        turns = []
-        for k, t in enumerate(traj["turns"]):
-            turns.append(
-                {
-                    "index": k,
-                    "content": t.get("content") or "",
-                    "to_user": bool(t.get("to_user")),
-                    "tool_calls": [
-                        {
-                            "name": c["name"],
-                            "arguments": c.get("raw_arguments"),
-                            "is_error": bool(c.get("is_error")),
-                            "known_tool": bool(c.get("known_tool", True)),
-                            "parse_error": c.get("parse_error"),
-                        }
-                        for c in t.get("tool_calls") or []
-                    ],
-                    "steps": steps_by_turn.get(k, []),
-                    "process_share": prm.turn_scores[k] if k < len(prm.turn_scores) else 0.0,
-                    "tokens": spans[k][1] - spans[k][0],
-                }
-            )
-        items.append(
-            {
-                "group": index[len(items)],
-                "task_id": traj.get("task_id"),
-                "trial": traj.get("trial"),
-                "termination": traj.get("termination"),
-                "outcome": outcome,
-                "process": prm.process,
-                "process_raw": prm.raw,
-                "mean_step_score": prm.mean_step_score,
-                "process_in_reward": reward_settings.process_on,
-                "reward": reward.score,
-                "trajectory_hits": [
-                    {"rule": h.rule, "weight": h.weight, "detail": h.detail} for h in prm.trajectory_hits
-                ],
-                "unknown_tool_calls": prm.num_unknown_tool_calls,
-                "unparsed_tool_calls": prm.num_unparsed_tool_calls,
-                "turns": turns,
-                "advantages": {},
-            }
-        )
 
     T = max((len(m) for m in masks), default=0)
     if T:
@@ -134,22 +78,7 @@ def build_explanation(
             r[i, : len(row)] = torch.tensor(row)
             m[i, : len(mk)] = torch.tensor(mk)
         if credit == "turn":
-            tc = compute_turn_credit(r, m, index, norm_by_std=bool(alg.norm_adv_by_std))
-            for i, item in enumerate(items):
-                item["credit"] = {
-                    "trajectory_reward": float(tc.outcome[i]),
-                    "trajectory_advantage": float(tc.trajectory_adv[i]),
-                }
-            for j in range(tc.row.shape[0]):
-                i, k = int(tc.row[j]), int(tc.k[j])
-                if k < len(items[i]["turns"]):
-                    items[i]["turns"][k]["credit"] = {
-                        "share": float(tc.share[j]),
-                        "baseline": float(tc.baseline[j]),
-                        "siblings": int(tc.siblings[j]),
-                        "process_advantage": float(tc.process_adv[j]),
-                        "advantage": float(tc.trajectory_adv[i] + tc.process_adv[j]),
-                    }
+            _add_turn_credit(items, compute_turn_credit(r, m, index, norm_by_std=bool(alg.norm_adv_by_std)))
         for adv in ADVANTAGES:
             a, _ = compute_advantages(
                 r,
@@ -164,13 +93,7 @@ def build_explanation(
                 norm_by_std=bool(alg.norm_adv_by_std),
             )
             for i, spans in enumerate(spans_all):
-                per_turn = []
-                for s, e in spans:
-                    seg = a[i, s:e]
-                    per_turn.append(
-                        {"first": float(seg[0]), "last": float(seg[-1]), "mean": float(seg.mean())} if e > s else None
-                    )
-                items[i]["advantages"][adv] = per_turn
+                items[i]["advantages"][adv] = _per_turn_summary(a[i], spans)
     return {
         "estimator": estimator_name(exp),
         "settings": {
@@ -184,3 +107,98 @@ def build_explanation(
         "num_groups": len(set(index)),
         "trajectories": items,
     }
+
+
+def _explain_trajectory(
+    traj: Mapping[str, Any], group: str, reward_settings: RewardSettings, params: Any
+) -> tuple[dict[str, Any], list[float], list[int], list[tuple[int, int]]]:
+    """One trajectory's explanation (its `advantages` filled in later), its token reward row, mask and turn spans."""
+    # scored whatever `process` says: the rule hits are shown even when they do not enter the reward
+    prm = score_trajectory(traj, params, seed_compat=reward_settings.seed_compat)
+    grade = traj.get("grade") or {}
+    outcome = 1.0 if grade.get("success") else 0.0
+    reward = reward_settings.combine(outcome, prm)
+    mask, spans = build_token_layout(traj)
+    row = build_token_rewards(reward, mask, reward_settings.credit) if mask else []
+    item = {
+        "group": group,
+        "task_id": traj.get("task_id"),
+        "trial": traj.get("trial"),
+        "termination": traj.get("termination"),
+        "outcome": outcome,
+        "process": prm.process,
+        "process_raw": prm.raw,
+        "mean_step_score": prm.mean_step_score,
+        "process_in_reward": reward_settings.process_on,
+        "reward": reward.score,
+        "trajectory_hits": [{"rule": h.rule, "weight": h.weight, "detail": h.detail} for h in prm.trajectory_hits],
+        "unknown_tool_calls": prm.num_unknown_tool_calls,
+        "unparsed_tool_calls": prm.num_unparsed_tool_calls,
+        "turns": _explain_turns(traj, prm, spans),
+        "advantages": {},
+    }
+    return item, row, mask, spans
+
+
+def _explain_turns(traj: Mapping[str, Any], prm: PrmLiteResult, spans: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Each assistant turn: what it said and called, the PRM-Lite steps it scored, its process share and tokens."""
+    steps_by_turn: dict[int, list[dict[str, Any]]] = {}
+    for s in prm.steps:
+        steps_by_turn.setdefault(s.turn, []).append(
+            {
+                "tool": s.tool,
+                "score": s.score,
+                "hits": [{"rule": h.rule, "weight": h.weight, "detail": h.detail} for h in s.hits],
+            }
+        )
+    turns = []
+    for k, t in enumerate(traj["turns"]):
+        turns.append(
+            {
+                "index": k,
+                "content": t.get("content") or "",
+                "to_user": bool(t.get("to_user")),
+                "tool_calls": [
+                    {
+                        "name": c["name"],
+                        "arguments": c.get("raw_arguments"),
+                        "is_error": bool(c.get("is_error")),
+                        "known_tool": bool(c.get("known_tool", True)),
+                        "parse_error": c.get("parse_error"),
+                    }
+                    for c in t.get("tool_calls") or []
+                ],
+                "steps": steps_by_turn.get(k, []),
+                "process_share": prm.turn_scores[k] if k < len(prm.turn_scores) else 0.0,
+                "tokens": spans[k][1] - spans[k][0],
+            }
+        )
+    return turns
+
+
+def _add_turn_credit(items: list[dict[str, Any]], tc: TurnCredit) -> None:
+    """credit="turn": each trajectory's outcome term and each turn's share, baseline and advantages."""
+    for i, item in enumerate(items):
+        item["credit"] = {
+            "trajectory_reward": float(tc.outcome[i]),
+            "trajectory_advantage": float(tc.trajectory_adv[i]),
+        }
+    for j in range(tc.row.shape[0]):
+        i, k = int(tc.row[j]), int(tc.k[j])
+        if k < len(items[i]["turns"]):
+            items[i]["turns"][k]["credit"] = {
+                "share": float(tc.share[j]),
+                "baseline": float(tc.baseline[j]),
+                "siblings": int(tc.siblings[j]),
+                "process_advantage": float(tc.process_adv[j]),
+                "advantage": float(tc.trajectory_adv[i] + tc.process_adv[j]),
+            }
+
+
+def _per_turn_summary(a: torch.Tensor, spans: list[tuple[int, int]]) -> list[dict[str, float] | None]:
+    """First, last and mean advantage of each turn's tokens (None for a turn without tokens)."""
+    per_turn = []
+    for s, e in spans:
+        seg = a[s:e]
+        per_turn.append({"first": float(seg[0]), "last": float(seg[-1]), "mean": float(seg.mean())} if e > s else None)
+    return per_turn

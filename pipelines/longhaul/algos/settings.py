@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from longhaul.rewards.combine import RewardSettings
-from longhaul.spec.models import Advantage, Credit, DiscountUnit
+from longhaul.spec.algorithm import Advantage, DiscountUnit
+from longhaul.spec.reward import Credit
 
 #: `spec.algorithm.advantage` values, in the enum's order: the estimators `longhaul.algos.estimators` computes.
 ADVANTAGES: tuple[str, ...] = tuple(a.value for a in Advantage)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
-from longhaul.spec.models import ThinkingMode, model_thinks
+from longhaul.spec.policy import ThinkingMode, model_thinks
 
 QWEN3_TEMPLATE_FILE = "qwen3.jinja"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"

@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from longhaul.envs.runner import ContextOverflowError, PolicyEndpointError
+from longhaul.envs.protocols import ContextOverflowError, PolicyEndpointError
 from longhaul.redact import redact_uri
 
 _OVERFLOW_HINTS = ("maximum context length", "context length", "too long", "max_model_len", "exceeds the model")

@@ -15,7 +15,7 @@ from typing import Any
 
 from longhaul.clients.openai_compat import ChatClient
 from longhaul.envs.hermes import parse_hermes
-from longhaul.envs.runner import ParsedCall, PolicyTurn
+from longhaul.envs.protocols import ParsedCall, PolicyTurn
 
 
 @dataclass(frozen=True)

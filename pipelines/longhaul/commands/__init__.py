@@ -31,10 +31,10 @@ def plain_console(*, stderr: bool = False) -> Console:
 
 
 def check_run_dir(value: Path | str | None) -> Path | str | None:
-    """A `--run-dir` value held to the rules of the spec's output directories (`spec.models.write_path_problem`):
+    """A `--run-dir` value held to the rules of the spec's output directories (`spec.paths.write_path_problem`):
     no option in disguise, no `..`, no system directory, no `$`, quote or space (the path reaches argv, veRL's
     Hydra overrides and MLflow). Raises typer.BadParameter, which names the option."""
-    from longhaul.spec.models import write_path_problem
+    from longhaul.spec.paths import write_path_problem
 
     if value is None:
         return None

@@ -50,120 +50,122 @@ def _split(preset: str | None, spec: Path | None):
 
 
 def register(app: typer.Typer) -> None:
+    """Add `longhaul env` and its commands to `app`."""
     env_app = typer.Typer(
         help="τ²-bench airline environment: tasks, gold replay, null-agent floor.", no_args_is_help=True
     )
     app.add_typer(env_app, name="env")
+    env_app.command("replay-gold")(replay_gold_cmd)
+    env_app.command("tasks")(tasks_cmd)
+    env_app.command("floor")(floor_cmd)
 
-    @env_app.command("replay-gold")
-    def replay_gold_cmd(
-        tasks: Annotated[str | None, typer.Option("--tasks", help="Comma-separated task ids (default: all).")] = None,
-        communicate: Annotated[bool, typer.Option(help="Also say the required strings.")] = True,
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    ) -> None:
-        """Replay every task's gold actions through the environment and grader; exit 1 unless all score 1."""
-        from longhaul.envs.airline.env import replay_gold
-        from longhaul.envs.airline.tasks import get_task, load_tasks
 
-        ids = _ids(tasks) or list(load_tasks())
-        try:
-            for t in ids:
-                get_task(t)
-        except KeyError as exc:
-            err.print(f"error --tasks: {exc.args[0]}")
-            raise typer.Exit(2) from None
-        grades = {t: replay_gold(t, communicate=communicate) for t in ids}
-        ok = sum(1 for g in grades.values() if g.success)
-        if as_json:
-            doc = {
-                "passed": ok,
-                "total": len(ids),
-                "tasks": {
-                    t: {
-                        "reward": g.reward,
-                        "db_match": g.db_match,
-                        "communicated": g.communicated,
-                        "details": g.details,
-                    }
-                    for t, g in grades.items()
-                },
-            }
-            out.print_json(json.dumps(doc))
-        else:
-            for t, g in grades.items():
-                mark = "ok  " if g.success else "FAIL"
-                out.print(
-                    f"{mark} task {t:>3}: reward {g.reward:.1f}  db_match={g.db_match} communicated={g.communicated}"
-                )
-            out.print(f"{ok}/{len(ids)}")
-        if ok != len(ids):
-            raise typer.Exit(1)
+def replay_gold_cmd(
+    tasks: Annotated[str | None, typer.Option("--tasks", help="Comma-separated task ids (default: all).")] = None,
+    communicate: Annotated[bool, typer.Option(help="Also say the required strings.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Replay every task's gold actions through the environment and grader; exit 1 unless all score 1."""
+    from longhaul.envs.airline.env import replay_gold
+    from longhaul.envs.airline.tasks import get_task, load_tasks
 
-    @env_app.command("tasks")
-    def tasks_cmd(
-        split: Annotated[str | None, typer.Option("--split", help="seed_40_10 | tau2_official.")] = None,
-        spec: Annotated[Path | None, typer.Option("--spec", help="Take the split from this Experiment file.")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    ) -> None:
-        """List the airline tasks with their subset labels in a split."""
-        from longhaul.envs.airline.tasks import load_tasks
-
-        sp = _split(split, spec)
-        rows = []
-        for tid, t in load_tasks().items():
-            rows.append(
-                {
-                    "task_id": tid,
-                    "subset": sp.primary(tid),
-                    "subsets": sp.labels(tid),
-                    "gold_actions": len(t.actions),
-                    "writes": t.writes,
-                    "communicate_info": list(t.communicate_info),
-                    "purpose": t.purpose,
-                }
-            )
-        if as_json:
-            out.print_json(json.dumps({"split": sp.name, "tasks": rows}))
-            return
-        table = Table(title=f"airline tasks, split {sp.name}")
-        for col in ("id", "subsets", "gold", "writes", "communicate", "purpose"):
-            table.add_column(col)
-        for r in rows:
-            table.add_row(
-                r["task_id"],
-                ",".join(r["subsets"]) or "-",
-                str(r["gold_actions"]),
-                "yes" if r["writes"] else "",
-                ",".join(r["communicate_info"]),
-                r["purpose"][:60],
-            )
-        out.print(table)
-        counts = ", ".join(f"{k} {len(v)}" for k, v in sp.subsets.items())
-        out.print(f"{len(rows)} tasks; {counts}")
-
-    @env_app.command("floor")
-    def floor_cmd(
-        split: Annotated[str | None, typer.Option("--split", help="seed_40_10 | tau2_official.")] = None,
-        spec: Annotated[Path | None, typer.Option("--spec", help="Take the split from this Experiment file.")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    ) -> None:
-        """pass^1 of an agent that does nothing (the conversation ends normally), overall and per subset."""
-        from longhaul.envs.airline.env import null_agent_outcomes
-
-        sp = _split(split, spec)
-        floor = null_agent_outcomes()
+    ids = _ids(tasks) or list(load_tasks())
+    try:
+        for t in ids:
+            get_task(t)
+    except KeyError as exc:
+        err.print(f"error --tasks: {exc.args[0]}")
+        raise typer.Exit(2) from None
+    grades = {t: replay_gold(t, communicate=communicate) for t in ids}
+    ok = sum(1 for g in grades.values() if g.success)
+    if as_json:
         doc = {
-            "split": sp.name,
-            "all": _mean(floor, list(floor)),
-            "subsets": {k: _mean(floor, v) for k, v in sp.subsets.items()},
-            "passing_tasks": [t for t, v in floor.items() if v],
+            "passed": ok,
+            "total": len(ids),
+            "tasks": {
+                t: {
+                    "reward": g.reward,
+                    "db_match": g.db_match,
+                    "communicated": g.communicated,
+                    "details": g.details,
+                }
+                for t, g in grades.items()
+            },
         }
-        if as_json:
-            out.print_json(json.dumps(doc))
-            return
-        out.print(f"null-agent pass^1: all {doc['all']['rate']:.3f} ({doc['all']['c_over_n']})")
-        for k, v in doc["subsets"].items():
-            out.print(f"  {k:<15} {v['rate']:.3f} ({v['c_over_n']})")
+        out.print_json(json.dumps(doc))
+    else:
+        for t, g in grades.items():
+            mark = "ok  " if g.success else "FAIL"
+            out.print(f"{mark} task {t:>3}: reward {g.reward:.1f}  db_match={g.db_match} communicated={g.communicated}")
+        out.print(f"{ok}/{len(ids)}")
+    if ok != len(ids):
+        raise typer.Exit(1)
+
+
+def tasks_cmd(
+    split: Annotated[str | None, typer.Option("--split", help="seed_40_10 | tau2_official.")] = None,
+    spec: Annotated[Path | None, typer.Option("--spec", help="Take the split from this Experiment file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the airline tasks with their subset labels in a split."""
+    from longhaul.envs.airline.tasks import load_tasks
+
+    sp = _split(split, spec)
+    rows = []
+    for tid, t in load_tasks().items():
+        rows.append(
+            {
+                "task_id": tid,
+                "subset": sp.primary(tid),
+                "subsets": sp.labels(tid),
+                "gold_actions": len(t.actions),
+                "writes": t.writes,
+                "communicate_info": list(t.communicate_info),
+                "purpose": t.purpose,
+            }
+        )
+    if as_json:
+        out.print_json(json.dumps({"split": sp.name, "tasks": rows}))
+        return
+    table = Table(title=f"airline tasks, split {sp.name}")
+    for col in ("id", "subsets", "gold", "writes", "communicate", "purpose"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r["task_id"],
+            ",".join(r["subsets"]) or "-",
+            str(r["gold_actions"]),
+            "yes" if r["writes"] else "",
+            ",".join(r["communicate_info"]),
+            r["purpose"][:60],
+        )
+    out.print(table)
+    counts = ", ".join(f"{k} {len(v)}" for k, v in sp.subsets.items())
+    out.print(f"{len(rows)} tasks; {counts}")
+
+
+def floor_cmd(
+    split: Annotated[str | None, typer.Option("--split", help="seed_40_10 | tau2_official.")] = None,
+    spec: Annotated[Path | None, typer.Option("--spec", help="Take the split from this Experiment file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """pass^1 of an agent that does nothing (the conversation ends normally), overall and per subset."""
+    from longhaul.envs.airline.env import null_agent_outcomes
+
+    sp = _split(split, spec)
+    floor = null_agent_outcomes()
+    doc = {
+        "split": sp.name,
+        "all": _mean(floor, list(floor)),
+        "subsets": {k: _mean(floor, v) for k, v in sp.subsets.items()},
+        "passing_tasks": [t for t, v in floor.items() if v],
+    }
+    if as_json:
+        out.print_json(json.dumps(doc))
+        return
+    out.print(f"null-agent pass^1: all {doc['all']['rate']:.3f} ({doc['all']['c_over_n']})")
+    for k, v in doc["subsets"].items():
+        out.print(f"  {k:<15} {v['rate']:.3f} ({v['c_over_n']})")
 
 
 def _mean(floor: dict[str, float], ids: list[str]) -> dict[str, object]:

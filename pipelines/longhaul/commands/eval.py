@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from longhaul import constants as C
 from longhaul.commands import plain_console, table_console
+from longhaul.layout import EVAL_RESULTS_FILE, EVAL_SUMMARY_FILE, EVAL_TRAJECTORIES_FILE
 from longhaul.redact import redact_uri
 from longhaul.spec.bounds import MAX_BOOTSTRAP, MAX_CONCURRENCY, MAX_RANDOM_SEED, MAX_SAMPLES
+
+if TYPE_CHECKING:
+    from longhaul.envs.airline.splits import Split
+    from longhaul.eval.driver import EvalJob
 
 out = table_console()
 err = plain_console(stderr=True)
@@ -254,42 +258,65 @@ def register(app: typer.Typer) -> None:
 
 
 def _run_eval(
-    exp_spec,
-    policy_url,
-    policy_model,
-    user_url,
-    user_model,
-    tasks,
-    subset,
-    samples,
-    ks,
-    seeds,
-    concurrency,
-    output,
-    retries,
-    timeout,
-    as_json,
-    progress,
-) -> None:  # noqa: ANN001
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from longhaul.bounded import split_ids
-    from longhaul.clients.openai_compat import ChatClient, RetryPolicy
-    from longhaul.envs.airline.splits import build_split
-    from longhaul.envs.airline.tasks import load_tasks
-    from longhaul.envs.runner import EpisodeLimits, PolicyEndpointError
-    from longhaul.eval.evaluate import (
-        EvalPlan,
-        build_eval_agents,
-        build_run_info,
-        evaluate,
-        select_tasks,
-        summarize_evaluation,
-    )
-    from longhaul.eval.metrics import bootstrap_seed
+    exp_spec: Any,
+    policy_url: str,
+    policy_model: str | None,
+    user_url: str,
+    user_model: str | None,
+    tasks: str | None,
+    subset: str | None,
+    samples: int | None,
+    ks: list[int] | None,
+    seeds: list[int] | None,
+    concurrency: int | None,
+    output: Path | None,
+    retries: int,
+    timeout: float,
+    as_json: bool,
+    progress: bool,
+) -> None:
+    """`longhaul eval` as a recipe: the tasks and the sampling from the options and the spec, one evaluation job
+    (`longhaul.eval.driver`), its trials with a progress bar, the summary written and printed."""
+    from longhaul.clients.openai_compat import RetryPolicy
+    from longhaul.envs.limits import EpisodeLimits
+    from longhaul.eval.driver import Endpoint, EvalJob
+    from longhaul.eval.evaluate import EvalPlan, build_run_info
 
     ev = exp_spec.evaluation
     limits = EpisodeLimits.from_spec(exp_spec)
+    split, task_ids = _resolve_tasks(exp_spec, tasks, subset)
+    n, ks, seeds = _resolve_sampling(ev, samples, ks, seeds)
+    policy_model = policy_model or exp_spec.policy.model.name
+    user_model = user_model or exp_spec.user_simulator.model.name
+    conc = concurrency or ev.concurrency
+    out_dir = output or Path("runs") / "eval" / _slug(policy_model)
+    job = EvalJob(
+        spec=exp_spec,
+        plan=EvalPlan(task_ids, n, seeds),
+        split=split,
+        limits=limits,
+        policy=Endpoint(policy_url, policy_model, os.environ.get(C.ENV_POLICY_API_KEY)),
+        user=Endpoint(user_url, user_model, os.environ.get(C.ENV_USER_SIM_API_KEY)),
+        concurrency=conc,
+        results_path=out_dir / EVAL_RESULTS_FILE,
+        trajectories_path=out_dir / EVAL_TRAJECTORIES_FILE,
+        run_info=build_run_info(policy_model, user_model, limits, split),
+        retry=RetryPolicy(attempts=retries, timeout_s=timeout),
+        max_connections=max(conc, 1) * 2,
+    )
+    _start_output(job, out_dir)
+    records = _run_trials(job, progress)
+    _report(job, records, ks, out_dir, as_json)
+
+
+def _resolve_tasks(exp_spec: Any, tasks: str | None, subset: str | None) -> tuple[Split, list[str]]:
+    """The split of the spec and the task ids to evaluate (`--tasks`, else `--subset`, else the split's); exit 2
+    naming the problem for an unknown subset or task id."""
+    from longhaul.bounded import split_ids
+    from longhaul.envs.airline.splits import build_split
+    from longhaul.envs.airline.tasks import load_tasks
+    from longhaul.eval.evaluate import select_tasks
+
     known = list(load_tasks())
     try:
         split = build_split(exp_spec.environment.split, known_ids=known)
@@ -302,96 +329,73 @@ def _run_eval(
     except ValueError as exc:
         err.print(f"error {exc}")
         raise typer.Exit(2) from None
+    return split, task_ids
+
+
+def _resolve_sampling(
+    ev: Any, samples: int | None, ks: list[int] | None, seeds: list[int] | None
+) -> tuple[int, list[int], list[int]]:
+    """Trials per task and seed, the k values and the seeds (the options, else the spec's); exit 2 when the
+    largest k needs more trials per task than that."""
     n = samples or ev.samples_per_task
     ks = ks or list(ev.k)
     seeds = list(seeds) if seeds else list(ev.seeds)
     if max(ks) > n * len(seeds):
         err.print(f"error --k {max(ks)} needs at least that many trials per task (n = {n} × {len(seeds)} seed(s))")
         raise typer.Exit(2)
-    policy_model = policy_model or exp_spec.policy.model.name
-    user_model = user_model or exp_spec.user_simulator.model.name
-    retry = RetryPolicy(attempts=retries, timeout_s=timeout)
-    conc = concurrency or ev.concurrency
-    out_dir = output or Path("runs") / "eval" / _slug(policy_model)
+    return n, ks, seeds
+
+
+def _start_output(job: EvalJob, out_dir: Path) -> None:
+    """A fresh output directory (earlier results and trajectories removed) and the header line on stderr."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    results_path, traj_path = out_dir / "results.jsonl", out_dir / "trajectories.jsonl"
-    for p in (results_path, traj_path):
+    for p in (job.results_path, job.trajectories_path):
         p.unlink(missing_ok=True)
-    plan = EvalPlan(task_ids, n, seeds)
-    total = len(plan.trials())
+    plan = job.plan
     err.print(
-        f"evaluating {policy_model} @ {redact_uri(policy_url)}: {len(task_ids)} tasks × {n * len(seeds)} trials = "
-        f"{total} episodes (user {user_model} @ {redact_uri(user_url)}, concurrency {conc}, max_turns "
-        f"{limits.max_turns}) → {out_dir}"
+        f"evaluating {job.policy.model} @ {redact_uri(job.policy.base_url)}: {len(plan.task_ids)} tasks × "
+        f"{plan.samples * len(plan.seeds)} trials = {len(plan.trials())} episodes (user {job.user.model} @ "
+        f"{redact_uri(job.user.base_url)}, concurrency {job.concurrency}, max_turns {job.limits.max_turns}) → "
+        f"{out_dir}"
     )
 
-    async def go() -> list[dict[str, Any]]:
-        pc = ChatClient(
-            policy_url,
-            policy_model,
-            api_key=os.environ.get(C.ENV_POLICY_API_KEY),
-            retry=retry,
-            max_connections=max(conc, 1) * 2,
-            role="policy",
-        )
-        uc = ChatClient(
-            user_url,
-            user_model,
-            api_key=os.environ.get(C.ENV_USER_SIM_API_KEY),
-            retry=retry,
-            max_connections=max(conc, 1) * 2,
-            role="user simulator",
-        )
-        policy, user = build_eval_agents(exp_spec, pc, uc)
-        info = build_run_info(policy_model, user_model, limits, split)
-        try:
-            with Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("{task.fields[ok]} ok"),
-                console=err,
-                disable=not progress,
-                transient=False,
-            ) as bar:
-                job = bar.add_task("episodes", total=total, ok=0)
-                ok = 0
 
-                def done(traj) -> None:  # noqa: ANN001
-                    nonlocal ok
-                    ok += int(traj.outcome)
-                    bar.update(job, advance=1, ok=ok)
+def _run_trials(job: EvalJob, progress: bool) -> list[dict[str, Any]]:
+    """Every trial of the job under a progress bar on stderr (episodes done, successes); exit 1 when an endpoint
+    fails past its retries for too many of them."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-                return await evaluate(
-                    plan,
-                    policy=policy,
-                    user=user,
-                    limits=limits,
-                    split=split,
-                    concurrency=conc,
-                    results_path=results_path,
-                    trajectories_path=traj_path,
-                    run_info=info,
-                    on_done=done,
-                )
-        finally:
-            await pc.aclose()
-            await uc.aclose()
+    from longhaul.envs.protocols import PolicyEndpointError
+    from longhaul.eval.driver import run_evaluation
 
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
-        records = asyncio.run(go())
+        with Progress(*columns, TextColumn("{task.fields[ok]} ok"), console=err, disable=not progress) as bar:
+            task = bar.add_task("episodes", total=len(job.plan.trials()), ok=0)
+            ok = 0
+
+            def done(traj: Any) -> None:
+                nonlocal ok
+                ok += int(traj.outcome)
+                bar.update(task, advance=1, ok=ok)
+
+            return run_evaluation(job, on_done=done)
     except PolicyEndpointError as exc:
         err.print(f"error evaluation aborted: {exc}")
-        err.print(f"finished trials so far are in {results_path}; no summary was written.")
+        err.print(f"finished trials so far are in {job.results_path}; no summary was written.")
         raise typer.Exit(1) from None
-    summary = summarize_evaluation(
-        records, ks, bootstrap=ev.bootstrap_samples, confidence=ev.confidence, seed=bootstrap_seed(seeds)
-    )
-    summary["run"] = build_run_info(policy_model, user_model, limits, split)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+def _report(job: EvalJob, records: list[dict[str, Any]], ks: list[int], out_dir: Path, as_json: bool) -> None:
+    """The summary (`longhaul.eval.driver.summarize`, with the run's facts) to `summary.json` and the terminal."""
+    from longhaul.eval.driver import summarize
+
+    summary = summarize(records, ks, job.spec.evaluation, job.plan.seeds)
+    summary["run"] = dict(job.run_info)
+    summary_path = out_dir / EVAL_SUMMARY_FILE
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if as_json:
         out.print_json(json.dumps(summary))
     else:
         print_summary(summary)
-        out.print(f"results: {results_path}  trajectories: {traj_path}  summary: {out_dir / 'summary.json'}")
+        out.print(f"results: {job.results_path}  trajectories: {job.trajectories_path}  summary: {summary_path}")

@@ -17,7 +17,9 @@ import typer
 
 from longhaul.commands import plain_console
 from longhaul.spec import Experiment, SpecError, load_specs
-from longhaul.spec.models import ModelRef, Placement, Stage
+from longhaul.spec.models import Stage
+from longhaul.spec.serving import ModelRef
+from longhaul.spec.simulator import Placement
 
 err = plain_console(stderr=True)
 out = plain_console()

@@ -162,112 +162,114 @@ def history_table(experiment: dict) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def submit(
-        spec: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
-        backend: Annotated[str, typer.Option("--backend", "-b", help=f"One of: {', '.join(BACKENDS)}.")],
-        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be submitted; run nothing.")] = False,
-        ignore_memory_plan: Annotated[
-            bool,
-            typer.Option(
-                "--ignore-memory-plan", help="Submit even when `longhaul plan` finds a phase over GPU capacity."
-            ),
-        ] = False,
-    ) -> None:
-        """Render SPEC for BACKEND and submit it (the same spec resumes the same run)."""
-        try:
-            exp = load_spec(spec)
-        except SpecError as exc:
-            from longhaul.commands.spec import fail_on_spec_error
+    """Add `longhaul submit`, `status`, `history` and `logs` to `app`."""
+    app.command()(submit)
+    app.command()(status)
+    app.command()(history)
+    app.command()(logs)
 
-            fail_on_spec_error(exc)
-        from longhaul.commands.plan import refuse_over_memory
 
-        refuse_over_memory(exp, spec, ignore=ignore_memory_plan)
-        try:
-            mod = get_backend(backend, need=("submit_run",))
-            result = mod.submit_run(exp, dry_run=dry_run)
-        except BackendUnavailable as exc:
-            _fail(str(exc), 2)
-        except (RuntimeError, ValueError, OSError) as exc:
-            _fail(f"{spec}: {backend} submission failed: {exc}; nothing further was submitted")
-        if dry_run:
-            typer.echo(result.script, nl=False)
-            err.print(result.message)
-            return
-        typer.echo(result.job_id or "")
+def submit(
+    spec: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
+    backend: Annotated[str, typer.Option("--backend", "-b", help=f"One of: {', '.join(BACKENDS)}.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be submitted; run nothing.")] = False,
+    ignore_memory_plan: Annotated[
+        bool,
+        typer.Option("--ignore-memory-plan", help="Submit even when `longhaul plan` finds a phase over GPU capacity."),
+    ] = False,
+) -> None:
+    """Render SPEC for BACKEND and submit it (the same spec resumes the same run)."""
+    try:
+        exp = load_spec(spec)
+    except SpecError as exc:
+        from longhaul.commands.spec import fail_on_spec_error
+
+        fail_on_spec_error(exc)
+    from longhaul.commands.plan import refuse_over_memory
+
+    refuse_over_memory(exp, spec, ignore=ignore_memory_plan)
+    try:
+        mod = get_backend(backend, need=("submit_run",))
+        result = mod.submit_run(exp, dry_run=dry_run)
+    except BackendUnavailable as exc:
+        _fail(str(exc), 2)
+    except (RuntimeError, ValueError, OSError) as exc:
+        _fail(f"{spec}: {backend} submission failed: {exc}; nothing further was submitted")
+    if dry_run:
+        typer.echo(result.script, nl=False)
         err.print(result.message)
+        return
+    typer.echo(result.job_id or "")
+    err.print(result.message)
 
-    @app.command()
-    def status(
-        run: Annotated[str, typer.Argument(help="Run directory, run name (under ./runs) or spec file.")],
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    ) -> None:
-        """Phase of a submitted run (Pending, Running, Succeeded, Failed) with the backend's own state.
 
-        A spec with training seeds: one line per seed run (`--json`: a list)."""
-        runs = resolve_run_dirs(run)
-        if runs is None:
-            st = _fetch_status(resolve_run_dir(run))
-            if as_json:
-                typer.echo(json.dumps(st, indent=2, default=str))
-                return
-            out.print(_status_line(st))
-            return
-        sts = [
-            _fetch_status(d) if d is not None else {"run_name": n, "run_dir": None, "submitted": False} for n, d in runs
-        ]
+def status(
+    run: Annotated[str, typer.Argument(help="Run directory, run name (under ./runs) or spec file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Phase of a submitted run (Pending, Running, Succeeded, Failed) with the backend's own state.
+
+    A spec with training seeds: one line per seed run (`--json`: a list)."""
+    runs = resolve_run_dirs(run)
+    if runs is None:
+        st = _fetch_status(resolve_run_dir(run))
         if as_json:
-            typer.echo(json.dumps(sts, indent=2, default=str))
+            typer.echo(json.dumps(st, indent=2, default=str))
             return
-        for st in sts:
-            out.print(_status_line(st) if st.get("submitted", True) else f"{st['run_name']}  not submitted from here")
+        out.print(_status_line(st))
+        return
+    sts = [_fetch_status(d) if d is not None else {"run_name": n, "run_dir": None, "submitted": False} for n, d in runs]
+    if as_json:
+        typer.echo(json.dumps(sts, indent=2, default=str))
+        return
+    for st in sts:
+        out.print(_status_line(st) if st.get("submitted", True) else f"{st['run_name']}  not submitted from here")
 
-    @app.command()
-    def history(
-        name: Annotated[str, typer.Argument(help="Experiment name (metadata.name) in the cluster.")],
-        namespace: Annotated[
-            str | None,
-            typer.Option("--namespace", "-n", help="Namespace of the Experiment (default: the kubectl context's)."),
-        ] = None,
-        kubeconfig: Annotated[
-            Path | None,
-            typer.Option("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)."),
-        ] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print status.history as JSON.")] = False,
-    ) -> None:
-        """The runs a Kubernetes Experiment had, oldest first: run name, spec hash, git commit, phase, MLflow run.
 
-        Read from the Experiment's status.history, which the operator keeps (the last 50 runs); deleting the
-        Experiment deletes it too (the MLflow runs stay)."""
-        from longhaul.submit.kubernetes import KubectlError, fetch_experiment
+def history(
+    name: Annotated[str, typer.Argument(help="Experiment name (metadata.name) in the cluster.")],
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", "-n", help="Namespace of the Experiment (default: the kubectl context's)."),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print status.history as JSON.")] = False,
+) -> None:
+    """The runs a Kubernetes Experiment had, oldest first: run name, spec hash, git commit, phase, MLflow run.
 
-        try:
-            exp = fetch_experiment(name, namespace=namespace, kubeconfig=kubeconfig)
-        except (KubectlError, OSError) as exc:
-            _fail(f"{name}: {exc}")
-        if as_json:
-            typer.echo(json.dumps((exp.get("status") or {}).get("history") or [], indent=2))
-            return
-        typer.echo(history_table(exp))
+    Read from the Experiment's status.history, which the operator keeps (the last 50 runs); deleting the
+    Experiment deletes it too (the MLflow runs stay)."""
+    from longhaul.submit.kubernetes import KubectlError, fetch_experiment
 
-    @app.command()
-    def logs(
-        run: Annotated[str, typer.Argument(help="Run directory, run name (under ./runs) or spec file.")],
-        follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
-    ) -> None:
-        """Print the job log of a submitted run (all requeued runs of the job are in one file)."""
-        run_dir = resolve_run_dir(run)
-        try:
-            mod = get_backend(backend_of_run(run_dir), need=("fetch_logs",))
-            for chunk in mod.fetch_logs(run_dir, follow=follow):
-                sys.stdout.write(chunk)
-                sys.stdout.flush()
-        except BackendUnavailable as exc:
-            _fail(str(exc), 2)
-        except bounded.InputError as exc:  # the log is not a regular file
-            _fail(str(exc), 2)
-        except (RuntimeError, OSError) as exc:
-            _fail(f"{run_dir}: {exc}")
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+    try:
+        exp = fetch_experiment(name, namespace=namespace, kubeconfig=kubeconfig)
+    except (KubectlError, OSError) as exc:
+        _fail(f"{name}: {exc}")
+    if as_json:
+        typer.echo(json.dumps((exp.get("status") or {}).get("history") or [], indent=2))
+        return
+    typer.echo(history_table(exp))
+
+
+def logs(
+    run: Annotated[str, typer.Argument(help="Run directory, run name (under ./runs) or spec file.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+) -> None:
+    """Print the job log of a submitted run (all requeued runs of the job are in one file)."""
+    run_dir = resolve_run_dir(run)
+    try:
+        mod = get_backend(backend_of_run(run_dir), need=("fetch_logs",))
+        for chunk in mod.fetch_logs(run_dir, follow=follow):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+    except BackendUnavailable as exc:
+        _fail(str(exc), 2)
+    except bounded.InputError as exc:  # the log is not a regular file
+        _fail(str(exc), 2)
+    except (RuntimeError, OSError) as exc:
+        _fail(f"{run_dir}: {exc}")
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 
-from longhaul.envs.runner import ParsedCall
+from longhaul.envs.protocols import ParsedCall
 
 _CLOSED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _OPEN_TAIL = re.compile(r"<tool_call>(?!.*</tool_call>)(.*)\Z", re.DOTALL)

@@ -11,10 +11,6 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-#: τ²'s limit on tool errors per episode (tau2-bench a2c0247: `tau2.config.DEFAULT_MAX_ERRORS`, the default
-#: `max_errors` of `tau2.orchestrator.orchestrator.Orchestrator`, of `RunConfig` and of `tau2 run --max-errors`).
-TAU2_MAX_ERRORS = 10
-
 
 class Termination(StrEnum):
     """Why an episode ended. Only `user_stop`, `agent_stop` and `transfer` are normal ends that get graded on

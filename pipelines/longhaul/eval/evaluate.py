@@ -24,7 +24,9 @@ from longhaul import constants as C
 from longhaul.envs.airline.env import AirlineEnv, null_agent_outcomes
 from longhaul.envs.airline.splits import Split
 from longhaul.envs.airline.tasks import get_task, load_tasks, source_info
-from longhaul.envs.runner import EpisodeLimits, PolicyEndpointError, run_episode
+from longhaul.envs.limits import EpisodeLimits
+from longhaul.envs.protocols import PolicyEndpointError
+from longhaul.envs.runner import run_episode
 from longhaul.envs.trajectory import Trajectory
 from longhaul.eval.metrics import TrialRecord, summarize_records
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,6 +39,8 @@ class ManagedServer:
         self._logs_dir = Path(logs_dir)
         self._echo = echo
         self.process: ManagedProcess | None = None
+        #: Whether this start has answered its health check (an exit before it is a start failure, not a crash).
+        self.healthy = False
         self.starts = 0
         self.startup_seconds: list[float] = []
 
@@ -70,6 +73,7 @@ class ManagedServer:
         ).start()
         self.starts += 1
         self._started_at = time.monotonic()
+        self.healthy = False
         return self
 
     def _process_env(self) -> dict[str, str]:
@@ -109,12 +113,14 @@ class ManagedServer:
             )
         took = time.monotonic() - self._started_at
         self.startup_seconds.append(took)
+        self.healthy = True
         return took
 
     @property
     def crashed(self) -> bool:
-        """True when the server was started and has exited since (nobody stopped it)."""
-        return self.process is not None and self.process.poll() is not None
+        """True when the server served and has exited since (nobody stopped it). One that exits before its health
+        check answered failed to start (`wait_healthy` / `StartupWatch` report it)."""
+        return self.process is not None and self.healthy and self.process.poll() is not None
 
     def describe_crash(self, stage: str) -> str:
         """`simulator server (pid N) exited (killed by SIGKILL) during stage 'grpo'; its log: …` for messages."""
@@ -213,3 +219,46 @@ def replace_model(plan: ServerPlan, model_dir: str) -> ServerPlan:
         raise ValueError(f"{plan.role} server command has no --model argument: {argv}") from exc
     argv[i + 1] = model_dir
     return dataclasses.replace(plan, argv=tuple(argv))
+
+
+class StartupWatch:
+    """The health waits of servers just started, each in a thread of its own, so that the launcher can go on: veRL's
+    trainer starts while the simulator loads (its agent loop waits for the simulator to serve, `clients.ready`).
+
+    `failure()` is the first start-up error so far (None while all are fine or pending): a stage running beside
+    the waits stops on it. `wait()` blocks until every server is healthy and raises the first error
+    (`ServerStartError`, or `InterruptedError` when `abort` cut a wait short), as `wait_healthy` would have."""
+
+    def __init__(self, servers: list[ManagedServer], abort: Callable[[], bool], say: Callable[[str], None]) -> None:
+        self._errors: list[BaseException] = []
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._wait, args=(sv, abort, say), name=f"{sv.role}-health", daemon=True)
+            for sv in servers
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _wait(self, server: ManagedServer, abort: Callable[[], bool], say: Callable[[str], None]) -> None:
+        try:
+            took = server.wait_healthy(abort=abort)
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits or polls
+            with self._lock:
+                self._errors.append(exc)
+            return
+        if isinstance(server, PolicyServer):
+            server.serving = "base"
+        say(f"{server.role} server healthy after {took:.0f} s")
+
+    def failure(self) -> BaseException | None:
+        """The first start-up error so far, or None."""
+        with self._lock:
+            return self._errors[0] if self._errors else None
+
+    def wait(self) -> None:
+        """Block until every wait has ended; raise the first error."""
+        for t in self._threads:
+            t.join()
+        error = self.failure()
+        if error is not None:
+            raise error

@@ -1,5 +1,5 @@
-"""The stages as the launcher runs them: their typed context and results, the registry that names them, and the
-one way a stage's command runs (`run_command`).
+"""The stages as the launcher runs them: the registry that names them, and the one way a stage's command runs
+(`run_command`).
 
 Every stage of a plan (`longhaul.render.plan.render_stages`) is looked up by name in `STAGES`: `sft` runs its
 command, `grpo` prepares veRL's inputs and the resume point, runs its command and records the checkpoints, `eval`
@@ -8,7 +8,8 @@ command runs as a `ManagedProcess`: its own process group, the output prefixed a
 `<run_dir>/logs/<name>.log`, SIGTERM to the group on a stop or checkpoint request, stopped when a server it
 depends on exits. `longhaul sft run` runs each of its steps the same way.
 
-What stages hand back for the end-of-run summary goes into `StageResults` (typed fields, not free-form keys).
+A stage gets a `StageContext` and hands back what the end-of-run summary shows in its `StageResults`
+(`longhaul.launcher.context`, below this registry and the stage modules it calls).
 """
 
 from __future__ import annotations
@@ -17,21 +18,22 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from longhaul.launcher.context import StageContext
 from longhaul.launcher.control import RequeueRequested, StopControl, StopRequested, handle_signals
 from longhaul.launcher.processes import ManagedProcess, describe_exit
+from longhaul.layout import LOGS_SUBDIR
 from longhaul.protocol import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE
 from longhaul.render.plan import StagePlan
 from longhaul.render.verl import ENV_RAY_ADDRESS, ray_job_env_overrides
 from longhaul.spec.models import Stage
 
 if TYPE_CHECKING:
-    from longhaul.launcher.servers import ManagedServer, PolicyServer
+    from longhaul.launcher.servers import ManagedServer
     from longhaul.layout import Paths
-    from longhaul.render.plan import LaunchPlan
     from longhaul.spec.models import Experiment
 
 
@@ -50,62 +52,6 @@ class ServerCrashed(RuntimeError):
     def __init__(self, message: str, servers: list[ManagedServer]) -> None:
         super().__init__(message)
         self.servers = servers
-
-
-@dataclass
-class StageResults:
-    """What the stages of a launch report for its end-of-run summary (`status` is the launcher's own)."""
-
-    status: str = ""
-    #: The evaluation summary (`longhaul.eval.evaluate.summarize_evaluation`) of every evaluated checkpoint, by step.
-    eval_summaries: dict[int, dict[str, Any]] = field(default_factory=dict)
-    #: The selected checkpoint (`select_on`, `step`, `pass^1`), or None when none was selected.
-    selection: dict[str, Any] | None = None
-
-
-@dataclass
-class StageContext:
-    """What a stage gets: the spec, the plan, the MLflow run, the servers and the stop control."""
-
-    exp: Experiment
-    plan: LaunchPlan
-    run_dir: Path
-    tracking_uri: str
-    run_id: str
-    env: dict[str, str]
-    control: StopControl
-    simulator_base_url: str
-    simulator_model: str
-    echo: TextIO
-    #: Starts the policy server and waits for its health (called once, on first use).
-    start_policy: Callable[[], PolicyServer] | None = None
-    results: StageResults = field(default_factory=StageResults)
-    #: The MLflow experiment of the run ("" when resumed offline): where the printed UI link opens.
-    experiment_id: str = ""
-    #: Every server the launch started (a command stage is stopped when one of them exits).
-    servers: list[ManagedServer] = field(default_factory=list)
-    #: The environment the launcher itself was started with (`env` is this plus what the launcher adds).
-    inherited_env: dict[str, str] = field(default_factory=dict)
-    _policy: PolicyServer | None = field(default=None, init=False, repr=False)
-
-    @property
-    def paths(self) -> Paths:
-        return self.plan.paths
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return Path(self.plan.paths.checkpoint_dir)
-
-    def policy_server(self) -> PolicyServer:
-        """The policy server, started on first use (a veRL stage must not share its GPUs with it)."""
-        if self._policy is None:
-            if self.start_policy is None:
-                raise RuntimeError("this launch has no policy server")
-            self._policy = self.start_policy()
-        return self._policy
-
-    def say(self, msg: str) -> None:
-        print(f"[launcher] {msg}", file=self.echo, flush=True)
 
 
 def stage_command(argv: tuple[str, ...]) -> list[str]:
@@ -130,20 +76,24 @@ def run_command(
     echo: TextIO,
     console: Any = None,
     servers: list[ManagedServer] | None = None,
+    startup_failure: Callable[[], BaseException | None] | None = None,
 ) -> None:
     """Run a stage's command as a child process; stop it (SIGTERM to its group) on a stop or checkpoint request,
-    or as soon as one of `servers` exits (ServerCrashed: the stage would only fail its requests until it gave up).
+    as soon as one of `servers` exits (ServerCrashed: the stage would only fail its requests until it gave up), or
+    when `startup_failure` reports a server that failed to start beside it (that error is raised).
     Raises StopRequested / RequeueRequested after a request, StageFailed on a non-zero exit."""
-    log = run_dir / "logs" / f"{stage.name}.log"
+    log = run_dir / LOGS_SUBDIR / f"{stage.name}.log"
     proc = ManagedProcess(
         stage.name, stage_command(stage.argv), {**env, **stage.env}, log_path=log, echo=echo, console=console
     ).start()
     forwarded_ckpt = forwarded_stop = False
     crashed: list[ManagedServer] = []
+    failure: BaseException | None = None
     try:
         while proc.poll() is None:
             crashed = _crashed(servers or [])
-            if crashed:
+            failure = startup_failure() if startup_failure is not None else None
+            if crashed or failure is not None:
                 break
             if control.checkpoint.is_set() and not forwarded_ckpt:
                 forwarded_ckpt = True
@@ -154,11 +104,13 @@ def run_command(
                 forwarded_stop = True
                 proc.send_signal(signal.SIGTERM)
             time.sleep(0.2)
-        rc = proc.stop() if crashed else proc.wait()
+        rc = proc.stop() if crashed or failure is not None else proc.wait()
     finally:
         proc.stop()
     if control.stop.is_set():
         raise StopRequested(control.signal_name or "stop")
+    if failure is not None and not isinstance(failure, InterruptedError):
+        raise failure
     if control.checkpoint.is_set() or rc == EXIT_REQUEUE:
         raise RequeueRequested(stage.name)
     crashed = crashed or (_crashed(servers or []) if rc != 0 else [])
@@ -208,7 +160,7 @@ def run_steps(
 def run_command_stage(ctx: StageContext, stage: StagePlan, console: Any = None) -> None:
     """A stage that is its command (sft)."""
     ctx.say(f"stage {stage.name}: log in {Path(ctx.paths.logs_dir) / (stage.name + '.log')}")
-    run_command(stage, ctx.env, ctx.run_dir, ctx.control, ctx.echo, console, ctx.servers)
+    run_command(stage, ctx.env, ctx.run_dir, ctx.control, ctx.echo, console, ctx.servers, ctx.startup_failure)
 
 
 def prepare_verl_inputs(exp: Experiment, paths: Paths, env: Mapping[str, str], say: Callable[[str], None]) -> None:
@@ -268,3 +220,7 @@ STAGES: dict[str, StageRunner] = {
 }
 #: The stages that run inside the launcher: their plan has no command.
 IN_PROCESS = frozenset({Stage.EVAL.value})
+#: The stages that start while the servers are still loading: veRL's start-up (Ray, the actor, the rollout engine:
+#: minutes on GPUs) overlaps the simulator's, and its agent loop waits for the simulator to serve
+#: (`longhaul.clients.ready`). Every other stage starts once the servers are healthy.
+STARTS_BESIDE_SERVERS = frozenset({Stage.GRPO.value})

@@ -16,11 +16,12 @@ from typing import Any, TextIO
 from longhaul import constants as C
 from longhaul.files import atomic_write_json, atomic_write_text
 from longhaul.launcher.console import STEP_COLUMNS
+from longhaul.launcher.context import StageContext
 from longhaul.launcher.control import RequeueRequested, StopControl, StopRequested, handle_signals
 from longhaul.launcher.files import LockBusy, exclusive_lock
 from longhaul.launcher.processes import NO_SPACE_MARKERS, kill_supervised
-from longhaul.launcher.servers import ManagedServer, PolicyServer, ServerStartError
-from longhaul.launcher.stages import STAGES, ServerCrashed, StageContext, StageFailed
+from longhaul.launcher.servers import ManagedServer, PolicyServer, ServerStartError, StartupWatch
+from longhaul.launcher.stages import STAGES, STARTS_BESIDE_SERVERS, ServerCrashed, StageFailed
 from longhaul.layout import DONE_SUFFIX, LAUNCHER_LOCK_FILE, PLAN_FILE, STAGES_DIR
 from longhaul.protocol import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
 from longhaul.render.plan import LaunchPlan, StagePlan, render_plan, stage_refusal
@@ -240,6 +241,8 @@ def _launch_locked(
     }
     env.update(build_server_env(exp, plan))
     env[C.ENV_SUPERVISED_BY] = str(run_dir)
+    if plan.servers:  # a trainer started beside the servers waits for them as long as the launcher does
+        env[C.ENV_SERVER_WAIT_S] = f"{max(sp.startup_timeout_s for sp in plan.servers):g}"
     logs_dir = Path(plan.paths.logs_dir)
     servers: list[ManagedServer] = []
     control = StopControl()
@@ -313,15 +316,14 @@ def _launch_locked(
                     servers.append(server)
                     say(f"starting {sp.role} server on {sp.base_url} (log: {logs_dir / (sp.role + '.log')})")
                     server.start()
-                for server in servers:
-                    took = server.wait_healthy(abort=lambda: control.requested)
-                    say(f"{server.role} server healthy after {took:.0f} s")
-                    if isinstance(server, PolicyServer):
-                        server.serving = "base"
+                # Their health is awaited in the background: a stage that can start beside them does (veRL).
+                ctx.startup = StartupWatch(list(servers), abort=lambda: control.requested, say=say)
             for s in todo:
                 control.check()
                 if control.checkpoint.is_set():
                     raise RequeueRequested(s.name)
+                if s.name not in STARTS_BESIDE_SERVERS:
+                    ctx.servers_ready()
                 say(f"stage {s.name}: start")
                 t0 = time.monotonic()
                 while True:

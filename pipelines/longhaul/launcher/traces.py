@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from longhaul.launcher.stages import StageContext
+    from longhaul.launcher.context import StageContext
 
 #: The longest a stage waits for its episode traces to reach MLflow (the rest are counted as dropped).
 TRACE_FLUSH_S = 120.0

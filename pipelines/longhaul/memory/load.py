@@ -9,9 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from longhaul import bounded
-from longhaul.memory.plan import MemoryPlan, compute_memory_plan, summarize_memory_plan
+from longhaul.memory.plan import compute_memory_plan
+from longhaul.memory.plan_text import summarize_memory_plan
+from longhaul.memory.plan_values import MemoryPlan
 from longhaul.memory.shapes import BUILTIN_CONFIGS, ModelShape, ShapeError, builtin_shape, shape_from_config
-from longhaul.spec.models import Experiment, ModelRef, Placement
+from longhaul.spec.models import Experiment
+from longhaul.spec.serving import ModelRef
+from longhaul.spec.simulator import Placement
 
 
 class UnknownModel(LookupError):

@@ -16,9 +16,11 @@ from longhaul.chat.thinking import chat_template_kwargs, chat_template_override
 from longhaul.layout import Paths
 from longhaul.render.jobenv import job_env
 from longhaul.render.verl import _q, render_verl_overrides
-from longhaul.spec.models import Experiment, GpuShare, ModelRef, Placement, Quantization, Stage
+from longhaul.spec.models import Experiment, Stage
 from longhaul.spec.naming import experiment_family, run_name, spec_hash
 from longhaul.spec.placement import trainer_gpu_ids
+from longhaul.spec.serving import ModelRef
+from longhaul.spec.simulator import GpuShare, Placement, Quantization
 from longhaul.verlcpu import cpu_job_env, vllm_cpu_engine_args, vllm_cpu_server_env
 
 LOOPBACK = "127.0.0.1"

@@ -38,36 +38,27 @@ writes its raw job id to `<run dir>/slurm-task-job-id` (the only id a job-comple
 Every value that comes from the spec is shell-quoted (`shlex.quote`) or, on `#SBATCH` lines (parsed by sbatch,
 not by a shell), checked against a strict pattern; setup lines are the one deliberate exception.
 
-Size: over 400 lines because the sbatch script is rendered top to bottom in the order it runs.
+The blocks live in siblings, in the order the script runs them: the runtime and the quoting in
+`longhaul.render.slurm_runtime`, the Ray cluster in `longhaul.render.slurm_ray`, the launcher and its checkpoint
+protocol in `longhaul.render.slurm_launch`.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
 from longhaul import constants as C
-from longhaul import protocol
 from longhaul.layout import default_run_dir
 from longhaul.protocol import EXIT_REQUEUE
 from longhaul.render.jobenv import job_env
-from longhaul.render.verl import cpu_ray_start_resources
-from longhaul.spec.models import ContainerRuntime, Experiment, Stage
+from longhaul.render.slurm_launch import CHECKPOINT_SIGNAL, EXIT_REQUEUE_LIMIT, launch_block, requeue_limit_block
+from longhaul.render.slurm_ray import ray_env_block, ray_start_block
+from longhaul.render.slurm_runtime import Expand, Word, join_argv, runtime_block, word
+from longhaul.spec.models import Experiment, Stage
 from longhaul.spec.naming import run_name, seed_runs
 
-#: The job's exit code when the requeue limit (`spec.backends.slurm.max_requeues`) stops it (module docstring).
-#: Outside sysexits' 64-78 and not used by the launcher, so it cannot be mistaken for anything else.
-EXIT_REQUEUE_LIMIT = 79
-#: `protocol.CHECKPOINT_SIGNAL` as bash and sbatch name it (USR1).
-CHECKPOINT_SIGNAL = protocol.CHECKPOINT_SIGNAL.name.removeprefix("SIG")
-RAY_PORT = 6379
-RAY_HEAD_TIMEOUT_S = 300
-#: Prefix of the job's own Ray temporary root on each node (`<prefix>-<job id>`, see `_ray_env_block`).
-RAY_TMP_ROOT = "/tmp/longhaul-ray"
-#: Ray's default dashboard-agent port; node i of the job uses this + i (see `_ray_start_block`).
-RAY_AGENT_PORT = 52365
 LOG_NAME = "slurm-%j.out"
 #: Log of one array task (training seeds), in the group's directory: `%A` array job id, `%a` task index.
 ARRAY_LOG_NAME = "slurm-%A_%a.out"
@@ -88,18 +79,6 @@ _UNITS = {
     "Gi": Decimal(2) ** 30,
     "Ti": Decimal(2) ** 40,
 }
-
-
-@dataclass(frozen=True)
-class _Expand:
-    """A shell word that expands the array task's variables: `code` in commands, `shown` inside an echo's
-    double quotes. Every other word of the script is a literal, quoted where it is written."""
-
-    code: str
-    shown: str
-
-
-_Word = str | _Expand
 
 
 def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str | None = None) -> str:
@@ -123,10 +102,61 @@ def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str |
     if dependency is not None and not _DEPENDENCY.fullmatch(dependency):
         raise ValueError(f"dependency '{dependency}' is not an sbatch dependency expression (e.g. afterok:123)")
 
+    lines = _header(exp, runs, stage)
+    lines += [_directive(k, v) for k, v in _directives(exp, runs, run_dir, stage, dependency)]
+    lines += ["", "set -euo pipefail", ""]
+    lines += _setup_block(slurm.setup)
+    task_name: Word = name
+    task_dir: Word = run_dir
+    spec_path: Word = f"{run_dir}/{C.SPEC_FILENAME}"
+    job_id = "${SLURM_JOB_ID:-}"
+    if array:
+        lines += _array_task_block(runs)
+        task_name = Expand('"$LH_RUN_NAME"', "$LH_RUN_NAME")
+        task_dir = Expand('"$LH_RUN_DIR"', "$LH_RUN_DIR")
+        spec_path = Expand(f'"$LH_RUN_DIR"/{shlex.quote(C.SPEC_FILENAME)}', f"$LH_RUN_DIR/{C.SPEC_FILENAME}")
+        job_id = "${SLURM_ARRAY_JOB_ID:-}_$LH_TASK"
+    lines += _env_block(task_name, task_dir, spec_path, job_id, stage)
+    job_var = C.ENV_JOB_ID if array else "SLURM_JOB_ID"
+    limit = slurm.max_requeues if slurm.requeue else None
+    if limit is not None:
+        lines += requeue_limit_block(limit, job_var)
+    if res.nodes > 1:
+        lines += ray_env_block(exp)
+    lines += runtime_block(exp, stage)
+    launch: list[Word] = [*C.LAUNCHER_CMD, "--spec", spec_path, "--backend", "slurm", "--run-dir", task_dir]
+    if stage:
+        launch += ["--stage", stage]
+    if res.nodes > 1:
+        lines += ray_start_block(exp)
+    lines += launch_block(exp, launch, requeue=slurm.requeue, job_var=job_var, max_requeues=limit)
+    return "\n".join(lines) + "\n"
+
+
+def _header(exp: Experiment, runs: list[Experiment], stage: str | None) -> list[str]:
+    """The shebang and what the script runs."""
+    what = f" (stage {stage})" if stage else ""
+    if exp.spec.algorithm.seeds:
+        what += f" (job array: one task per training seed, {', '.join(str(r.spec.algorithm.seed) for r in runs)})"
+    return [
+        "#!/bin/bash",
+        f"# longhaul run {run_name(exp)}{what}: rendered from the Experiment spec by",
+        "# longhaul.render.slurm. Do not edit; change the spec and submit again (`longhaul submit --backend slurm`).",
+    ]
+
+
+def _directives(
+    exp: Experiment, runs: list[Experiment], run_dir: str, stage: str | None, dependency: str | None
+) -> list[tuple[str, str | None]]:
+    """The `#SBATCH` options from `spec.resources` and `spec.backends.slurm` (job name = run name; the log under
+    the run directory, appended to by every requeued run; the checkpoint signal `signal_lead_s` before the end)."""
+    spec = exp.spec
+    slurm, res = spec.backends.slurm, spec.resources
+    array = bool(spec.algorithm.seeds)
     log_name = LOG_NAME if stage is None else f"slurm-{stage}-%j.out"
     if array:
         log_name = ARRAY_LOG_NAME if stage is None else f"slurm-{stage}-%A_%a.out"
-    directives: list[tuple[str, str | None]] = [("job-name", name)]
+    directives: list[tuple[str, str | None]] = [("job-name", run_name(exp))]
     if array:
         directives.append(("array", f"0-{len(runs) - 1}"))
     directives += [
@@ -150,43 +180,7 @@ def render_slurm(exp: Experiment, *, stage: str | None = None, dependency: str |
     ]
     if dependency:
         directives += [("dependency", dependency), ("kill-on-invalid-dep", "yes")]
-
-    what = f" (stage {stage})" if stage else ""
-    if array:
-        what += f" (job array: one task per training seed, {', '.join(str(r.spec.algorithm.seed) for r in runs)})"
-    lines = [
-        "#!/bin/bash",
-        f"# longhaul run {name}{what}: rendered from the Experiment spec by",
-        "# longhaul.render.slurm. Do not edit; change the spec and submit again (`longhaul submit --backend slurm`).",
-    ]
-    lines += [_directive(k, v) for k, v in directives]
-    lines += ["", "set -euo pipefail", ""]
-    lines += _setup_block(slurm.setup)
-    task_name: _Word = name
-    task_dir: _Word = run_dir
-    spec_path: _Word = f"{run_dir}/{C.SPEC_FILENAME}"
-    job_id = "${SLURM_JOB_ID:-}"
-    if array:
-        lines += _array_task_block(runs)
-        task_name = _Expand('"$LH_RUN_NAME"', "$LH_RUN_NAME")
-        task_dir = _Expand('"$LH_RUN_DIR"', "$LH_RUN_DIR")
-        spec_path = _Expand(f'"$LH_RUN_DIR"/{shlex.quote(C.SPEC_FILENAME)}', f"$LH_RUN_DIR/{C.SPEC_FILENAME}")
-        job_id = "${SLURM_ARRAY_JOB_ID:-}_$LH_TASK"
-    lines += _env_block(task_name, task_dir, spec_path, job_id, stage)
-    job_var = C.ENV_JOB_ID if array else "SLURM_JOB_ID"
-    limit = slurm.max_requeues if slurm.requeue else None
-    if limit is not None:
-        lines += _requeue_limit_block(limit, job_var)
-    if res.nodes > 1:
-        lines += _ray_env_block(exp)
-    lines += _runtime_block(exp, stage)
-    launch: list[_Word] = [*C.LAUNCHER_CMD, "--spec", spec_path, "--backend", "slurm", "--run-dir", task_dir]
-    if stage:
-        launch += ["--stage", stage]
-    if res.nodes > 1:
-        lines += _ray_start_block(exp)
-    lines += _launch_block(exp, launch, requeue=slurm.requeue, job_var=job_var, max_requeues=limit)
-    return "\n".join(lines) + "\n"
+    return directives
 
 
 def slurm_run_dir(exp: Experiment) -> str:
@@ -201,18 +195,6 @@ def memory_mib(quantity: str) -> int:
         raise ValueError(f"memory '{quantity}' is not a quantity like 512Gi or 64G")
     mib = Decimal(m.group(1)) * _UNITS[m.group(2) or ""] / _UNITS["Mi"]
     return max(1, int(mib.to_integral_value(rounding=ROUND_CEILING)))
-
-
-def _join(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
-
-
-def _word(w: _Word) -> str:
-    return w.code if isinstance(w, _Expand) else shlex.quote(w)
-
-
-def _shown(w: _Word) -> str:
-    return w.shown if isinstance(w, _Expand) else _dq_echo(shlex.quote(w))
 
 
 def _directive(key: str, value: str | None) -> str:
@@ -248,8 +230,8 @@ def _array_task_block(runs: list[Experiment]) -> list[str]:
         "# Training seeds (spec.algorithm.seeds): array task i runs seed run i in its own run directory, with the",
         "# resolved spec the submit step wrote there (the seed set in it).",
         f"LH_SEEDS=({' '.join(seeds)})",
-        f"LH_RUN_NAMES=({_join([run_name(r) for r in runs])})",
-        f"LH_RUN_DIRS=({_join([slurm_run_dir(r) for r in runs])})",
+        f"LH_RUN_NAMES=({join_argv([run_name(r) for r in runs])})",
+        f"LH_RUN_DIRS=({join_argv([slurm_run_dir(r) for r in runs])})",
         'LH_TASK="${SLURM_ARRAY_TASK_ID:?this script is a job array: submit it with sbatch (#SBATCH --array)}"',
         'LH_SEED="${LH_SEEDS[$LH_TASK]:?array task $LH_TASK has no training seed (valid: 0-' + f'{len(runs) - 1})}}"',
         'LH_RUN_NAME="${LH_RUN_NAMES[$LH_TASK]}"',
@@ -260,237 +242,11 @@ def _array_task_block(runs: list[Experiment]) -> list[str]:
     ]
 
 
-def _env_block(name: _Word, run_dir: _Word, spec_path: _Word, job_id: str, stage: str | None) -> list[str]:
-    env = job_env("slurm", name, run_dir, spec_path, stage=stage, job_id=_Expand(f'"{job_id}"', job_id))
+def _env_block(name: Word, run_dir: Word, spec_path: Word, job_id: str, stage: str | None) -> list[str]:
+    env = job_env("slurm", name, run_dir, spec_path, stage=stage, job_id=Expand(f'"{job_id}"', job_id))
     out = ["# Offline model/data access and longhaul's job variables (always set, after any site setup)."]
-    out += [f"export {k}={_word(v)}" for k, v in env.items()]
+    out += [f"export {k}={word(v)}" for k, v in env.items()]
     return [*out, ""]
-
-
-def _runtime_block(exp: Experiment, stage: str | None = None) -> list[str]:
-    """Bash arrays that put a command into the job's runtime: PYXIS (srun options) and CONTAINER (argv prefix)."""
-    slurm = exp.spec.backends.slurm
-    cont = slurm.container
-    gpus = exp.spec.resources.gpus_per_node
-    if cont.runtime == ContainerRuntime.NONE:
-        venv = (
-            shlex.quote(slurm.venv)
-            if slurm.venv
-            else f'"${{{C.ENV_VENV}:?runtime none: set spec.backends.slurm.venv or submit with {C.ENV_VENV}}}"'
-        )
-        return [
-            "# Runtime 'none': the virtualenv "
-            + ("from spec.backends.slurm.venv." if slurm.venv else f"captured at submit time (${C.ENV_VENV})."),
-            "set +u",
-            f"source {venv}/bin/activate",
-            "set -u",
-            "PYXIS=()",
-            "CONTAINER=()",
-            "",
-        ]
-    # No image in the spec: the site names it at submit time ($LONGHAUL_IMAGE, exported into the job by sbatch).
-    image = (
-        shlex.quote(cont.image)
-        if cont.image
-        else f'"${{{C.ENV_IMAGE}:?runtime {cont.runtime}: set spec.backends.slurm.container.image or {C.ENV_IMAGE}}}"'
-    )
-    if cont.runtime == ContainerRuntime.APPTAINER:
-        # --containall: no host HOME or environment leaks in; pass the job variables, bind the submit directory.
-        names = list(job_env("slurm", "", "", "", stage=stage, job_id=""))
-        if exp.spec.resources.nodes > 1:
-            names += ["RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_TMPDIR"]
-        argv = ["apptainer", "exec"] + (["--nv"] if gpus > 0 else []) + ["--containall"]
-        out = [
-            "# Runtime 'apptainer': every command runs in the image with the submit directory bound.",
-            "PYXIS=()",
-            f'CONTAINER=({_join(argv)} --pwd "$SLURM_SUBMIT_DIR" -B "$SLURM_SUBMIT_DIR"',
-        ]
-        out += [f"  -B {shlex.quote(b)}" for b in cont.binds]
-        out += [f'  --env "{n}=${{{n}:-}}"' for n in names]
-        if gpus > 0:
-            # Passed only when set: `${X:-}` would turn "unset" (every GPU of the node) into "" (none).
-            mask = C.CUDA_MASK_VAR
-            out.append(f'  ${{{mask}+--env "{mask}=${mask}"}}')
-        out += [
-            '  --env "SLURM_JOB_ID=$SLURM_JOB_ID" --env "SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0}"',
-            f"  {image})",
-            "",
-        ]
-        return out
-    # pyxis/enroot: srun runs each step inside the image; the job environment passes through.
-    mounts = [*(shlex.quote(b) for b in cont.binds), '"$SLURM_SUBMIT_DIR"']
-    return [
-        "# Runtime 'pyxis': every command is an srun step inside the image (enroot), submit directory mounted.",
-        f"PYXIS=(--container-image={image} --container-mounts={','.join(mounts)}",
-        '  --container-workdir="$SLURM_SUBMIT_DIR" --no-container-mount-home)',
-        "CONTAINER=()",
-        "",
-    ]
-
-
-def _ray_env_block(exp: Experiment) -> list[str]:
-    res = exp.spec.resources
-    return [
-        f"# Multi-node ({res.nodes} nodes): Ray head on the first node, a worker on each other node (each an srun",
-        "# step), the driver attached via RAY_ADDRESS (veRL's documented Slurm layout). Token auth with one token",
-        "# file in the run directory, which must be on a filesystem shared by the nodes (checkpoints need it too).",
-        'mapfile -t LH_NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-        'LH_HEAD="${LH_NODES[0]}"',
-        'LH_HEAD_IP="$(srun --overlap --nodes=1 --ntasks=1 -w "$LH_HEAD" hostname --ip-address | awk \'{print $1}\')"',
-        f'export RAY_ADDRESS="$LH_HEAD_IP:{RAY_PORT}"',
-        "# Ray's temporary root, private to the job on every node: `ray start` records its cluster in",
-        "# <root>/ray/ray_current_cluster, where a later plain `ray.init()` on that node (another job, a one-node",
-        "# run) would find this job's cluster, long gone, and try to attach to it instead of starting its own.",
-        f'export RAY_TMPDIR="{RAY_TMP_ROOT}-${{SLURM_JOB_ID}}"',
-        "export RAY_AUTH_MODE=token",
-        f'export RAY_AUTH_TOKEN_PATH="${C.ENV_RUN_DIR}/.ray/auth_token"',
-        'mkdir -p "$(dirname "$RAY_AUTH_TOKEN_PATH")"',
-        "( umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \\n' > \"$RAY_AUTH_TOKEN_PATH\" )",
-        "",
-    ]
-
-
-def _ray_start_block(exp: Experiment) -> list[str]:
-    res = exp.spec.resources
-    if res.gpus_per_node == 0:
-        # veRL's CPU platform: each node's trainer rank is one logical "GPU" (render.verl.render_cpu_overrides).
-        cpu_res = cpu_ray_start_resources()
-        ray_res = f"--num-cpus={cpu_res['num_cpus']} --num-gpus={cpu_res['num_gpus']}"
-    else:
-        ray_res = f"--num-cpus={res.cpus_per_node} --num-gpus={res.gpus_per_node}"
-    return [
-        f'on_node() {{ local node="$1"; shift; {_srun_on("$node")} "$@"; }}',
-        "LH_RAY_PIDS=()",
-        'stop_ray() { for p in "${LH_RAY_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }',
-        "trap stop_ray EXIT",
-        "# Each node's dashboard agent gets its own port (Ray's default plus the node's index): Slurm may place two",
-        "# of the job's nodes on one host (several slurmd per host), where the default port would clash.",
-        f'{_srun_on("$LH_HEAD")} ray start --head --node-ip-address="$LH_HEAD_IP" --port={RAY_PORT} {ray_res} '
-        f"--dashboard-agent-listen-port={RAY_AGENT_PORT} --block &",
-        "LH_RAY_PIDS+=($!)",
-        f"for _ in $(seq 1 {RAY_HEAD_TIMEOUT_S}); do",
-        '  on_node "$LH_HEAD" ray status --address="$RAY_ADDRESS" >/dev/null 2>&1 && break',
-        "  sleep 1",
-        "done",
-        "LH_I=0",
-        'for node in "${LH_NODES[@]:1}"; do',
-        "  LH_I=$((LH_I + 1))",
-        f'  {_srun_on("$node")} ray start --address="$RAY_ADDRESS" {ray_res} '
-        f'--dashboard-agent-listen-port="$(({RAY_AGENT_PORT} + LH_I))" --block &',
-        "  LH_RAY_PIDS+=($!)",
-        "done",
-        "# The driver needs every node: veRL places one trainer rank group per node and fails when one is missing.",
-        "LH_RAY_UP=0",
-        f"for _ in $(seq 1 {RAY_HEAD_TIMEOUT_S}); do",
-        '  LH_RAY_UP="$(on_node "$LH_HEAD" ray status --address="$RAY_ADDRESS" 2>/dev/null '
-        "| awk '/^Active:/{a=1;next} /^[A-Za-z]/{a=0} a&&/node_/{n++} END{print n+0}')\"",
-        '  [ "$LH_RAY_UP" -ge "${#LH_NODES[@]}" ] && break',
-        "  sleep 2",
-        "done",
-        'echo "longhaul: Ray cluster at $RAY_ADDRESS: $LH_RAY_UP of ${#LH_NODES[@]} nodes up (${LH_NODES[*]})" >&2',
-        'if [ "$LH_RAY_UP" -lt "${#LH_NODES[@]}" ]; then',
-        f'  echo "longhaul: Ray nodes missing after {RAY_HEAD_TIMEOUT_S} s; see the ray start output above" >&2',
-        "  exit 1",
-        "fi",
-        "",
-    ]
-
-
-def _requeue_limit_block(limit: int, job_var: str) -> list[str]:
-    """Stop a job that Slurm restarted more than `limit` times, before anything runs (module docstring, 6)."""
-    return [
-        f"# Requeue limit (spec.backends.slurm.max_requeues={limit}): a job restarted more often stops here with exit",
-        f"# code {EXIT_REQUEUE_LIMIT}, whoever requeued it (this script, preemption, a node failure, scontrol requeue).",  # noqa: E501 - a string literal kept whole
-        f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt {limit} ]; then',
-        f'  echo "longhaul: requeue limit reached: job ${job_var} was requeued ${{SLURM_RESTART_COUNT}} times, more '
-        f"than spec.backends.slurm.max_requeues={limit}; stopping with exit code {EXIT_REQUEUE_LIMIT} without running. "
-        'The checkpoints are kept: submit the same spec again to resume, or raise the limit." >&2',
-        f"  exit {EXIT_REQUEUE_LIMIT}",
-        "fi",
-        "",
-    ]
-
-
-def _srun_on(node: str) -> str:
-    """An `srun` step on one node (`node`: a bash variable), in the job's runtime. Commands started in the
-    background are rendered with it directly, not through the script's `on_node` function: `$!` must be srun itself
-    (it forwards SIGUSR1 and SIGTERM to its task), not a subshell that the signal would kill, leaving srun behind."""
-    return f'srun --overlap --nodes=1 --ntasks=1 -w "{node}" "${{PYXIS[@]}}" "${{CONTAINER[@]}}"'
-
-
-def _launch_block(
-    exp: Experiment, launch: list[_Word], *, requeue: bool, job_var: str, max_requeues: int | None = None
-) -> list[str]:
-    """Run the launcher and act on its exit code; `job_var` names this job (an array task: `<array id>_<index>`).
-
-    `max_requeues`: no `scontrol requeue` once the job has been restarted that many times (exit 79 instead)."""
-    if exp.spec.resources.nodes > 1:
-        prefix = f"{_srun_on('$LH_HEAD')} "
-    elif exp.spec.backends.slurm.container.runtime == ContainerRuntime.PYXIS:
-        prefix = 'srun --overlap --nodes=1 --ntasks=1 "${PYXIS[@]}" '
-    else:
-        prefix = '"${CONTAINER[@]}" '
-    at_limit = (
-        [
-            f'  if [ "${{SLURM_RESTART_COUNT:-0}}" -ge {max_requeues} ]; then',
-            f'    echo "longhaul: checkpoint saved; requeue limit reached: job ${job_var} was already requeued '
-            f"${{SLURM_RESTART_COUNT:-0}} times (spec.backends.slurm.max_requeues={max_requeues}); not requeueing, "
-            f"stopping with exit code {EXIT_REQUEUE_LIMIT}. Submit the same spec again to resume from the checkpoint, "
-            'or raise the limit." >&2',
-            f"    exit {EXIT_REQUEUE_LIMIT}",
-            "  fi",
-        ]
-        if max_requeues is not None
-        else []
-    )
-    after = (
-        [
-            f'if [ "$rc" -eq {EXIT_REQUEUE} ] && [ "$checkpoint_requested" = 1 ]; then',
-            *at_limit,
-            f'  echo "longhaul: checkpoint saved; requeueing job ${job_var} (restart ${{SLURM_RESTART_COUNT:-0}})" >&2',
-            f'  scontrol requeue "${job_var}"',
-            "  exit 0",
-            "fi",
-        ]
-        if requeue
-        else [
-            f'if [ "$rc" -eq {EXIT_REQUEUE} ]; then',
-            '  echo "longhaul: checkpoint saved; requeue is off: submit the same spec again to resume" >&2',
-            "fi",
-        ]
-    )
-    return [
-        f"# The launcher runs in the background so that the {CHECKPOINT_SIGNAL} trap fires at once (bash defers traps",
-        "# while a foreground child runs). Protocol: longhaul.launcher.protocol.",
-        "checkpoint_requested=0",
-        "launcher_pid=",
-        "on_checkpoint_signal() {",
-        "  checkpoint_requested=1",
-        f'  echo "longhaul: SIG{CHECKPOINT_SIGNAL} before the time limit: asking the launcher to save a checkpoint" >&2',  # noqa: E501 - a string literal kept whole
-        f'  if [ -n "$launcher_pid" ]; then kill -{CHECKPOINT_SIGNAL} "$launcher_pid" 2>/dev/null || true; fi',
-        "}",
-        f"trap on_checkpoint_signal {CHECKPOINT_SIGNAL}",
-        # scancel/requeue/preemption send SIGTERM to every process of the job: the launcher stops itself;
-        # the batch shell only waits for it so that its exit code is the job's.
-        "trap 'echo \"longhaul: SIGTERM: waiting for the launcher to stop\" >&2' TERM",
-        f'echo "longhaul: job ${{{job_var}:-?}} restart ${{SLURM_RESTART_COUNT:-0}} on $(hostname -s): '
-        f'{" ".join(_shown(w) for w in launch)}" >&2',
-        f"{prefix}{' '.join(_word(w) for w in launch)} &",
-        "launcher_pid=$!",
-        "while :; do",
-        '  rc=0; wait "$launcher_pid" || rc=$?',
-        '  kill -0 "$launcher_pid" 2>/dev/null || break  # still running: wait returned for a trapped signal',
-        "done",
-        'if [ "$rc" -gt 128 ]; then last=0; wait "$launcher_pid" 2>/dev/null || last=$?; [ "$last" -eq 127 ] || rc=$last; fi',  # noqa: E501 - a string literal kept whole
-        *after,
-        'echo "longhaul: launcher exited with $rc" >&2',
-        'exit "$rc"',
-    ]
-
-
-def _dq_echo(text: str) -> str:
-    """Make `text` safe inside a double-quoted echo (it is already shell-quoted for execution)."""
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
 
 
 __all__ = [

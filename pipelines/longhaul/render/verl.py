@@ -60,11 +60,35 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
     `resources.gpus_per_node` is 0: same trainer, agent loop and estimators; see `render_cpu_overrides`)."""
     s = exp.spec
     cpu = s.resources.gpus_per_node == 0
-    env, alg, pol, roll = s.environment, s.algorithm, s.policy, s.policy.rollout
-    tool_chars = env.tool_output_limit or UNLIMITED_TOOL_CHARS
-    a = "actor_rollout_ref"
     out = [
-        # data: one row per training task; the agent loop builds the real prompt (policy text, tools, first user turn)
+        *_data_overrides(exp, paths),
+        *_model_overrides(exp, paths),
+        *_actor_overrides(exp),
+        *_rollout_overrides(exp, paths),
+        *_trainer_overrides(exp, paths),
+    ]
+    if s.resources.nodes == 1:
+        # One node: veRL's driver starts its own Ray. Without an address, `ray.init` would attach to whatever
+        # cluster the host's /tmp/ray/ray_current_cluster names: another job's, or one that died without
+        # `ray stop` (seen here: every local run failed while a finished multi-node test's file was left).
+        out.append("+ray_kwargs.ray_init.address=local")
+    out += render_chat_overrides(exp)
+    if cpu:
+        out = merge_overrides(out, render_cpu_overrides(exp))
+    # The estimator name and its `algorithm.longhaul.*` settings come from the algos package (one definition).
+    # A failed trajectory drops its whole group, which is refilled (longhaul.agentloop.sampler).
+    out += sampler_overrides(exp)
+    return [*out, "algorithm.use_kl_in_reward=false", *render_algorithm_overrides(exp)]
+
+
+#: The prefix of the actor, reference and rollout keys in veRL's `ppo_trainer` config.
+_A = "actor_rollout_ref"
+
+
+def _data_overrides(exp: Experiment, paths: Paths) -> list[str]:
+    """data: one row per training task; the agent loop builds the real prompt (policy text, tools, first user turn)."""
+    env, alg = exp.spec.environment, exp.spec.algorithm
+    return [
         f"data.train_files={_q(paths.data_file('train'))}",
         f"data.val_files={_q(paths.data_file('val'))}",
         f"data.train_batch_size={alg.train_batch_size}",
@@ -72,7 +96,14 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"data.max_response_length={env.max_response_tokens}",
         "data.return_raw_chat=true",
         f"data.seed={alg.seed}",
-        # model
+    ]
+
+
+def _model_overrides(exp: Experiment, paths: Paths) -> list[str]:
+    """The policy model: its path, LoRA adapters and kernels."""
+    pol = exp.spec.policy
+    a = _A
+    return [
         f"{a}.model.path={_q(policy_model_path(exp, paths))}",
         f"{a}.model.lora_rank={pol.lora.rank}",
         f"{a}.model.lora_alpha={pol.lora.alpha}",
@@ -85,7 +116,14 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"{a}.model.enable_gradient_checkpointing={_b(pol.gradient_checkpointing)}",
         f"{a}.model.use_fused_kernels={_b(pol.use_fused_kernels)}",
         f"+{a}.model.override_config.attn_implementation={pol.attn_implementation}",
-        # actor
+    ]
+
+
+def _actor_overrides(exp: Experiment) -> list[str]:
+    """The actor's update (PPO clip, KL loss) and the FSDP engine of the actor and the reference."""
+    alg, pol = exp.spec.algorithm, exp.spec.policy
+    a = _A
+    return [
         f"{a}.actor.optim.lr={alg.learning_rate}",
         f"{a}.actor.ppo_mini_batch_size={alg.ppo_mini_batch_size}",
         f"{a}.actor.ppo_micro_batch_size_per_gpu={alg.ppo_micro_batch_size_per_gpu}",
@@ -104,7 +142,15 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         *(f"{a}.{role}.{key}=fsdp2" for role in ("actor", "ref") for key in ("strategy", "fsdp_config.strategy")),
         *(f"{a}.{role}.fsdp_config.dtype={pol.dtype}" for role in ("actor", "ref")),
         f"{a}.ref.log_prob_micro_batch_size_per_gpu={alg.ppo_micro_batch_size_per_gpu}",
-        # rollout (vLLM server mode, multi-turn through our agent loop)
+    ]
+
+
+def _rollout_overrides(exp: Experiment, paths: Paths) -> list[str]:
+    """The rollout: vLLM in server mode, multi-turn through longhaul's agent loop."""
+    env, alg, pol, roll = exp.spec.environment, exp.spec.algorithm, exp.spec.policy, exp.spec.policy.rollout
+    tool_chars = env.tool_output_limit or UNLIMITED_TOOL_CHARS
+    a = _A
+    return [
         f"{a}.rollout.name={roll.engine}",
         f"{a}.rollout.mode=async",
         f"{a}.rollout.dtype={pol.dtype}",
@@ -139,7 +185,15 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"{a}.rollout.multi_turn.tool_config_path={_q(paths.tool_config_file)}",
         f"{a}.rollout.agent.agent_loop_config_path={_q(paths.agent_loop_file)}",
         f"{a}.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
-        # trainer
+    ]
+
+
+def _trainer_overrides(exp: Experiment, paths: Paths) -> list[str]:
+    """The trainer: logging, sizes, steps, checkpoints and the device."""
+    s = exp.spec
+    alg = s.algorithm
+    cpu = s.resources.gpus_per_node == 0
+    return [
         "trainer.logger=[console,mlflow]",
         f"trainer.project_name={_q(experiment_family(exp))}",
         f"trainer.experiment_name={_q(run_name(exp))}",
@@ -161,18 +215,6 @@ def render_verl_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"trainer.rollout_data_dir={_q(paths.logs_dir + '/' + VERL_ROLLOUT_DUMP_SUBDIR)}",
         f"trainer.device={'cpu' if cpu else 'cuda'}",
     ]
-    if s.resources.nodes == 1:
-        # One node: veRL's driver starts its own Ray. Without an address, `ray.init` would attach to whatever
-        # cluster the host's /tmp/ray/ray_current_cluster names: another job's, or one that died without
-        # `ray stop` (seen here: every local run failed while a finished multi-node test's file was left).
-        out.append("+ray_kwargs.ray_init.address=local")
-    out += render_chat_overrides(exp)
-    if cpu:
-        out = merge_overrides(out, render_cpu_overrides(exp))
-    # The estimator name and its `algorithm.longhaul.*` settings come from the algos package (one definition).
-    # A failed trajectory drops its whole group, which is refilled (longhaul.agentloop.sampler).
-    out += sampler_overrides(exp)
-    return [*out, "algorithm.use_kl_in_reward=false", *render_algorithm_overrides(exp)]
 
 
 def override_key(line: str) -> str:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from longhaul.rewards.prm_lite import PrmLiteResult
-from longhaul.spec.models import Credit, ProcessReward
+from longhaul.spec.reward import Credit, ProcessReward
 
 
 @dataclass(frozen=True)

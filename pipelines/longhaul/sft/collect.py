@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from longhaul.files import PLAIN, atomic_output
 from longhaul.spec.models import Experiment
 
 #: JSONL record format version (bump on incompatible changes).
@@ -113,7 +114,9 @@ async def collect_trajectories(
     from longhaul.clients.user_simulator import OpenAIUserSimulator
     from longhaul.envs.airline.env import AirlineEnv
     from longhaul.envs.airline.tasks import get_task
-    from longhaul.envs.runner import EpisodeLimits, run_episode, tool_schemas
+    from longhaul.envs.limits import EpisodeLimits
+    from longhaul.envs.prompt import tool_schemas
+    from longhaul.envs.runner import run_episode
 
     assert exp.spec.sft is not None
     teacher = exp.spec.sft.teacher
@@ -125,7 +128,6 @@ async def collect_trajectories(
     report = CollectionReport()
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(out_path.name + ".partial")
     sem = asyncio.Semaphore(concurrency)
     lock = asyncio.Lock()
     policy_client = ChatClient(teacher_url, teacher_model or teacher.model.name, role="teacher")
@@ -168,11 +170,10 @@ async def collect_trajectories(
                 on_attempt(a, traj.outcome)
 
     try:
-        with tmp.open("w", encoding="utf-8") as fh:
+        with atomic_output(out_path, mode=PLAIN) as tmp, tmp.open("w", encoding="utf-8") as fh:
             await asyncio.gather(*(one(a, fh) for a in plan))
     finally:
         await policy_client.aclose()
         await user_client.aclose()
-    tmp.replace(out_path)
     (out_path.parent / "coverage.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
     return report

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from longhaul import bounded
+from longhaul.files import PLAIN, atomic_output
 from longhaul.sft.masking import BuildStats, Dropped, build_supervised_example
 
 #: Columns of the parquet file (input_ids and loss_mask are what veRL reads; the rest is provenance).
@@ -114,9 +115,8 @@ def write_dataset(rows: list[dict[str, Any]], path: Path, stats: BuildStats, *, 
             }
         )
     )
-    tmp = path.with_name(path.name + ".partial")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    with atomic_output(path, mode=PLAIN) as tmp:
+        pq.write_table(table, tmp)
     stats_path(path).write_text(
         json.dumps({**stats.to_dict(), "tokenizer": tokenizer}, indent=2) + "\n", encoding="utf-8"
     )

@@ -69,3 +69,5 @@ Samples = Annotated[int, Field(ge=1, le=MAX_SAMPLES)]
 Concurrency = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
 EpisodeEvents = Annotated[int, Field(ge=1, le=MAX_EPISODE_EVENTS)]
 RandomSeed = Annotated[int, Field(ge=0, le=MAX_RANDOM_SEED)]
+#: A share of a whole, above 0 and at most 1 (the fraction of a GPU's memory a vLLM engine takes).
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]

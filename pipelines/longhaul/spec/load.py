@@ -9,6 +9,8 @@ loader (no arbitrary tags); duplicate keys are errors.
 from __future__ import annotations
 
 import difflib
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,9 @@ from longhaul import bounded
 from longhaul.bounded import InputError, dotted_path
 from longhaul.constants import ANNOTATION_SEED_GROUP
 from longhaul.redact import redact_value
+from longhaul.spec.base import FieldError
 from longhaul.spec.hints import number_problem, strip_union_tags
-from longhaul.spec.models import Experiment, FieldError
+from longhaul.spec.models import Experiment
 from longhaul.spec.naming import seed_group_problem
 
 
@@ -187,9 +190,6 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
 
 
 def _unwrap_model(annotation: Any) -> Any:
-    import types
-    import typing
-
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType, list):
         for arg in typing.get_args(annotation):

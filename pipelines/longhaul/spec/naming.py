@@ -8,30 +8,19 @@ named `<group run name>-s<seed>`. A seed run carries the group's seeds in the an
 `status`), and the name always derives from the spec. The group's run name also travels in the annotation
 `longhaul.dev/seed-group`; it is checked against the rebuilt name (`seed_group_problem`), never trusted: a
 hand-written one cannot attach a spec to another run's directory, MLflow run or checkpoints.
+
+The hashed document itself (`canonical_document`) lives with the `Experiment` (`longhaul.spec.models`), whose
+validator measures the resolved form built from it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 from longhaul.constants import ANNOTATION_SEED_GROUP, ANNOTATION_SEED_GROUP_SEEDS
-from longhaul.spec.models import Experiment, parse_seed_list
-
-
-def canonical_document(exp: Experiment) -> dict[str, Any]:
-    """The resolved resource that defines a run: apiVersion, kind, metadata.name and the spec with defaults.
-
-    Labels, annotations and namespace are left out on purpose: GitOps tooling may change them without
-    making a new run.
-    """
-    return {
-        "apiVersion": exp.apiVersion,
-        "kind": exp.kind,
-        "metadata": {"name": exp.metadata.name},
-        "spec": exp.spec.model_dump(mode="json"),
-    }
+from longhaul.spec.models import Experiment, canonical_document
+from longhaul.spec.seeds import parse_seed_list
 
 
 def canonical_json(exp: Experiment) -> str:
@@ -145,13 +134,3 @@ def group_of(seed_run: Experiment, seeds: list[int]) -> Experiment | None:
 def experiment_family(exp: Experiment) -> str:
     """MLflow experiment name: the spec's `tracking.experiment` or `longhaul/<metadata.name>`."""
     return exp.spec.tracking.experiment or f"longhaul/{exp.metadata.name}"
-
-
-def resolved_yaml(exp: Experiment) -> str:
-    """The resolved spec (all defaults filled) as YAML: what jobs mount and re-validate."""
-    import yaml
-
-    doc = canonical_document(exp)
-    meta = exp.metadata.model_dump(mode="json", exclude_defaults=True)
-    doc["metadata"] = meta
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)

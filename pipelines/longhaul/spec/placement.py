@@ -6,7 +6,8 @@ servers' `CUDA_VISIBLE_DEVICES`, the memory plan's per-GPU budget).
 
 from __future__ import annotations
 
-from longhaul.spec.models import Experiment, GpuShare, Placement
+from longhaul.spec.models import Experiment
+from longhaul.spec.simulator import GpuShare, Placement
 
 
 def trainer_gpu_ids(exp: Experiment) -> list[int]:

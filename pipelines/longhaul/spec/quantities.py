@@ -1,8 +1,8 @@
 """Kubernetes quantities and Slurm time limits of the spec, checked for their meaning after their form (pure).
 
-The form is the field's pattern (`QUANTITY`, `TIME_LIMIT` in `longhaul.spec.models`); here the value: `memory: "0"`
-would render a zero request (Slurm reads `--mem=0` as *all* of a node's memory), `"00:00:00"` or `"1:75:00"` a
-time limit no scheduler accepts, `99999999Ti` a request no node has.
+The form is the field's pattern (`QUANTITY`, `TIME_LIMIT` in `longhaul.spec.resources`); here the value:
+`memory: "0"` would render a zero request (Slurm reads `--mem=0` as *all* of a node's memory), `"00:00:00"` or
+`"1:75:00"` a time limit no scheduler accepts, `99999999Ti` a request no node has.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """`spec.reward.rules`: typed per-rule overrides of PRM-Lite's parameters.
 
-One model per rule, built from the rule engine's own tables (`longhaul.rewards.prm_lite_params`: `RULE_DEFAULTS`
-for the names and defaults, `PARAM_DOMAINS` for each parameter's type and bounds), so a new parameter is typed and
-bounded where it is defined. Weights are finite numbers in their range; counts (`window`, `min_chars`, …) are
-whole numbers (2.5, −3 and 1e18 are refused); `aggregate.clip` is positive; `enabled` is a boolean. Types are strict:
-`true` is not 1 and `"0.1"` is not a number.
+One model per rule, built from PRM-Lite's tables, which the rule engine reads too (`longhaul.spec.prm_lite_params`:
+`RULE_DEFAULTS` for the names and defaults, `PARAM_DOMAINS` for each parameter's type and bounds), so a new
+parameter is typed and bounded where it is defined. Weights are finite numbers in their range; counts (`window`,
+`min_chars`, …) are whole numbers (2.5, −3 and 1e18 are refused); `aggregate.clip` is positive; `enabled` is a
+boolean. Types are strict: `true` is not 1 and `"0.1"` is not a number.
 
 A rules block serialises to exactly what was given (rules and parameters left out stay out), so the spec hash
 and the resolved spec are those of the plain mapping the field used to be.
@@ -25,7 +25,7 @@ from pydantic import (
     model_serializer,
 )
 
-from longhaul.rewards.prm_lite_params import PARAM_DOMAINS, RULE_DEFAULTS, ParamDomain
+from longhaul.spec.prm_lite_params import PARAM_DOMAINS, RULE_DEFAULTS, ParamDomain
 
 
 class _Given(BaseModel):

@@ -1,7 +1,8 @@
 """Kubernetes backend (thin I/O): apply the Experiment resource with kubectl; the operator does the rest.
 
-`submit_run` applies the resolved Experiment (all defaults filled, the same run hash) with
-`kubectl apply -f -`: the operator in the cluster (charts/longhaul) validates it again, renders the ConfigMap
+`submit_run` applies the value the renderer returns for the operator, the resolved Experiment resource
+(`longhaul.render.kubernetes.render_experiment`: all defaults filled, the same run hash), with `kubectl apply -f -`,
+and nothing else: the operator in the cluster (charts/longhaul) validates it again, renders the ConfigMap
 and Jobs with `longhaul.render.kubernetes` and reports progress in the Experiment's status. A multi-seed
 Experiment is applied as one resource too: the operator runs one stage chain per seed under it. The submission
 is recorded in `runs/<run_name>/submit.json` (the group's run name for a multi-seed Experiment), so
@@ -26,8 +27,10 @@ from longhaul.files import PLAIN, atomic_write_text
 from longhaul.k8s.status import TERMINAL, Phase
 from longhaul.layout import DEFAULT_RUNS_DIR
 from longhaul.layout import RECORD_FILE as RECORD
-from longhaul.spec.models import Experiment, is_dns1123_label
-from longhaul.spec.naming import resolved_yaml, run_name
+from longhaul.render.kubernetes import render_experiment
+from longhaul.spec.models import Experiment
+from longhaul.spec.naming import run_name
+from longhaul.spec.strings import is_dns1123_label
 from longhaul.submit import SubmitResult, read_record
 
 CMD_TIMEOUT_S = 60
@@ -54,18 +57,14 @@ def _kubectl(args: list[str], *, input: str | None = None, runner: Runner = subp
     return proc.stdout
 
 
-def manifest(exp: Experiment) -> str:
-    """What is applied: the resolved Experiment resource (the spec's namespace kept when it names one)."""
-    return resolved_yaml(exp)
-
-
 def submit_run(
     exp: Experiment, *, dry_run: bool = False, submit_dir: str | Path | None = None, runner: Runner = subprocess.run
 ) -> SubmitResult:
-    """`kubectl apply` the Experiment; the same spec applied again is the same run (no-op)."""
+    """`kubectl apply` the Experiment resource `render_experiment` returns (the dry run returns that text); the same
+    spec applied again is the same run (no-op)."""
     run = run_name(exp)
     run_dir = Path(submit_dir or ".") / DEFAULT_RUNS_DIR / run
-    text = manifest(exp)
+    text = render_experiment(exp)
     if dry_run:
         return SubmitResult(
             "kubernetes",

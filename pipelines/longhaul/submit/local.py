@@ -26,8 +26,8 @@ from longhaul.layout import EXIT_RECORD_FILE, LAUNCHER_LOG, LOGS_SUBDIR, default
 from longhaul.layout import RECORD_FILE as RECORD
 from longhaul.protocol import EXIT_KILLED, EXIT_OK, EXIT_REQUEUE, EXIT_SIGINT
 from longhaul.render.plan import render_plan, stage_refusal
-from longhaul.spec.models import Experiment
-from longhaul.spec.naming import resolved_yaml, run_name, seed_group, seed_runs
+from longhaul.spec.models import Experiment, resolved_yaml
+from longhaul.spec.naming import run_name, seed_group, seed_runs
 from longhaul.submit import SubmitResult, read_record, read_run_progress, skipped_note
 
 

@@ -27,7 +27,7 @@ WARMSTART_TOOL_RESULT_CHARS = 1200
 
 def default_date_line() -> str:
     """The spec's default date line (the prompt every shipped spec renders)."""
-    from longhaul.spec.models import EnvironmentSpec
+    from longhaul.spec.environment import EnvironmentSpec
 
     return EnvironmentSpec().date_line
 
@@ -48,7 +48,7 @@ def gold_results(task_id: str, actions: list[tuple[str, dict[str, Any]]]) -> lis
 
 
 def _gold_conversation(task: Any, policy: str, date_line: str) -> list[dict[str, Any]]:
-    from longhaul.envs.runner import build_initial_messages
+    from longhaul.envs.prompt import build_initial_messages
 
     raw = task.raw
     results = [r[:WARMSTART_TOOL_RESULT_CHARS] for r in gold_results(task.id, gold_actions(raw))]
@@ -64,7 +64,7 @@ def build_inputs(date_line: str) -> dict[str, Any]:
     and `train_task_ids`."""
     from longhaul.envs.airline.splits import build_split
     from longhaul.envs.airline.tasks import load_tasks, policy_text
-    from longhaul.envs.runner import build_initial_messages, tool_schemas
+    from longhaul.envs.prompt import build_initial_messages, tool_schemas
 
     tasks = load_tasks()
     held_out = set(build_split("seed_40_10").test) | set(build_split("tau2_official").test)

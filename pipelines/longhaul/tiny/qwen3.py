@@ -25,7 +25,7 @@ from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END, MARKUP_TOKENS, THINK_TOKE
 #: Bump when the recipe changes in a way the key cannot see.
 RECIPE_VERSION = 1
 DIRNAME = "tiny-qwen3-policy"
-#: The model name specs use for it (matched as a Qwen3 hybrid-thinking policy, `longhaul.spec.models.model_thinks`).
+#: The model name specs use for it (matched as a Qwen3 hybrid-thinking policy, `longhaul.spec.policy.model_thinks`).
 MODEL_NAME = "longhaul/tiny-qwen3-policy"
 VOCAB_SIZE = 2048
 SEED = 11
@@ -41,7 +41,7 @@ THINK_SAMPLES = (
 
 def _corpus() -> list[str]:
     from longhaul.envs.airline.tasks import policy_text
-    from longhaul.envs.runner import tool_schemas
+    from longhaul.envs.prompt import tool_schemas
 
     return [policy_text(), *(json.dumps(t, ensure_ascii=False) for t in tool_schemas()), *THINK_SAMPLES]
 

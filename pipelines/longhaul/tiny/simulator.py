@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from longhaul.clients.user_simulator import build_user_messages
-from longhaul.envs.runner import STOP_MARKERS, is_user_stop
+from longhaul.envs.prompt import STOP_MARKERS, is_user_stop
 from longhaul.tiny.gold import closing_message, first_user_message
 
 #: The simulator's end markers: `###STOP###` (goal reached) and `###TRANSFER###` (handed to a human agent).

@@ -1,7 +1,8 @@
-"""MLflow tracking: URI rules and trainer environment, provenance, runs, evaluation children, watchdog, compare.
+"""MLflow tracking adapter: URI rules and trainer environment, provenance, runs, evaluation children, relay, compare.
 
-Importing this package does not import MLflow: `config` and `watchdog` are light; the MLflow adapter lives in
-`longhaul.tracking.runs`, `.alerts` and `.compare`.
+The pure analysis these modules call (tag schema, metric keys, checkpoint selection, the ablation table and its
+statistics, the watchdog) is `longhaul.analysis`. Importing this package does not import MLflow: `config` is light;
+the MLflow adapter lives in `longhaul.tracking.runs`, `.alerts`, `.relay` and `.compare`.
 """
 
 from longhaul.tracking.config import (
@@ -10,15 +11,10 @@ from longhaul.tracking.config import (
     resolve_tracking_uri,
     tracking_env,
 )
-from longhaul.tracking.watchdog import Alert, WatchdogThresholds, compute_alerts, should_stop
 
 __all__ = [
-    "Alert",
     "TrackingConfigError",
-    "WatchdogThresholds",
-    "compute_alerts",
     "require_trainer_env",
     "resolve_tracking_uri",
-    "should_stop",
     "tracking_env",
 ]

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from longhaul.tracking import tags as T
-from longhaul.tracking.runs import client_for, log_batch, now_ms
-from longhaul.tracking.watchdog import (
+from longhaul.analysis import tags as T
+from longhaul.analysis.watchdog import (
     Alert,
     History,
     WatchdogThresholds,
@@ -23,6 +22,7 @@ from longhaul.tracking.watchdog import (
     should_stop,
     watched_metric_keys,
 )
+from longhaul.tracking.runs import client_for, log_batch, now_ms
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
-"""`longhaul compare` I/O: read training runs and their evaluation children, write and log the table/figures."""
+"""`longhaul compare` I/O: read training runs and their evaluation children, write and log the report (built by
+`longhaul.analysis.report`) and its figures."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,29 +10,13 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from longhaul import bounded
+from longhaul.analysis import tags as T
+from longhaul.analysis.ablation import EvalPoint, RunRecord, build_comparison_note
+from longhaul.analysis.figures import build_comparison_figure, build_progression_figure
+from longhaul.analysis.report import ComparisonReport, build_comparison_report, comparison_run_name
+from longhaul.analysis.study import Arm, SeedEval, Statistics, choose_point, group_arms, seed_of
 from longhaul.eval.metrics import TrialRecord
-from longhaul.tracking import tags as T
-from longhaul.tracking.ablation import (
-    EvalPoint,
-    RunRecord,
-    build_comparison_note,
-    build_rows,
-    discover_ks,
-    render_csv,
-    render_markdown,
-)
-from longhaul.tracking.figures import build_comparison_figure, build_progression_figure
 from longhaul.tracking.runs import TrackingError, client_for, ensure_experiment, finish_run, quote_filter
-from longhaul.tracking.study import (
-    Arm,
-    SeedEval,
-    Statistics,
-    build_statistics,
-    choose_point,
-    group_arms,
-    seed_of,
-)
-from longhaul.tracking.study_render import render_statistics_markdown as render_stats
 
 TABLE_MD, TABLE_CSV = "ablation.md", "ablation.csv"
 STATS_MD, STATS_JSON, DESIGN_JSON = "statistics.md", "statistics.json", "design.json"
@@ -172,14 +156,17 @@ def write_comparison(
             f"nothing to compare in {client.tracking_uri}: {len(records)} training run(s), none with evaluated "
             "checkpoints (evaluation runs are logged by `longhaul eval` / the eval stage)"
         )
-    cols, rows = build_rows(records)
-    markdown = table = render_markdown(cols, rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     arms, left_out = fetch_arms(client, records, out / ".results")
-    statistics = build_statistics(
-        arms, discover_ks(records)["pass_hat_k"] or [1], fetch_null_floor(), problems=left_out
-    )
+    report = build_comparison_report(records, arms, fetch_null_floor(), problems=left_out)
+    files = _write_report(out, records, report)
+    run_id = _log_comparison(client, records, report, files) if log else None
+    return ComparisonOutput(tuple(records), report.markdown, files, run_id, report.statistics)
+
+
+def _write_report(out: Path, records: Sequence[RunRecord], report: ComparisonReport) -> tuple[Path, ...]:
+    """The report's files in `out`: the table, the figures, the statistics (and the design, when there is one)."""
     files = (
         out / TABLE_MD,
         out / TABLE_CSV,
@@ -188,46 +175,47 @@ def write_comparison(
         out / STATS_MD,
         out / STATS_JSON,
     )
-    files[0].write_text(markdown, encoding="utf-8")
-    files[1].write_text(render_csv(cols, rows), encoding="utf-8")
+    files[0].write_text(report.table, encoding="utf-8")
+    files[1].write_text(report.csv, encoding="utf-8")
     build_comparison_figure(records).savefig(files[2])
     build_progression_figure(records).savefig(files[3])
-    stats_md = render_stats(statistics)
-    files[4].write_text(stats_md.lstrip("\n"), encoding="utf-8")
-    files[5].write_text(statistics.to_json(), encoding="utf-8")
-    if statistics.design is not None:
+    files[4].write_text(report.statistics_md.lstrip("\n"), encoding="utf-8")
+    files[5].write_text(report.statistics.to_json(), encoding="utf-8")
+    if report.statistics.design is not None:
         files = (*files, out / DESIGN_JSON)
-        files[-1].write_text(statistics.design.to_json(), encoding="utf-8")
-    markdown += stats_md
+        files[-1].write_text(report.statistics.design.to_json(), encoding="utf-8")
+    return files
 
-    run_id = None
-    if log:
-        ids = sorted(r.run_id for r in records)
-        digest = hashlib.sha256(",".join(ids).encode()).hexdigest()[:8]
-        eid = ensure_experiment(client, T.COMPARISON_EXPERIMENT)
-        name = f"compare-{digest}"
-        existing = client.search_runs([eid], f"attributes.run_name = {quote_filter(name)}", max_results=1)
-        if existing:
-            run_id = existing[0].info.run_id
-        else:
-            run_id = client.create_run(
-                eid,
-                run_name=name,
-                tags={
-                    T.KIND: T.KIND_COMPARE,
-                    T.COMPARED_RUNS: ",".join(ids)[:5000],
-                },
-            ).info.run_id
-        # The description MLflow's UI shows on the run page: the table readable without downloading artefacts.
-        # Set on every comparison, so re-evaluated checkpoints replace an older table in the same run.
-        client.set_tag(
-            run_id,
-            T.NOTE,
-            build_comparison_note(
-                sorted({r.run_name for r in records}), table, stats_md, files=[f.name for f in files]
-            ),
-        )
-        for f in files:
-            client.log_artifact(run_id, str(f))
-        finish_run(client, run_id)
-    return ComparisonOutput(tuple(records), markdown, files, run_id, statistics)
+
+def _log_comparison(
+    client: MlflowClient, records: Sequence[RunRecord], report: ComparisonReport, files: Sequence[Path]
+) -> str:
+    """The comparison run of these records (found by name, else created), its note and artefacts; its id."""
+    ids = sorted(r.run_id for r in records)
+    eid = ensure_experiment(client, T.COMPARISON_EXPERIMENT)
+    name = comparison_run_name(ids)
+    existing = client.search_runs([eid], f"attributes.run_name = {quote_filter(name)}", max_results=1)
+    if existing:
+        run_id = existing[0].info.run_id
+    else:
+        run_id = client.create_run(
+            eid,
+            run_name=name,
+            tags={
+                T.KIND: T.KIND_COMPARE,
+                T.COMPARED_RUNS: ",".join(ids)[:5000],
+            },
+        ).info.run_id
+    # The description MLflow's UI shows on the run page: the table readable without downloading artefacts.
+    # Set on every comparison, so re-evaluated checkpoints replace an older table in the same run.
+    client.set_tag(
+        run_id,
+        T.NOTE,
+        build_comparison_note(
+            sorted({r.run_name for r in records}), report.table, report.statistics_md, files=[f.name for f in files]
+        ),
+    )
+    for f in files:
+        client.log_artifact(run_id, str(f))
+    finish_run(client, run_id)
+    return run_id

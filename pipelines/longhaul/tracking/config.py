@@ -23,22 +23,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from longhaul.analysis import tags as T
 from longhaul.constants import ENV_RUN_NAME
+from longhaul.layout import MLFLOW_ARTIFACTS_SUBDIR, MLFLOW_STORE_FILE
 from longhaul.redact import redact_uri
 from longhaul.spec import Experiment, experiment_family, run_name, seed_group
-from longhaul.spec.models import Backend
-from longhaul.tracking import tags as T
+from longhaul.spec.backends import Backend
 
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
 ENV_RUN_ID = "MLFLOW_RUN_ID"
 #: The store veRL silently falls back to when MLFLOW_TRACKING_URI is unset.
 VERL_FALLBACK_URI = "sqlite:////tmp/mlruns.db"
-#: File name of the embedded store and of the saved run id inside a run directory.
-LOCAL_STORE_NAME = "mlflow.db"
-RUN_ID_FILE = "mlflow_run_id"
-#: Folder beside a local sqlite store holding the artefacts of the experiments longhaul creates in that store.
-LOCAL_ARTIFACTS_DIR = "mlartifacts"
 #: Where `mlflow ui` serves when given no --host/--port.
 UI_DEFAULT_URL = "http://127.0.0.1:5000"
 
@@ -53,7 +49,7 @@ def local_store_uri(path: str | Path) -> str:
     """`sqlite:///<absolute path>` for a store file (a directory gets `mlflow.db` inside it)."""
     p = Path(path).expanduser()
     if p.suffix != ".db":
-        p = p / LOCAL_STORE_NAME
+        p = p / MLFLOW_STORE_FILE
     return f"sqlite:///{p.absolute()}"
 
 
@@ -78,7 +74,7 @@ def local_artifact_location(uri: str) -> str | None:
     to run in, so a run directory would not hold its own artefacts and could not be moved or archived alone.
     """
     db = sqlite_store_path(uri)
-    return None if db is None else (db.parent / LOCAL_ARTIFACTS_DIR).as_uri()
+    return None if db is None else (db.parent / MLFLOW_ARTIFACTS_SUBDIR).as_uri()
 
 
 def build_ui_hint(uri: str, experiment_id: str = "") -> str:

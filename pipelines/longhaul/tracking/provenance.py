@@ -13,9 +13,9 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from longhaul.analysis import tags as T
 from longhaul.constants import ANNOTATION_GIT_COMMIT, ENV_BACKEND, ENV_GIT_COMMIT, ENV_IMAGE, ENV_JOB_ID
 from longhaul.spec import Experiment, experiment_family, run_name, seed_group, spec_hash
-from longhaul.tracking import tags as T
 
 NOT_INSTALLED = "not-installed"
 UNKNOWN = "unknown"

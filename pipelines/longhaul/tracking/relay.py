@@ -54,6 +54,10 @@ Local stores (sqlite, file) need no relay: `start_relay` returns a pass-through 
 Multi-node: the trainer's TaskRunner writes the buffer, so the run directory must be on a filesystem it shares
 with the launcher (as the checkpoints already are).
 
+Which runs are relayed, the outbox and the server's health check are `longhaul.tracking.relayed`, the module
+`longhaul.tracking.runs` asks before it writes; the relay replays the outbox with `runs.apply_operation`. The files
+are the run directory's (`longhaul.layout.RelayPaths`).
+
 Size: over 400 lines because the relay's write-ahead log, replay and server-health logic are one protocol.
 """
 
@@ -61,46 +65,29 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import math
 import os
 import sqlite3
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from longhaul.analysis.tags import RELAY_REMOTE_RUN_ID
+from longhaul.layout import RELAY_BUFFER_DB
 from longhaul.redact import redact_uri
+from longhaul.tracking import relayed
 from longhaul.tracking.config import ENV_RUN_ID, ENV_TRACKING_URI, local_store_uri
-from longhaul.tracking.tags import RELAY_REMOTE_RUN_ID
+from longhaul.tracking.relayed import Outbox, needs_relay, probe_server, read_json, relay_paths, write_json
+from longhaul.tracking.runs import apply_operation
 
-#: Where a run keeps its relay (buffer store, outbox, state), under the run directory.
-RELAY_DIR = Path(".longhaul") / "mlflow-relay"
-BUFFER_DB = "buffer.db"
-STATE_FILE = "state.json"
-OUTBOX_DIR = "outbox"
-ARTIFACTS_DIR = "artifacts"
 #: Tag on the mirror run in the buffer store naming the server's run it is relayed to.
 REMOTE_RUN_TAG = RELAY_REMOTE_RUN_ID
 #: MLflow's per-request limits (log_batch).
 BATCH_METRICS, BATCH_PARAMS = 1000, 100
-
-_LOCAL_SCHEMES = ("sqlite:", "file:")
-
-
-def needs_relay(tracking_uri: str) -> bool:
-    """True for a tracking server (anything but a local sqlite or file store)."""
-    return not (tracking_uri.startswith(_LOCAL_SCHEMES) or "://" not in tracking_uri)
-
-
-def relay_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / RELAY_DIR
 
 
 @dataclass(frozen=True)
@@ -126,117 +113,11 @@ class RelayCounts:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Files: atomic JSON, the outbox
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
-
-
-def _read_json(path: Path, default: Any) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return default
-
-
-class Outbox:
-    """longhaul's own MLflow operations, one JSON file each (`<seq>-<op>.json`), applied in `seq` order."""
-
-    def __init__(self, directory: Path) -> None:
-        self.dir = directory
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-
-    def _seqs(self) -> list[tuple[int, Path]]:
-        out = []
-        for p in self.dir.glob("*.json"):
-            head = p.name.split("-", 1)[0]
-            if head.isdigit():
-                out.append((int(head), p))
-        return sorted(out)
-
-    def put(self, op: str, args: Mapping[str, Any], *, floor: int = 0) -> int:
-        """Queue `op(**args)` durably; returns its sequence number (above `floor`: the last one already done)."""
-        with self._lock:
-            seqs = self._seqs()
-            seq = max([floor, *(s for s, _ in seqs)]) + 1
-            _write_json(self.dir / f"{seq:010d}-{op}.json", {"seq": seq, "op": op, "args": dict(args)})
-            return seq
-
-    def pending(self) -> list[tuple[int, Path]]:
-        return self._seqs()
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The registry: runs whose writes go through a relay (`longhaul.tracking.runs` asks it)
-
-_ACTIVE: dict[str, MetricsRelay] = {}
-#: Relays closed in this process, by run id (`mirror_of` still answers for them).
-_CLOSED: dict[str, MetricsRelay] = {}
-_ACTIVE_LOCK = threading.Lock()
-
-
-def _uri_of(tracking_uri: Any) -> str:
-    return str(getattr(tracking_uri, "tracking_uri", tracking_uri) or os.environ.get(ENV_TRACKING_URI, ""))
-
-
-def enqueue_if_relayed(tracking_uri: Any, run_id: str, op: str, **args: Any) -> bool:
-    """Queue `op` on the relay of (`tracking_uri`, `run_id`) if one is running in this process; True if queued."""
-    with _ACTIVE_LOCK:
-        relay = _ACTIVE.get(run_id)
-    if relay is None or relay.remote_uri.rstrip("/") != _uri_of(tracking_uri).rstrip("/"):
-        return False
-    relay.enqueue(op, **args)
-    return True
-
-
-def queue_offline(run_dir: str | Path, op: str, **args: Any) -> None:
-    """Queue `op` in a run directory's outbox without a running relay (the next relay of the run applies it)."""
-    d = relay_dir(run_dir)
-    state = _read_json(d / STATE_FILE, {})
-    Outbox(d / OUTBOX_DIR).put(op, args, floor=int(state.get("ops_seq_done", 0)))
-
-
-def mirror_of(run_id: str) -> tuple[str, list[str]] | None:
-    """(buffer store URI, mirror run ids of every launch) of a run relayed in this process (also after `close`),
-    or None."""
-    with _ACTIVE_LOCK:
-        relay = _ACTIVE.get(run_id) or _CLOSED.get(run_id)
-    return None if relay is None or not relay.active else (relay.local_uri, list(relay.mirror_run_ids))
-
-
-# ---------------------------------------------------------------------------------------------------------
 # The relay
 
 
 class ServerUnavailable(ConnectionError):
     """The tracking server did not answer its health check (the message says how)."""
-
-
-def _without_userinfo(uri: str) -> str:
-    """`uri` without `user:password@` (urllib would take it for part of the host name; /health needs no login)."""
-    parts = urlsplit(uri)
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]))
-
-
-def probe_server(tracking_uri: str, timeout_s: float) -> str | None:
-    """None when the server answers `GET /health` with 200 within `timeout_s`, else why not. Schemes without a
-    health endpoint (databricks, …) are taken as up: the forwarding itself then tells."""
-    if not tracking_uri.startswith(("http://", "https://")):
-        return None
-    try:
-        with urllib.request.urlopen(_without_userinfo(tracking_uri).rstrip("/") + "/health", timeout=timeout_s) as r:
-            return None if r.status == 200 else f"/health answered HTTP {r.status}"
-    except urllib.error.HTTPError as exc:
-        return f"/health answered HTTP {exc.code}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return f"{type(getattr(exc, 'reason', exc)).__name__}: {getattr(exc, 'reason', exc)}"
 
 
 class MetricsRelay:
@@ -264,7 +145,9 @@ class MetricsRelay:
         #: `force`: relay to a local store too (tests use a sqlite store as the "server"). `trainer`: this launch
         #: runs a trainer (it gets a mirror run of its own; False: only forward what earlier launches buffered).
         self.active = force or needs_relay(remote_uri)
-        self.dir = relay_dir(run_dir)
+        self.run_dir = Path(run_dir)
+        self.files = relay_paths(run_dir)
+        self.dir = Path(self.files.relay_dir)
         self.poll_s, self.backoff_max_s, self.probe_timeout_s = poll_s, backoff_max_s, probe_timeout_s
         self._say = say or (lambda msg: print(f"[mlflow-relay] {msg}", file=sys.stderr, flush=True))
         self._stop = threading.Event()
@@ -277,23 +160,23 @@ class MetricsRelay:
         self.mirror_run_ids: list[str] = []
         if not self.active:
             return
-        state = _read_json(self.dir / STATE_FILE, {})
+        state = read_json(Path(self.files.state_file), {})
         if state.get("remote_run_id") not in (None, remote_run_id):
             # The run directory's MLflow run was replaced (deleted on the server, then created again): what is
             # buffered belongs to the old one and is kept, untouched (its mirror runs stay in the buffer store,
             # its outbox and state are renamed); the new run starts afresh.
             old = state["remote_run_id"]
-            for name in (OUTBOX_DIR, STATE_FILE):
-                if (self.dir / name).exists():
-                    (self.dir / name).rename(self.dir / f"{name}.{old}")
+            for kept in (Path(self.files.outbox_dir), Path(self.files.state_file)):
+                if kept.exists():
+                    kept.rename(kept.with_name(f"{kept.name}.{old}"))
             self._say(
                 f"{self.dir} relayed MLflow run {old}, not {remote_run_id}: its outbox and state are kept as "
-                f"*.{old}, its metrics in {BUFFER_DB} (mirror runs tagged {REMOTE_RUN_TAG}={old})"
+                f"*.{old}, its metrics in {RELAY_BUFFER_DB} (mirror runs tagged {REMOTE_RUN_TAG}={old})"
             )
             state = {}
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.outbox = Outbox(self.dir / OUTBOX_DIR)
-        self.db_path = self.dir / BUFFER_DB
+        self.outbox = Outbox(Path(self.files.outbox_dir))
+        self.db_path = Path(self.files.buffer_db)
         self.local_uri = local_store_uri(self.db_path)
         self.state = state
         self.local_run_id = self._mirror_run(experiment_name, new=trainer)
@@ -308,7 +191,7 @@ class MetricsRelay:
         client = MlflowClient(self.local_uri)
         exp = client.get_experiment_by_name(experiment_name)
         if exp is None:
-            artifacts = (self.dir / ARTIFACTS_DIR).absolute()
+            artifacts = Path(self.files.artifacts_dir).absolute()
             artifacts.mkdir(parents=True, exist_ok=True)
             exp_id = client.create_experiment(experiment_name, artifact_location=artifacts.as_uri())
         else:
@@ -347,9 +230,7 @@ class MetricsRelay:
     def start(self) -> MetricsRelay:
         if not self.active:
             return self
-        with _ACTIVE_LOCK:
-            _ACTIVE[self.remote_run_id] = self
-            _CLOSED.pop(self.remote_run_id, None)
+        relayed.register(self)
         self._thread = threading.Thread(target=self._run, name=f"mlflow-relay-{self.remote_run_id[:8]}", daemon=True)
         self._thread.start()
         return self
@@ -398,7 +279,7 @@ class MetricsRelay:
         return ", ".join("?" * len(self.mirror_run_ids))
 
     def _save(self) -> None:
-        _write_json(self.dir / STATE_FILE, self.state)
+        write_json(Path(self.files.state_file), self.state)
 
     # -- forwarding
 
@@ -511,7 +392,7 @@ class MetricsRelay:
     def _forward_artifacts(self, client: Any) -> None:
         sent = self.state.setdefault("artifacts_sent", {})
         for mirror in self.mirror_run_ids:
-            run_root = self.dir / ARTIFACTS_DIR / mirror / "artifacts"  # the experiment's artifact layout
+            run_root = Path(self.files.artifacts_dir) / mirror / "artifacts"  # the experiment's artifact layout
             if not run_root.is_dir():
                 continue
             for path in sorted(p for p in run_root.rglob("*") if p.is_file()):
@@ -526,10 +407,8 @@ class MetricsRelay:
                     self._save()
 
     def _apply_outbox(self, client: Any) -> None:
-        from longhaul.tracking.runs import apply_operation
-
         for seq, path in self.outbox.pending():
-            op = _read_json(path, None)
+            op = read_json(path, None)
             if op is None:
                 continue
             apply_operation(client, self.remote_run_id, op["op"], op.get("args", {}))
@@ -569,10 +448,7 @@ class MetricsRelay:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
-        with _ACTIVE_LOCK:
-            if _ACTIVE.get(self.remote_run_id) is self:
-                del _ACTIVE[self.remote_run_id]
-            _CLOSED[self.remote_run_id] = self
+        relayed.retire(self)
         counts = self.counts()
         with self._lock:
             self.state["counts"] = asdict(counts)
@@ -581,7 +457,7 @@ class MetricsRelay:
         if counts.pending or counts.ops_pending:
             msg += (
                 f"; the rest is kept in {self.dir} and sent by the next launch of this run or by "
-                f"`python -m longhaul.tracking.relay flush {self.dir.parent.parent}`"
+                f"`python -m longhaul.tracking.relay flush {self.run_dir}`"
             )
         self._say(msg)
         return counts
@@ -604,15 +480,16 @@ def flush_run_dir(
     run_dir: str | Path, *, flush_s: float = 300.0, say: Callable[[str], None] | None = None
 ) -> RelayCounts:
     """Send what a run directory's relay still buffers (after the job ended, once the server is back)."""
-    state = _read_json(relay_dir(run_dir) / STATE_FILE, None)
+    state_file = Path(relay_paths(run_dir).state_file)
+    state = read_json(state_file, None)
     if not state or not state.get("remote_run_id"):
-        raise FileNotFoundError(f"{relay_dir(run_dir) / STATE_FILE}: no MLflow relay in this run directory")
+        raise FileNotFoundError(f"{state_file}: no MLflow relay in this run directory")
     uri = state["remote_uri"]
     if redact_uri(uri) != uri:  # stored redacted: the full URI comes from the environment, as it did for the job
         env_uri = os.environ.get("MLFLOW_TRACKING_URI", "")
         if redact_uri(env_uri) != uri:
             raise ValueError(
-                f"{relay_dir(run_dir) / STATE_FILE}: the run was relayed to {uri} (credentials are not "
+                f"{state_file}: the run was relayed to {uri} (credentials are not "
                 "kept in the run directory); export MLFLOW_TRACKING_URI with that server's full URI and "
                 "run the flush again"
             )

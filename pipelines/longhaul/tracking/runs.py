@@ -21,17 +21,18 @@ from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from longhaul.analysis import tags as T
+from longhaul.analysis.evalmetrics import build_eval_metrics
+from longhaul.analysis.selection import Selection, build_selection_tags
+from longhaul.files import PLAIN, atomic_write_text
+from longhaul.layout import Paths
 from longhaul.spec import Experiment, experiment_family, resolved_yaml, run_name, seed_group, spec_hash
-from longhaul.tracking import tags as T
-from longhaul.tracking.config import RUN_ID_FILE, local_artifact_location
-from longhaul.tracking.evalmetrics import build_eval_metrics
+from longhaul.tracking.config import local_artifact_location
 from longhaul.tracking.provenance import build_params, collect_provenance
-from longhaul.tracking.relay import enqueue_if_relayed, mirror_of, needs_relay, probe_server, queue_offline
-from longhaul.tracking.selection import Selection, build_selection_tags
+from longhaul.tracking.relayed import enqueue_if_relayed, mirror_of, needs_relay, probe_server, queue_offline
 
 #: MLflow's per-request limits for log_batch.
 _MAX_METRICS, _MAX_PARAMS, _MAX_TAGS = 1000, 100, 100
-RUN_INFO_FILE = "mlflow_run.json"
 
 
 class TrackingError(RuntimeError):
@@ -125,22 +126,25 @@ def log_metrics(tracking_uri: str | MlflowClient, run_id: str, metrics: Mapping[
 # Training run: create or resume
 
 
+def _run_info_file(run_dir: Path) -> Path:
+    return Path(Paths.under(str(run_dir)).mlflow_run_file)
+
+
 def _read_run_info(run_dir: Path) -> dict[str, Any] | None:
-    f = run_dir / RUN_INFO_FILE
+    paths = Paths.under(str(run_dir))
+    f = Path(paths.mlflow_run_file)
     if f.is_file():
         return json.loads(f.read_text(encoding="utf-8"))
-    legacy = run_dir / RUN_ID_FILE
+    legacy = Path(paths.mlflow_run_id_file)
     if legacy.is_file():
         return {"run_id": legacy.read_text(encoding="utf-8").strip()}
     return None
 
 
 def _write_run_info(run_dir: Path, run: TrackedRun) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / (RUN_INFO_FILE + ".tmp")
-    tmp.write_text(json.dumps(asdict(run), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(run_dir / RUN_INFO_FILE)
-    (run_dir / RUN_ID_FILE).write_text(run.run_id + "\n", encoding="utf-8")
+    paths = Paths.under(str(run_dir))
+    atomic_write_text(paths.mlflow_run_file, json.dumps(asdict(run), indent=2, sort_keys=True) + "\n", mode=PLAIN)
+    Path(paths.mlflow_run_id_file).write_text(run.run_id + "\n", encoding="utf-8")
 
 
 def find_training_run(client: MlflowClient, experiment_id: str, name: str, digest: str) -> str | None:
@@ -169,7 +173,7 @@ def _existing_from_run_dir(client: MlflowClient, run_dir: Path, digest: str) -> 
         return None
     if run.data.tags.get(T.SPEC_HASH) != digest:
         raise TrackingError(
-            f"{run_dir / RUN_INFO_FILE}: MLflow run {info['run_id']} has spec hash "
+            f"{_run_info_file(run_dir)}: MLflow run {info['run_id']} has spec hash "
             f"{run.data.tags.get(T.SPEC_HASH)!r}, this spec hashes to {digest!r}; the run directory belongs to "
             "another spec — use a fresh run directory"
         )
@@ -257,7 +261,7 @@ def _resume_offline(uri: str, run_dir: Path, digest: str, provenance: Mapping[st
     queue_offline(run_dir, "resume_run", provenance=dict(provenance), token=f"{provenance[T.JOB_ID]}:{now_ms()}")
     _write_run_info(run_dir, tracked)
     print(
-        f"MLflow server {uri} unreachable ({down}): resuming run {tracked.run_id} from {run_dir / RUN_INFO_FILE}; "
+        f"MLflow server {uri} unreachable ({down}): resuming run {tracked.run_id} from {_run_info_file(run_dir)}; "
         "its MLflow records are buffered in the run directory until the server answers",
         file=sys.stderr,
     )
@@ -530,7 +534,7 @@ def log_selection(
     selection: Selection | None,
     reason: str | None = None,
 ) -> None:
-    """Record the checkpoint selection on the training run (`longhaul.tracking.selection`): tags
+    """Record the checkpoint selection on the training run (`longhaul.analysis.selection`): tags
     `longhaul.select_on`, `longhaul.selected_step` and `longhaul.selected_pass_hat_1`, and the metric
     `selection/pass_hat_1` at the selected step. Without a selection, `longhaul.selection_note` says why and an
     earlier `longhaul.selected_step` is removed. Queued while the run is relayed."""

@@ -197,15 +197,16 @@ def read_training_steps(rollouts_dir: str | Path) -> Iterator[tuple[int, list[di
     step's lines in (group uid, sample) order so nothing depends on which worker wrote first. One step is in memory
     at a time; files are read with the bounds of `longhaul.bounded.TRAJECTORIES`."""
     from longhaul import bounded
+    from longhaul.layout import ROLLOUT_STEP_PREFIX, rollout_step_name, rollout_step_of
 
     root = Path(rollouts_dir)
     if not root.is_dir():
         return
-    steps = sorted(int(d.name[len("step_") :]) for d in root.glob("step_*") if d.name[len("step_") :].isdigit())
+    steps = sorted(s for d in root.glob(f"{ROLLOUT_STEP_PREFIX}*") if (s := rollout_step_of(d.name)) is not None)
     for step in steps:
         lines = [
             rec
-            for f in sorted((root / f"step_{step}").glob("*.jsonl"))
+            for f in sorted((root / rollout_step_name(step)).glob("*.jsonl"))
             for _, rec in bounded.read_jsonl(f, bounded.TRAJECTORIES, expected="one rollout trace per line")
             if isinstance(rec, dict) and rec.get("trajectory")
         ]

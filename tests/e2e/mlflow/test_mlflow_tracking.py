@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from longhaul.analysis import tags as T
 from longhaul.spec import experiment_family, load_spec, parse_spec_text, resolved_yaml, run_name, spec_hash
-from longhaul.tracking import tags as T
 from longhaul.tracking.alerts import check_training_run, fetch_watchdog_report
 from longhaul.tracking.config import tracking_env
 from longhaul.tracking.provenance import tau2_data_dir

@@ -24,9 +24,9 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from longhaul.analysis import tags as T
 from longhaul.eval import stats
 from longhaul.spec import experiment_family, parse_spec_text, run_name, seed_runs, spec_hash
-from longhaul.tracking import tags as T
 from longhaul.tracking.runs import fetch_eval_runs
 from support.net import free_port
 from support.vllm_sync_probe import read_sync_log, sync_probe_env, weights_sum

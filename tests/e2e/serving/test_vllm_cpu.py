@@ -113,8 +113,8 @@ def server(policy_dir, server_log):
 
 def _episode_prompt(task_id: str) -> tuple[list[dict], list[dict]]:
     from longhaul.envs.airline.tasks import get_task, policy_text
-    from longhaul.envs.runner import build_initial_messages, tool_schemas
-    from longhaul.spec.models import EnvironmentSpec
+    from longhaul.envs.prompt import build_initial_messages, tool_schemas
+    from longhaul.spec.environment import EnvironmentSpec
     from longhaul.tiny.gold import first_user_message
 
     first = first_user_message(get_task(task_id).raw)
@@ -161,7 +161,7 @@ def test_server_tokenizes_like_our_tokenizer(server, policy_dir):
 
 
 def test_warmed_policy_emits_parsed_tool_calls(server):
-    from longhaul.envs.runner import tool_schemas
+    from longhaul.envs.prompt import tool_schemas
 
     names = {t["function"]["name"] for t in tool_schemas()}
     parsed = 0

@@ -252,8 +252,8 @@ async def test_tool_error_limit_ends_the_trajectory_like_evaluation(verl_config,
     """τ²'s `too_many_errors` inside a veRL rollout: the runner ends the episode after the turn that brings the tool
     errors to spec.environment.max_tool_errors (τ²'s 10 by default): no further generation, the user is not asked
     again, the trajectory is graded once as premature (outcome 0) and trains with its process score."""
-    from longhaul.envs.runner import EpisodeLimits
-    from longhaul.envs.trajectory import TAU2_MAX_ERRORS
+    from longhaul.envs.limits import EpisodeLimits
+    from longhaul.spec.environment import TAU2_MAX_ERRORS
 
     cfg, path = verl_config
     [entry] = yaml.safe_load(path.read_text())
@@ -289,7 +289,7 @@ async def test_tool_error_limit_ends_the_trajectory_like_evaluation(verl_config,
 def test_loop_settings_carry_the_runners_limits():
     """The agent loop gets the episode runner's own limits (one list, `EpisodeLimits.from_spec`), null included."""
     from longhaul.agentloop.config import build_loop_settings
-    from longhaul.envs.runner import EpisodeLimits
+    from longhaul.envs.limits import EpisodeLimits
     from longhaul.spec.load import parse_spec_text
 
     for setting, want in (("", 10), ("max_tool_errors: 3, ", 3), ("max_tool_errors: null, ", None)):
@@ -353,7 +353,7 @@ def test_tool_config_loads_in_verl(tmp_path):
     from verl.tools.tool_registry import initialize_tools_from_config
 
     from longhaul.agentloop.config import render_tool_config_yaml
-    from longhaul.envs.runner import tool_schemas
+    from longhaul.envs.prompt import tool_schemas
     from longhaul.spec.load import parse_spec_text
 
     path = tmp_path / "tools.yaml"
@@ -565,7 +565,7 @@ async def test_policy_endpoint_error_fails_the_trajectory_never_trains(verl_conf
     """An endpoint error of the policy (a backend that raises `PolicyEndpointError`) ends the episode
     `endpoint_error`; the loop fails the trajectory (its group is dropped) instead of training on a zero."""
     from longhaul.agentloop.loop import TrajectoryFailed
-    from longhaul.envs.runner import PolicyEndpointError
+    from longhaul.envs.protocols import PolicyEndpointError
 
     class DownServer(ScriptedServer):
         async def generate(self, **kw):

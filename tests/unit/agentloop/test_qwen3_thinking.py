@@ -264,7 +264,8 @@ def evaluate(mode: str, exp: Any, fe: Any, generations: list[Generation]) -> Eva
     from longhaul.clients.policy import OpenAIPolicy
     from longhaul.envs.airline.env import AirlineEnv
     from longhaul.envs.airline.tasks import get_task
-    from longhaul.envs.runner import EpisodeLimits, run_episode
+    from longhaul.envs.limits import EpisodeLimits
+    from longhaul.envs.runner import run_episode
     from support.openai_stub import StubServer
 
     result = EvalRun()
@@ -374,7 +375,7 @@ def test_strip_fails_a_and_b(evaluated, trained, tok) -> None:
 
 def _sft(mode: str, qwen3_dir: Path, tok: Any, messages: list[dict[str, Any]]) -> Any:
     from longhaul.chat.thinking import chat_template_kwargs, chat_template_override
-    from longhaul.envs.runner import tool_schemas
+    from longhaul.envs.prompt import tool_schemas
     from longhaul.sft.masking import build_supervised_example
 
     pol = tiny_spec(mode, qwen3_dir).spec.policy
@@ -423,7 +424,7 @@ def test_c_strip_breaks_sft_masks(evaluated, tok, qwen3_dir: Path) -> None:
 
 def _tool_request() -> dict[str, Any]:
     """A chat request offering the airline tools, for vLLM's front end to parse generated text against."""
-    from longhaul.envs.runner import tool_schemas
+    from longhaul.envs.prompt import tool_schemas
 
     return {
         "model": "policy",

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from longhaul.algos import estimators, settings
-from longhaul.spec.models import Advantage, Credit, DiscountUnit
+from longhaul.spec.algorithm import Advantage, DiscountUnit
+from longhaul.spec.reward import Credit
 
 pytestmark = pytest.mark.verl
 

@@ -13,7 +13,10 @@ from longhaul.clients.user_simulator import AGENT_GREETING, OpenAIUserSimulator,
 from longhaul.envs.airline.env import AirlineEnv
 from longhaul.envs.airline.tasks import get_task
 from longhaul.envs.hermes import parse_hermes
-from longhaul.envs.runner import ContextOverflowError, EpisodeLimits, run_episode, tool_schemas
+from longhaul.envs.limits import EpisodeLimits
+from longhaul.envs.prompt import tool_schemas
+from longhaul.envs.protocols import ContextOverflowError
+from longhaul.envs.runner import run_episode
 from support.net import free_port
 from support.openai_stub import Reply
 

@@ -11,7 +11,7 @@ pytest.importorskip("huggingface_hub")
 
 from longhaul.cli import app  # noqa: E402
 from longhaul.commands.images import ModelNotBaked, find_baked_model  # noqa: E402
-from longhaul.spec.models import ModelRef  # noqa: E402
+from longhaul.spec.serving import ModelRef  # noqa: E402
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -6,7 +6,7 @@ import pytest
 
 from longhaul.envs.airline.splits import build_split
 from longhaul.envs.airline.tasks import load_tasks, official_split
-from longhaul.spec.models import SplitSpec
+from longhaul.spec.environment import SplitSpec
 
 KNOWN = list(load_tasks())
 

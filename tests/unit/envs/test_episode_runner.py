@@ -8,19 +8,12 @@ import pytest
 
 from longhaul.envs.airline.env import AirlineEnv
 from longhaul.envs.airline.tasks import get_task, policy_text
-from longhaul.envs.runner import (
-    ContextOverflowError,
-    EpisodeLimits,
-    ParsedCall,
-    Policy,
-    PolicyTurn,
-    UserSimulator,
-    build_system_prompt,
-    limit_tool_output,
-    run_episode,
-    tool_schemas,
-)
-from longhaul.envs.trajectory import TAU2_MAX_ERRORS, Termination, Trajectory
+from longhaul.envs.limits import EpisodeLimits
+from longhaul.envs.prompt import build_system_prompt, limit_tool_output, tool_schemas
+from longhaul.envs.protocols import ContextOverflowError, ParsedCall, Policy, PolicyTurn, UserSimulator
+from longhaul.envs.runner import run_episode
+from longhaul.envs.trajectory import Termination, Trajectory
+from longhaul.spec.environment import TAU2_MAX_ERRORS
 
 
 class ScriptPolicy:
@@ -338,7 +331,8 @@ async def test_user_stop_in_the_first_message():
 
 
 def test_limits_from_spec_and_prompt_helpers():
-    from longhaul.spec.models import EnvironmentSpec, ExperimentSpec
+    from longhaul.spec.environment import EnvironmentSpec
+    from longhaul.spec.models import ExperimentSpec
 
     spec = ExperimentSpec(environment=EnvironmentSpec(max_turns=7, tool_output_limit=500, abort_repeated_calls=4))
     lim = EpisodeLimits.from_spec(spec)

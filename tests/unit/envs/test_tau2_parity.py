@@ -17,8 +17,11 @@ import pytest
 
 from longhaul.envs.airline.env import AirlineEnv
 from longhaul.envs.airline.tasks import load_tasks, source_info
-from longhaul.envs.runner import EpisodeLimits, ParsedCall, PolicyTurn, run_episode
-from longhaul.envs.trajectory import TAU2_MAX_ERRORS, Termination
+from longhaul.envs.limits import EpisodeLimits
+from longhaul.envs.protocols import ParsedCall, PolicyTurn
+from longhaul.envs.runner import run_episode
+from longhaul.envs.trajectory import Termination
+from longhaul.spec.environment import TAU2_MAX_ERRORS
 from support.tau2_corpus import Case, build_corpus
 
 EXPECTED_PATH = Path(__file__).parent / "data" / "tau2_expected_rewards.json"

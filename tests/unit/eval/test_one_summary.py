@@ -28,7 +28,7 @@ from longhaul.eval import evaluate as eval_mod
 from longhaul.eval.evaluate import summarize_evaluation
 from longhaul.eval.metrics import bootstrap_seed
 from longhaul.launcher import evaluate as stage_mod
-from longhaul.launcher.stages import StageResults
+from longhaul.launcher.context import StageResults
 from longhaul.launcher.supervisor import build_server_env
 from longhaul.layout import Paths
 from longhaul.render.plan import render_plan
@@ -180,6 +180,23 @@ def test_cli_and_stage_give_the_same_summary_for_the_same_records(setup, monkeyp
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == _without(stage, "checkpoint_step", "seconds", "traces")
+
+
+def test_cli_and_stage_evaluate_through_one_driver(setup, monkeypatch) -> None:
+    """Both run their trials through `longhaul.eval.driver.run_evaluation`: the same plan, limits, split, spec and
+    run facts (the stage adds the checkpoint step); what differs is where the records go and the retry budget."""
+    from longhaul.eval import driver
+
+    s, jobs = setup, []
+    real = driver.run_evaluation
+    monkeypatch.setattr(driver, "run_evaluation", lambda job, on_done=None: jobs.append(job) or real(job, on_done))
+    _run_stage(s, monkeypatch)
+    _run_cli_eval(s, {**build_server_env(s.exp, s.plan)})
+    stage, cli = jobs
+    assert (stage.plan, stage.limits, stage.split.name) == (cli.plan, cli.limits, cli.split.name)
+    assert stage.spec == cli.spec and stage.run_info == {**cli.run_info, "checkpoint_step": 0}
+    assert (stage.policy.base_url, stage.user.base_url) == (cli.policy.base_url, cli.user.base_url)
+    assert stage.results_path.parent == s.tmp / "run" / "eval" / "step_0" and cli.trajectories_path is not None
 
 
 def test_longhaul_eval_reads_what_the_launcher_sets(setup) -> None:

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from longhaul.analysis import tags as T
 from longhaul.launcher import evaluate
-from longhaul.launcher.stages import StageResults
+from longhaul.launcher.context import StageResults
 from longhaul.layout import Paths
 from longhaul.spec import load_spec
-from longhaul.tracking import tags as T
 from unit.tracking.test_tracking_selection import SUMMARIES  # train ties at steps 1 and 2; test best at 2
 
 ROOT = Path(__file__).resolve().parents[3]

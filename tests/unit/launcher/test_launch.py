@@ -39,10 +39,14 @@ def _stages(monkeypatch, grpo, ev):
     mod = sys.modules[__name__]
     monkeypatch.setattr(mod, "_grpo", grpo, raising=False)
     monkeypatch.setattr(mod, "_eval", ev, raising=False)
-    # The stages are looked up by name: grpo and eval run in-process as stand-ins.
-    monkeypatch.setattr(
-        supervisor, "STAGES", {"grpo": lambda ctx, _stage: mod._grpo(ctx), "eval": lambda ctx, _stage: mod._eval(ctx)}
-    )
+
+    # The stages are looked up by name: grpo and eval run in-process as stand-ins. grpo starts beside the servers'
+    # start-up (STARTS_BESIDE_SERVERS): its stand-in waits for them first, as veRL's agent loop does.
+    def grpo_stage(ctx, _stage):
+        ctx.servers_ready()
+        mod._grpo(ctx)
+
+    monkeypatch.setattr(supervisor, "STAGES", {"grpo": grpo_stage, "eval": lambda ctx, _stage: mod._eval(ctx)})
 
 
 def _server_pids(log: Path) -> list[int]:

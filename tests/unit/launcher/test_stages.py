@@ -15,8 +15,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from longhaul.launcher.context import StageContext, StageResults
 from longhaul.launcher.control import StopControl
-from longhaul.launcher.stages import IN_PROCESS, STAGES, StageContext, StageResults, run_steps
+from longhaul.launcher.stages import IN_PROCESS, STAGES, run_steps
 from longhaul.protocol import EXIT_KILLED, EXIT_OK
 from longhaul.render.plan import render_plan
 from longhaul.spec import parse_spec_text

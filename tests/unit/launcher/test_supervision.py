@@ -60,10 +60,14 @@ def _stages(monkeypatch, grpo, ev=lambda ctx: None):
     mod = sys.modules[__name__]
     monkeypatch.setattr(mod, "_grpo", grpo, raising=False)
     monkeypatch.setattr(mod, "_eval", ev, raising=False)
-    # The stages are looked up by name: grpo and eval run in-process as stand-ins.
-    monkeypatch.setattr(
-        supervisor, "STAGES", {"grpo": lambda ctx, _stage: mod._grpo(ctx), "eval": lambda ctx, _stage: mod._eval(ctx)}
-    )
+
+    # The stages are looked up by name: grpo and eval run in-process as stand-ins; grpo's waits for the servers
+    # it starts beside, as veRL's agent loop does.
+    def grpo_stage(ctx, _stage):
+        ctx.servers_ready()
+        mod._grpo(ctx)
+
+    monkeypatch.setattr(supervisor, "STAGES", {"grpo": grpo_stage, "eval": lambda ctx, _stage: mod._eval(ctx)})
 
 
 def _crash_simulator(log: Path) -> None:

@@ -14,7 +14,7 @@ from longhaul.memory.load import UnknownModel, load_memory_plan, load_model_shap
 from longhaul.memory.shapes import BUILTIN_CONFIGS, builtin_shape
 from longhaul.memory.sync import adapter_elements, export_elements
 from longhaul.spec import load_spec
-from longhaul.spec.models import ModelRef
+from longhaul.spec.serving import ModelRef
 from support.specs import SPECS_DIR, spec_variant
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -252,7 +252,7 @@ def test_full_weight_sync_books_the_bucket_and_two_consecutive_tensors() -> None
 
 
 def test_sync_settings_come_from_the_rendered_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
-    import longhaul.memory.plan as plan_module
+    import longhaul.memory.plan_layout as plan_module
 
     rendered = plan_module.render_verl_overrides
 
@@ -275,7 +275,7 @@ def test_sync_settings_come_from_the_rendered_overrides(monkeypatch: pytest.Monk
 def test_the_plans_verl_defaults_are_verls() -> None:
     """The defaults the plan assumes when longhaul renders no override are what veRL composes."""
     from longhaul.layout import Paths
-    from longhaul.memory.plan import VERL_BUCKET_MEGABYTES, VERL_LOAD_FORMAT, VERL_MODEL_DTYPE
+    from longhaul.memory.plan_layout import VERL_BUCKET_MEGABYTES, VERL_LOAD_FORMAT, VERL_MODEL_DTYPE
     from longhaul.render.verl import render_verl_overrides
     from support.verl_config import compose_verl
 

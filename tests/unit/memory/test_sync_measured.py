@@ -276,9 +276,9 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, dict
 def _estimate(model_dir: Path, actor: dict, *, lora_rank: int, param_offload: bool, base_sync: bool):
     from longhaul.memory.estimate import dtype_bytes
     from longhaul.memory.load import load_model_shape
-    from longhaul.memory.plan import VERL_MODEL_DTYPE
+    from longhaul.memory.plan_layout import VERL_MODEL_DTYPE
     from longhaul.memory.sync import estimate_sync
-    from longhaul.spec.models import ModelRef
+    from longhaul.spec.serving import ModelRef
 
     shape = load_model_shape(ModelRef(name="tiny", path=str(model_dir)), field="policy")
     trainable = shape.lora_params(lora_rank, actor["target_modules"])

@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def airline_tools() -> list[dict]:
-    from longhaul.envs.runner import tool_schemas
+    from longhaul.envs.prompt import tool_schemas
 
     return tool_schemas()
 
@@ -17,7 +17,7 @@ def airline_tools() -> list[dict]:
 @pytest.fixture(scope="session")
 def system_prompt() -> str:
     from longhaul.envs.airline.tasks import policy_text
-    from longhaul.envs.runner import build_system_prompt
+    from longhaul.envs.prompt import build_system_prompt
 
     return build_system_prompt(policy_text(), "The current date is 2024-05-15 (Wednesday).")
 

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from longhaul.rewards.prm_lite import build_rule_params
-from longhaul.rewards.prm_lite_params import PARAM_DOMAINS, RULE_DEFAULTS
 from longhaul.spec import SpecError, run_name
 from longhaul.spec.load import build_experiment
+from longhaul.spec.prm_lite_params import PARAM_DOMAINS, RULE_DEFAULTS
 from longhaul.spec.rules import RULE_MODELS
 
 SMOKE = Path(__file__).resolve().parents[3] / "specs" / "smoke.yaml"

@@ -22,7 +22,7 @@ from longhaul.layout import Paths
 from longhaul.render.plan import render_chat_args, render_policy_server
 from longhaul.render.verl import render_chat_overrides, render_verl_overrides
 from longhaul.spec import SpecError, load_spec, parse_spec_text
-from longhaul.spec.models import model_thinks
+from longhaul.spec.policy import model_thinks
 
 ROOT = Path(__file__).resolve().parents[3]
 QWEN3 = yaml.safe_load((ROOT / "specs" / "qwen3_8b.yaml").read_text())

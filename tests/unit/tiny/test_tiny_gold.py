@@ -15,7 +15,7 @@ from longhaul.tiny.gold import (
 
 def test_gold_conversation_matches_runner_message_shapes():
     from longhaul.envs.airline.tasks import get_task, policy_text
-    from longhaul.envs.runner import build_initial_messages
+    from longhaul.envs.prompt import build_initial_messages
 
     task = get_task("1").raw
     actions = gold_actions(task)
@@ -51,7 +51,7 @@ def test_first_turn_variants_keep_the_runner_prompt_and_first_gold_call():
     import random
 
     from longhaul.envs.airline.tasks import get_task, policy_text
-    from longhaul.envs.runner import build_initial_messages
+    from longhaul.envs.prompt import build_initial_messages
     from longhaul.tiny.gold import build_first_turn, opening_variants
 
     task = get_task("1").raw

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from longhaul.analysis.study import Arm, SeedEval, arm_outcomes, build_statistics
+from longhaul.analysis.study_render import render_statistics_markdown
 from longhaul.cli import app
 from longhaul.eval import stats
 from longhaul.eval.metrics import TrialRecord
-from longhaul.tracking.study import Arm, SeedEval, arm_outcomes, build_statistics
-from longhaul.tracking.study_render import render_statistics_markdown
 
 
 def _arm(label: str, outcomes: np.ndarray, test_from: int | None = None) -> Arm:

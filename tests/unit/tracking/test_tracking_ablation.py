@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import io
 
-from longhaul.tracking import tags as T
-from longhaul.tracking.ablation import (
+from longhaul.analysis import tags as T
+from longhaul.analysis.ablation import (
     EvalPoint,
     RunRecord,
     build_rows,
@@ -15,7 +15,7 @@ from longhaul.tracking.ablation import (
     render_markdown,
     select_point,
 )
-from longhaul.tracking.figures import build_comparison_figure, build_progression_figure
+from longhaul.analysis.figures import build_comparison_figure, build_progression_figure
 
 
 def point(step, overall, train, test, gen=None, **extra):

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
+from longhaul.analysis.evalmetrics import build_eval_metrics, headline_key, sanitize_key
 from longhaul.eval.metrics import TrialRecord, compute_summary
-from longhaul.tracking.evalmetrics import build_eval_metrics, headline_key, sanitize_key
 
 
 def _summary(ks=(1, 2)):

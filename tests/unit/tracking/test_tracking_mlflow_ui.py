@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from longhaul.analysis import tags as T
+from longhaul.analysis.ablation import build_comparison_note
+from longhaul.layout import MLFLOW_ARTIFACTS_SUBDIR
 from longhaul.spec import load_spec, run_name
-from longhaul.tracking import tags as T
-from longhaul.tracking.ablation import build_comparison_note
 from longhaul.tracking.config import (
-    LOCAL_ARTIFACTS_DIR,
     build_ui_hint,
     local_artifact_location,
     local_store_uri,
@@ -53,9 +53,10 @@ def test_a_new_experiment_declares_model_training(local_run):
 def test_local_artefacts_live_in_the_run_directory_not_the_working_directory(local_run):
     exp, run_dir, uri, tracked, elsewhere = local_run
     client = MlflowClient(uri)
-    assert client.get_experiment(tracked.experiment_id).artifact_location == (run_dir / LOCAL_ARTIFACTS_DIR).as_uri()
+    artifacts = run_dir / MLFLOW_ARTIFACTS_SUBDIR
+    assert client.get_experiment(tracked.experiment_id).artifact_location == artifacts.as_uri()
     spec_copy = Path(client.get_run(tracked.run_id).info.artifact_uri.removeprefix("file://")) / "spec/experiment.yaml"
-    assert spec_copy.is_file() and spec_copy.is_relative_to(run_dir / LOCAL_ARTIFACTS_DIR)
+    assert spec_copy.is_file() and spec_copy.is_relative_to(artifacts)
     assert not (elsewhere / "mlruns").exists() and not any(elsewhere.iterdir())
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+from longhaul.analysis import tags as T
 from longhaul.spec import build_experiment, experiment_family, run_name, spec_hash
-from longhaul.tracking import tags as T
 from longhaul.tracking.provenance import (
     NOT_INSTALLED,
     build_params,

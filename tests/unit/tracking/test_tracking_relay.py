@@ -14,12 +14,13 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from longhaul import layout
+from longhaul.analysis import tags as T
+from longhaul.analysis.selection import Selection
 from longhaul.spec import load_spec
 from longhaul.tracking import relay as R
-from longhaul.tracking import runs
-from longhaul.tracking import tags as T
+from longhaul.tracking import relayed, runs
 from longhaul.tracking.config import local_store_uri
-from longhaul.tracking.selection import Selection
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -48,7 +49,7 @@ def _new_store(template: Path, path: Path) -> Path:
 @pytest.fixture
 def run_dir(tmp_path, empty_store) -> Path:
     """A run directory whose relay buffer store already exists (empty)."""
-    _new_store(empty_store, tmp_path / "run" / R.RELAY_DIR / R.BUFFER_DB)
+    _new_store(empty_store, tmp_path / "run" / layout.RELAY_DIR / layout.RELAY_BUFFER_DB)
     return tmp_path / "run"
 
 
@@ -84,9 +85,9 @@ def _history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, flo
 def test_local_stores_need_no_relay(tmp_path):
     relay = R.start_relay(local_store_uri(tmp_path), "r1", tmp_path)
     assert not relay.active and relay.trainer_env == {} and relay.close() == R.RelayCounts()
-    assert not (tmp_path / R.RELAY_DIR).exists()
-    assert R.needs_relay("http://mlflow:5000") and R.needs_relay("databricks://x")
-    assert not R.needs_relay("sqlite:////x/mlflow.db") and not R.needs_relay("file:///x/mlruns")
+    assert not (tmp_path / layout.RELAY_DIR).exists()
+    assert relayed.needs_relay("http://mlflow:5000") and relayed.needs_relay("databricks://x")
+    assert not relayed.needs_relay("sqlite:////x/mlflow.db") and not relayed.needs_relay("file:///x/mlruns")
 
 
 def test_metrics_and_params_arrive_exactly_once_even_when_resent(run_dir, remote):
@@ -102,7 +103,7 @@ def test_metrics_and_params_arrive_exactly_once_even_when_resent(run_dir, remote
     assert "2400 trainer metrics (2400 sent, 0 buffered, 0 dropped)" in said[-1]
 
     # A launcher killed after the server acknowledged but before the state was saved sends again: no duplicate.
-    state_file = run_dir / R.RELAY_DIR / R.STATE_FILE
+    state_file = run_dir / layout.RELAY_DIR / layout.RELAY_STATE_FILE
     state = json.loads(state_file.read_text())
     state.update(metrics_rowid=0, params_sent={})
     state_file.write_text(json.dumps(state))
@@ -117,8 +118,8 @@ def test_longhaul_records_are_queued_in_order_and_applied_idempotently(run_dir, 
     client.set_tag(run_id, T.RUN_NAME, "smoke-0123")
     relay = R.MetricsRelay(uri, run_id, run_dir, force=True, poll_s=0.05, say=lambda m: None)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(R, "_ACTIVE", {})
-        R._ACTIVE[run_id] = relay  # registered, not started: everything stays queued
+        mp.setattr(relayed, "_ACTIVE", {})
+        relayed._ACTIVE[run_id] = relay  # registered, not started: everything stays queued
         runs.log_checkpoint(uri, run_id, 5, "file:///ckpt/global_step_5")
         assert runs.log_evaluation(run_id, 5, {"tasks": 1, "pass_hat_k": {"1": 0.5}}, None, tracking_uri=uri) is None
         runs.log_selection(uri, run_id, "train", Selection("train", 5, 0.5, 1))
@@ -156,7 +157,7 @@ def test_server_down_buffers_on_disk_and_a_new_launch_continues(run_dir):
     assert (counts.ops_queued, counts.ops_pending) == (1, 1)
     assert any("unavailable (ConnectionRefusedError" in m for m in said), said
     assert "sent by the next launch of this run or by `python -m longhaul.tracking.relay flush" in said[-1]
-    assert R.mirror_of("remote-run") == (relay.local_uri, [relay.local_run_id])  # the summary reads the buffer
+    assert relayed.mirror_of("remote-run") == (relay.local_uri, [relay.local_run_id])  # the summary reads the buffer
     assert runs.fetch_step_metrics(uri, "remote-run", ["a"])[50] == {"a": 50.0}
     # the next launch: a mirror run of its own (veRL's params may differ), the earlier one still pending
     nxt = R.MetricsRelay(uri, "remote-run", run_dir, say=said.append)
@@ -190,7 +191,7 @@ def test_resume_while_the_server_is_down_uses_the_run_directory_record(tmp_path,
     runs._write_run_info(run_dir, first)
     tracked = runs.start_or_resume_run(exp, uri, run_dir, "local", environ={"LONGHAUL_JOB_ID": "job-2"})
     assert (tracked.run_id, tracked.resumed, tracked.attempts) == ("abc123", True, 2)
-    queued = sorted((run_dir / R.RELAY_DIR / R.OUTBOX_DIR).glob("*-resume_run.json"))
+    queued = sorted((run_dir / layout.RELAY_DIR / layout.RELAY_OUTBOX_SUBDIR).glob("*-resume_run.json"))
     op = json.loads(queued[0].read_text())
     assert op["args"]["provenance"][T.JOB_ID] == "job-2" and op["args"]["token"].startswith("job-2:")
 
@@ -202,7 +203,7 @@ def test_a_replaced_mlflow_run_gets_a_fresh_relay_and_the_old_buffer_is_kept(run
     old.enqueue("finish_run", status="FINISHED")
     new = R.MetricsRelay(_dead_uri(), "new-run", run_dir, say=said.append)
     assert new.mirror_run_ids == [new.local_run_id] and new.counts() == R.RelayCounts()
-    kept = run_dir / R.RELAY_DIR
-    assert len(list((kept / f"{R.OUTBOX_DIR}.old-run").glob("*.json"))) == 1
-    assert json.loads((kept / f"{R.STATE_FILE}.old-run").read_text())["mirror_run_ids"] == [old.local_run_id]
+    kept = run_dir / layout.RELAY_DIR
+    assert len(list((kept / f"{layout.RELAY_OUTBOX_SUBDIR}.old-run").glob("*.json"))) == 1
+    assert json.loads((kept / f"{layout.RELAY_STATE_FILE}.old-run").read_text())["mirror_run_ids"] == [old.local_run_id]
     assert "relayed MLflow run old-run, not new-run" in said[-1]

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from longhaul.envs.airline.splits import build_explicit, build_seed_40_10
-from longhaul.eval.metrics import TrialRecord, compute_summary
-from longhaul.tracking import tags as T
-from longhaul.tracking.selection import (
+from longhaul.analysis import tags as T
+from longhaul.analysis.selection import (
     Selection,
     build_selection,
     build_selection_message,
@@ -17,6 +15,8 @@ from longhaul.tracking.selection import (
     compute_subset_pass_hat_1,
     select_checkpoint,
 )
+from longhaul.envs.airline.splits import build_explicit, build_seed_40_10
+from longhaul.eval.metrics import TrialRecord, compute_summary
 
 TRAIN, TEST = ["0", "1", "2", "4"], ["3", "10"]
 

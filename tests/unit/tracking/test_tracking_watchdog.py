@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from longhaul.tracking.watchdog import WatchdogThresholds, compute_alerts, should_stop, watched_metric_keys
+from longhaul.analysis.watchdog import WatchdogThresholds, compute_alerts, should_stop, watched_metric_keys
 
 
 def series(values, start=1):

@@ -23,7 +23,7 @@ quantile pays for it. The CI is D ± t_ν·√V̂ (dual to this p). The reported
 sign-flip p over tasks (`longhaul.eval.stats.signflip`): a "better" needs both tests to reject — valid when either
 is, exact when seeds do not shift whole runs, and never below 2/2^T however the variance estimate falls (tiny
 task counts, all tasks moving alike). Calibration (type-I error, coverage, power at the printed MDE) is measured
-through `longhaul.tracking.study.build_statistics` in tests/unit/tracking/test_compare_calibration.py.
+through `longhaul.analysis.study.build_statistics` in tests/unit/tracking/test_compare_calibration.py.
 
 Why an analytic interval rather than the hierarchical bootstrap of `longhaul.eval.stats.bootstrap` (which still
 gives one arm's rates): it is dual to the test (the CI excludes 0 exactly when p_t < 1 − confidence), draws

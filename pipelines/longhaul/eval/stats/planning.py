@@ -13,7 +13,7 @@ less the cell noise (method of moments, truncated at 0) — and so are its degre
 power is averaged over both by quadrature (`_rule_power`). The sign-flip half of the rule enters only through its
 floor: with 2/2^T > α no test over T tasks can reject.
 
-Accuracy against the rule simulated through `longhaul.tracking.study.build_statistics` (benchmarks/
+Accuracy against the rule simulated through `longhaul.analysis.study.build_statistics` (benchmarks/
 calibrate_compare.py, 1000 studies each): power at this MDE 77–81% for a target of 80% on six designs (10–50
 tasks, 2–10 seeds, seed SD 0 and 2.4 points); the lowest, 77%, with 10 tasks of very unequal difficulty, where
 the exact sign-flip half of the rule — not modelled beyond its floor — costs a little. A reduced run is in

@@ -7,7 +7,7 @@ refused here too, as is any subset that shares a task with the test split (`chec
 back to the overall pass^1, which includes the test tasks.
 
 The eval stage records the result on the training run (`longhaul.tracking.runs.log_selection`); the ablation
-table marks the same checkpoint (`longhaul.tracking.ablation.select_point`).
+table marks the same checkpoint (`longhaul.analysis.ablation.select_point`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from longhaul.tracking import tags as T
+from longhaul.analysis import tags as T
 
 #: Subset names that are the test tasks in every split longhaul builds.
 TEST_SUBSETS = frozenset({"test", "unseen"})

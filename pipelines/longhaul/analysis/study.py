@@ -3,12 +3,12 @@ CIs, flip rates, paired differences, MDEs and verdicts of `longhaul.eval.stats` 
 
 Input is built by `longhaul.tracking.compare` from MLflow (training runs, their evaluated checkpoints and the
 per-trial results JSONL of each evaluation); nothing here talks to MLflow, so the report can be tested from
-literal values. The comparisons and their verdicts are `longhaul.tracking.verdicts`; the markdown is
-`longhaul.tracking.study_render`.
+literal values. The comparisons and their verdicts are `longhaul.analysis.verdicts`; the markdown is
+`longhaul.analysis.study_render`.
 
 Which runs form an arm: the seed runs of one multi-seed Experiment (tag `longhaul.seed_group`), or a single
 training run on its own. Which checkpoint of each seed: the one selected on the run's `select_on` subset
-(never a test subset; `longhaul.tracking.selection`), else the last evaluated one — the table says which.
+(never a test subset; `longhaul.analysis.selection`), else the last evaluated one — the table says which.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from longhaul.analysis import tags as T
+from longhaul.analysis.ablation import SUBSET_ORDER, EvalPoint, RunRecord, select_point
+from longhaul.analysis.verdicts import Comparison, build_comparisons
 from longhaul.eval import stats
 from longhaul.eval.metrics import TrialRecord, incomplete_tasks
-from longhaul.tracking import tags as T
-from longhaul.tracking.ablation import SUBSET_ORDER, EvalPoint, RunRecord, select_point
-from longhaul.tracking.verdicts import Comparison, build_comparisons
 
 OVERALL = "overall"
 #: The bootstrap of the rates' CIs draws from a generator seeded with this: the same runs give the same table.
@@ -224,7 +224,7 @@ def build_statistics(
     alpha: float = stats.ALPHA,
 ) -> Statistics:
     """Rates with hierarchical-bootstrap CIs per arm and subset, and the comparisons of every pair of arms on every
-    shared subset (B − A in arm order; `longhaul.tracking.verdicts`), Holm-corrected together. An arm whose seeds
+    shared subset (B − A in arm order; `longhaul.analysis.verdicts`), Holm-corrected together. An arm whose seeds
     were evaluated on different designs is reported in `problems` and left out; so is a k above an arm's samples
     per task (its pass^k and pass@k are not computed, and `problems` says so)."""
     rng = np.random.default_rng(RNG_SEED)

@@ -1,8 +1,10 @@
 """PRM-Lite rule parameters: names, defaults and meaning (pure data, no logic).
 
 This table is the single place where PRM-Lite's weights and thresholds are defined. The spec
-(`spec.reward.rules`) may override any parameter by rule name; the rule engine reads the merged table.
-Values are the original "v4-optimal" numbers (see shared notes, method.md section a.2).
+(`spec.reward.rules`) may override any parameter by rule name; the rule engine (`longhaul.rewards.prm_lite`) reads
+the merged table. It lives in the spec package, below the rule engine, because the spec validates the overrides
+against it (`longhaul.spec.rules`). Values are the original "v4-optimal" numbers (see shared notes, method.md
+section a.2).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from longhaul.tracking import tags as T
-from longhaul.tracking.selection import TEST_SUBSETS, select_checkpoint
+from longhaul.analysis import tags as T
+from longhaul.analysis.selection import TEST_SUBSETS, select_checkpoint
 
 #: Subsets in the order the original reported them; others follow alphabetically.
 SUBSET_ORDER = ("train", "test", "covered_seen", "uncovered_seen", "unseen")
@@ -116,7 +116,7 @@ def build_columns(records: Sequence[RunRecord]) -> list[Column]:
 
 def select_point(record: RunRecord) -> EvalPoint | None:
     """The checkpoint chosen on the run's `select_on` subset (tag; the spec default 'train' when absent) by
-    `longhaul.tracking.selection.select_checkpoint`: highest pass^1, ties → earlier step. None when no point has
+    `longhaul.analysis.selection.select_checkpoint`: highest pass^1, ties → earlier step. None when no point has
     that subset's pass^1 or the subset is a test subset: never the overall pass^1, which includes test tasks."""
     select_on = record.tags.get(T.SELECT_ON) or "train"
     if not record.points or select_on in TEST_SUBSETS:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 # `Figure` without pyplot renders with the Agg canvas: no display, no global backend switch.
 from matplotlib.figure import Figure
 
-from longhaul.tracking.ablation import RunRecord, discover_ks, discover_subsets, pass1_key, select_point
+from longhaul.analysis.ablation import RunRecord, discover_ks, discover_subsets, pass1_key, select_point
 
 
 def _ci(metrics: dict, prefix: str, value: float | None) -> tuple[float, float]:

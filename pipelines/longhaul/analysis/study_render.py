@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
+from longhaul.analysis.study import Rate, Statistics
 from longhaul.eval import stats
-from longhaul.tracking.study import Rate, Statistics
 
 
 def _pct(x: float | None) -> str:

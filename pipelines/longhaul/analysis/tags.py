@@ -1,4 +1,8 @@
-"""MLflow tag keys, artifact paths and run-name patterns used by longhaul (one place)."""
+"""MLflow tag keys, artifact paths and run-name patterns used by longhaul (one place).
+
+The schema of a tracked run: the tracking adapter (`longhaul.tracking`) writes these keys and the pure analysis
+(selection, the ablation table, the statistics) reads them, so they live in the lower of the two packages.
+"""
 
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ CREDIT = "longhaul.credit"
 POLICY_MODEL = "longhaul.policy_model"
 STAGES = "longhaul.stages"
 SELECT_ON = "longhaul.select_on"
-#: Written by the eval stage on the training run (`longhaul.tracking.selection`).
+#: Written by the eval stage on the training run (`longhaul.analysis.selection`).
 SELECTED_STEP = "longhaul.selected_step"
 SELECTED_PASS_HAT_1 = "longhaul.selected_pass_hat_1"
 SELECTION_NOTE = "longhaul.selection_note"
