@@ -1,7 +1,7 @@
 """`longhaul launch`: execute a launch plan (servers → stages → clean stop). Protocol: see the package docstring.
 
-Size: over 400 lines because the launch sequence (servers, stages, restarts, clean stop) reads top to bottom; the
-stages themselves are in launcher/stages.py.
+`_launch_locked` reads as the recipe; each step is a function below it. The stages themselves are in
+launcher/stages.py, the end-of-run tables in launcher/summary.py.
 """
 
 from __future__ import annotations
@@ -10,18 +10,20 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from longhaul import constants as C
 from longhaul.files import atomic_write_json, atomic_write_text
-from longhaul.launcher.console import STEP_COLUMNS
 from longhaul.launcher.context import StageContext
 from longhaul.launcher.control import RequeueRequested, StopControl, StopRequested, handle_signals
+from longhaul.launcher.diskspace import disk_full_hint, looks_like_no_space, newest_checkpoint
 from longhaul.launcher.files import LockBusy, exclusive_lock
-from longhaul.launcher.processes import NO_SPACE_MARKERS, kill_supervised
+from longhaul.launcher.processes import kill_supervised
 from longhaul.launcher.servers import ManagedServer, PolicyServer, ServerStartError, StartupWatch
 from longhaul.launcher.stages import STAGES, STARTS_BESIDE_SERVERS, ServerCrashed, StageFailed
+from longhaul.launcher.summary import print_summary
 from longhaul.layout import DONE_SUFFIX, LAUNCHER_LOCK_FILE, PLAN_FILE, STAGES_DIR
 from longhaul.protocol import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
 from longhaul.render.plan import LaunchPlan, StagePlan, render_plan, stage_refusal
@@ -59,82 +61,6 @@ def _mark_requeued(uri: str, run_id: str) -> None:
     from longhaul.tracking.runs import mark_requeued
 
     mark_requeued(uri, run_id)
-
-
-def _newest_checkpoint(ctx: StageContext) -> str:
-    """`step N (<dir>)` or `none`, for failure messages (never raises)."""
-    from longhaul.checkpoints import latest_step, step_dir
-
-    try:
-        step = latest_step(ctx.checkpoint_dir)
-    except (OSError, ValueError):
-        step = None
-    return "none" if step is None else f"step {step} ({step_dir(ctx.checkpoint_dir, step)})"
-
-
-def _space(ctx: StageContext) -> tuple[Path, int | None, int | None]:
-    """(where, free bytes, bytes of the newest complete checkpoint) for the checkpoint filesystem; never raises."""
-    import shutil
-
-    from longhaul.checkpoints import latest_step, step_dir
-
-    where = ctx.checkpoint_dir if ctx.checkpoint_dir.exists() else ctx.run_dir
-    try:
-        free = shutil.disk_usage(where).free
-    except OSError:
-        free = None
-    try:
-        step = latest_step(ctx.checkpoint_dir)
-        size = (
-            None
-            if step is None
-            else sum(f.stat().st_size for f in step_dir(ctx.checkpoint_dir, step).rglob("*") if f.is_file())
-        )
-    except (OSError, ValueError):
-        size = None
-    return where, free, size
-
-
-#: With less than this free (or less than one checkpoint), a failed save is taken for a full disk.
-_LOW_SPACE_BYTES = 16 * 2**20
-
-
-def _looks_like_no_space(exc: BaseException, ctx: StageContext) -> bool:
-    """ENOSPC named in the error or the stage's output, or the checkpoint filesystem has less room than one more
-    checkpoint (torch's zip writer reports a short write only as `unexpected pos …`, without the errno)."""
-    if isinstance(exc, OSError) and exc.errno == 28:
-        return True
-    if isinstance(exc, StageFailed) and exc.no_space:
-        return True
-    if any(m in str(exc) for m in NO_SPACE_MARKERS):
-        return True
-    _, free, size = _space(ctx)
-    return free is not None and free < max(size or 0, _LOW_SPACE_BYTES)
-
-
-def _disk_full_hint(ctx: StageContext, backend: str) -> str:
-    """What to do when the disk under the run directory is full."""
-    from longhaul.checkpoints import latest_step
-
-    where, free, size = _space(ctx)
-    try:
-        step = latest_step(ctx.checkpoint_dir)
-    except (OSError, ValueError):
-        step = None
-    room = "free space unknown" if free is None else f"{free / 2**20:.1f} MiB free"
-    if size is not None:
-        room += f"; one checkpoint takes {size / 2**20:.1f} MiB"
-    kept = (
-        f"the newest complete checkpoint, step {step}, is intact"
-        if step is not None
-        else "no complete checkpoint was saved yet"
-    )
-    again = "`longhaul run SPEC`" if backend == "local" else "`longhaul submit SPEC`"
-    return (
-        f"no space left on device under the run directory {ctx.run_dir} ({where}: {room}); {kept}. "
-        f"Free space there (or point the backend's output_dir at a larger disk), then start the run again "
-        f"with {again}: it resumes from {'step ' + str(step) if step is not None else 'the start'}"
-    )
 
 
 def launch(
@@ -189,6 +115,16 @@ def launch(
         return EXIT_FAILED
 
 
+@dataclass(frozen=True)
+class _Tracking:
+    """The launch's MLflow side: the tracking URI, its run, the relay to a server, and MLflow's quiet switch."""
+
+    uri: str
+    run: Any
+    relay: Any
+    quiet: dict[str, str]
+
+
 def _launch_locked(
     exp: Experiment,
     plan: LaunchPlan,
@@ -200,7 +136,29 @@ def _launch_locked(
     echo: TextIO,
     say: Any,
 ) -> int:
-    """`launch` once it holds the run directory's lock."""
+    """`launch` once it holds the run directory's lock: the run directory, the MLflow run, the stages' context,
+    then the stages, their outcome (FINISHED, SCHEDULED for a requeue, KILLED, FAILED) and the clean stop."""
+    _prepare_run_dir(exp, plan, spec_path, run_dir, say)
+    tracking = _open_tracking(exp, plan, backend, run_dir, environ, say)
+    ctx = _stage_context(exp, plan, backend, run_dir, environ, echo, say, tracking)
+    status, rc = "FAILED", EXIT_FAILED
+    with handle_signals(ctx.control):
+        try:
+            _run_stages(ctx, stages, say)
+            status, rc = "FINISHED", EXIT_OK
+        except (RequeueRequested, StopRequested, KeyboardInterrupt, InterruptedError) as exc:
+            status, rc = _stopped(ctx, exc, say)
+        except Exception as exc:  # noqa: BLE001 - reported; the run must be marked FAILED
+            _report_failure(ctx, exc, backend, echo, say)
+        finally:
+            _stop_everything(ctx, tracking, status, say)
+    ctx.results.status = status
+    print_summary(ctx, echo)
+    return rc
+
+
+def _prepare_run_dir(exp: Experiment, plan: LaunchPlan, spec_path: str | Path, run_dir: Path, say: Any) -> None:
+    """Reap what a killed launcher of this run left running; write the resolved spec and the plan."""
     leftovers = kill_supervised(run_dir)
     if leftovers:
         say(
@@ -212,12 +170,17 @@ def _launch_locked(
         atomic_write_text(spec_file, resolved_yaml(exp))
     atomic_write_json(run_dir / PLAN_FILE, plan.to_dict())
 
+
+def _open_tracking(
+    exp: Experiment, plan: LaunchPlan, backend: str, run_dir: Path, environ: dict[str, str], say: Any
+) -> _Tracking:
+    """Start or resume the MLflow run, and the relay that keeps training from ever waiting for a server."""
     from longhaul.redact import redact_uri
     from longhaul.tracking.config import ENV_TRACKING_URI, tracking_env
-    from longhaul.tracking.runs import finish_run, start_or_resume_run
+    from longhaul.tracking.relay import start_relay
+    from longhaul.tracking.runs import start_or_resume_run
 
-    tenv = tracking_env(exp, run_dir, backend, environ=environ)
-    uri = tenv[ENV_TRACKING_URI]
+    uri = tracking_env(exp, run_dir, backend, environ=environ)[ENV_TRACKING_URI]
     quiet: dict[str, str] = {}
     if redact_uri(uri) != uri:
         # MLflow prints "View run … at: <tracking URI>" when a run ends: with credentials in the URI (Slurm and local
@@ -229,254 +192,198 @@ def _launch_locked(
         f"run {plan.run_name} ({'resumed, attempt ' + str(tracked.attempts) if tracked.resumed else 'new'}); "
         f"MLflow run {tracked.run_id} in {redact_uri(uri)}"
     )
-    from longhaul.tracking.relay import start_relay  # a server is relayed: training never waits for it
+    return _Tracking(uri, tracked, start_relay(uri, tracked.run_id, run_dir, say=say), quiet)
 
-    relay = start_relay(uri, tracked.run_id, run_dir, say=say)
+
+def _stage_context(
+    exp: Experiment,
+    plan: LaunchPlan,
+    backend: str,
+    run_dir: Path,
+    environ: dict[str, str],
+    echo: TextIO,
+    say: Any,
+    tracking: _Tracking,
+) -> StageContext:
+    """What every stage gets: the environment of its processes, the servers, the stop control."""
+    from longhaul.tracking.config import tracking_env
+
     env = {
         **environ,
         **plan.env,
-        **tracking_env(exp, run_dir, backend, run_id=tracked.run_id, environ=environ),
-        **relay.trainer_env,
-        **quiet,
+        **tracking_env(exp, run_dir, backend, run_id=tracking.run.run_id, environ=environ),
+        **tracking.relay.trainer_env,
+        **tracking.quiet,
     }
     env.update(build_server_env(exp, plan))
     env[C.ENV_SUPERVISED_BY] = str(run_dir)
     if plan.servers:  # a trainer started beside the servers waits for them as long as the launcher does
         env[C.ENV_SERVER_WAIT_S] = f"{max(sp.startup_timeout_s for sp in plan.servers):g}"
-    logs_dir = Path(plan.paths.logs_dir)
-    servers: list[ManagedServer] = []
-    control = StopControl()
-
-    def make_policy() -> PolicyServer:
-        server = PolicyServer(plan.policy_server, env, logs_dir, echo=echo)
-        servers.append(server)
-        say(f"starting policy server on {server.base_url}")
-        server.start()
-        took = server.wait_healthy(abort=lambda: control.requested)
-        server.serving = "base"
-        say(f"policy server healthy after {took:.0f} s")
-        return server
-
     ctx = StageContext(
         exp,
         plan,
         run_dir,
-        uri,
-        tracked.run_id,
+        tracking.uri,
+        tracking.run.run_id,
         env,
-        control,
+        StopControl(),
         plan.simulator_base_url,
         exp.spec.user_simulator.model.name,
         echo,
-        start_policy=make_policy,
-        experiment_id=tracked.experiment_id,
-        servers=servers,
+        experiment_id=tracking.run.experiment_id,
         inherited_env=environ,
     )
-    restarts = 0
+    ctx.start_policy = lambda: _start_policy(ctx, say)
+    return ctx
 
-    def run_stage(s: StagePlan) -> None:
-        STAGES[s.name](ctx, s)
 
-    def restart_crashed(s: StagePlan, exc: BaseException) -> bool:
+def _start_policy(ctx: StageContext, say: Any) -> PolicyServer:
+    """The policy server, started on the first stage that asks for it, healthy before it is handed out."""
+    server = PolicyServer(ctx.plan.policy_server, ctx.env, ctx.plan.paths.logs_dir, echo=ctx.echo)
+    ctx.servers.append(server)
+    say(f"starting policy server on {server.base_url}")
+    server.start()
+    took = server.wait_healthy(abort=lambda: ctx.control.requested)
+    server.serving = "base"
+    say(f"policy server healthy after {took:.0f} s")
+    return server
+
+
+def _start_servers(ctx: StageContext, say: Any) -> None:
+    """Start the plan's servers; their health is awaited in the background (`StartupWatch`): a stage that can
+    start beside them does (veRL), every other one waits for them (`_run_stages`)."""
+    logs_dir = Path(ctx.plan.paths.logs_dir)
+    for sp in ctx.plan.servers:
+        server = ManagedServer(sp, ctx.env, logs_dir, echo=ctx.echo)
+        ctx.servers.append(server)
+        say(f"starting {sp.role} server on {sp.base_url} (log: {logs_dir / (sp.role + '.log')})")
+        server.start()
+    ctx.startup = StartupWatch(list(ctx.servers), abort=lambda: ctx.control.requested, say=say)
+
+
+def _run_stages(ctx: StageContext, stages: list[StagePlan], say: Any) -> None:
+    """The stages not yet done, in order, each restarted after a server crash within the launch's budget."""
+    todo = [s for s in stages if not _done_marker(ctx.run_dir, s.name).exists()]
+    for s in stages:
+        if s not in todo:
+            say(f"stage {s.name}: already done ({_done_marker(ctx.run_dir, s.name)}), skipped")
+    if todo:
+        _start_servers(ctx, say)
+    restarts = _Restarts(ctx, say)
+    for s in todo:
+        ctx.control.check()
+        if ctx.control.checkpoint.is_set():
+            raise RequeueRequested(s.name)
+        if s.name not in STARTS_BESIDE_SERVERS:
+            ctx.servers_ready()
+        say(f"stage {s.name}: start")
+        t0 = time.monotonic()
+        while True:
+            try:
+                STAGES[s.name](ctx, s)
+                break
+            except (StopRequested, RequeueRequested, KeyboardInterrupt, InterruptedError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - re-raised unless a server crash explains it
+                if ctx.control.requested or not restarts.after(s, exc):
+                    raise
+        atomic_write_text(_done_marker(ctx.run_dir, s.name), f"{time.time():.0f}\n")
+        say(f"stage {s.name}: done in {time.monotonic() - t0:.0f} s")
+
+
+class _Restarts:
+    """The launch's budget of server restarts (`MAX_SERVER_RESTARTS`, all servers together)."""
+
+    def __init__(self, ctx: StageContext, say: Any) -> None:
+        self.ctx, self.say, self.count = ctx, say, 0
+
+    def after(self, s: StagePlan, exc: BaseException) -> bool:
         """After a stage failed: restart the servers that crashed and say so (True), within the launch's budget;
         raise ServerCrashed past it; False when no server crashed (the failure is the stage's own)."""
-        nonlocal restarts
-        crashed = exc.servers if isinstance(exc, ServerCrashed) else [sv for sv in servers if sv.crashed]
+        ctx, say = self.ctx, self.say
+        crashed = exc.servers if isinstance(exc, ServerCrashed) else [sv for sv in ctx.servers if sv.crashed]
         if not crashed:
             return False
         what = "; ".join(sv.describe_crash(s.name) for sv in crashed)
-        if restarts >= MAX_SERVER_RESTARTS:
+        if self.count >= MAX_SERVER_RESTARTS:
             raise ServerCrashed(
-                f"{what}, after {restarts} restarts in this launch (at most "
-                f"{MAX_SERVER_RESTARTS}). The checkpoints are intact; the newest complete one: {_newest_checkpoint(ctx)}. "  # noqa: E501 - a string literal kept whole
+                f"{what}, after {self.count} restarts in this launch (at most "
+                f"{MAX_SERVER_RESTARTS}). The checkpoints are intact; the newest complete one: {newest_checkpoint(ctx)}. "  # noqa: E501 - a string literal kept whole
                 f"Look at the server's log, then start the run again: it resumes from there",
                 crashed,
             ) from exc
-        restarts += 1
+        self.count += 1
         for sv in crashed:
             say(
-                f"{sv.describe_crash(s.name)}: restarting it ({restarts}/{MAX_SERVER_RESTARTS} restarts in this launch)"
+                f"{sv.describe_crash(s.name)}: restarting it ({self.count}/{MAX_SERVER_RESTARTS} restarts in this "
+                "launch)"
             )
-            took = sv.restart(abort=lambda: control.requested)
+            took = sv.restart(abort=lambda: ctx.control.requested)
             say(f"{sv.role} server healthy again after {took:.0f} s")
-        say(f"stage {s.name}: starting again (newest complete checkpoint: {_newest_checkpoint(ctx)})")
+        say(f"stage {s.name}: starting again (newest complete checkpoint: {newest_checkpoint(ctx)})")
         return True
 
-    status, rc = "FAILED", EXIT_FAILED
-    with handle_signals(control):
-        try:
-            todo = [s for s in stages if not _done_marker(run_dir, s.name).exists()]
-            for s in stages:
-                if s not in todo:
-                    say(f"stage {s.name}: already done ({_done_marker(run_dir, s.name)}), skipped")
-            if todo:
-                for sp in plan.servers:
-                    server = ManagedServer(sp, env, logs_dir, echo=echo)
-                    servers.append(server)
-                    say(f"starting {sp.role} server on {sp.base_url} (log: {logs_dir / (sp.role + '.log')})")
-                    server.start()
-                # Their health is awaited in the background: a stage that can start beside them does (veRL).
-                ctx.startup = StartupWatch(list(servers), abort=lambda: control.requested, say=say)
-            for s in todo:
-                control.check()
-                if control.checkpoint.is_set():
-                    raise RequeueRequested(s.name)
-                if s.name not in STARTS_BESIDE_SERVERS:
-                    ctx.servers_ready()
-                say(f"stage {s.name}: start")
-                t0 = time.monotonic()
-                while True:
-                    try:
-                        run_stage(s)
-                        break
-                    except (StopRequested, RequeueRequested, KeyboardInterrupt, InterruptedError):
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - re-raised unless a server crash explains it
-                        if control.requested or not restart_crashed(s, exc):
-                            raise
-                atomic_write_text(_done_marker(run_dir, s.name), f"{time.time():.0f}\n")
-                say(f"stage {s.name}: done in {time.monotonic() - t0:.0f} s")
-            status, rc = "FINISHED", EXIT_OK
-        except (RequeueRequested, StopRequested, KeyboardInterrupt, InterruptedError) as exc:
-            # A server start-up cut short (InterruptedError) by SIGUSR1 alone is a checkpoint request like any
-            # other: requeue, never "killed" (the pre-limit signal can arrive while the eval stage starts its server).
-            requeue = isinstance(exc, RequeueRequested) or (
-                isinstance(exc, InterruptedError) and control.checkpoint.is_set() and not control.stop.is_set()
-            )
-            if requeue:
-                say(
-                    f"checkpoint requested (SIGUSR1) during {exc}: stopped; the newest complete checkpoint "
-                    f"({_newest_checkpoint(ctx)}) is the resume point, exiting {EXIT_REQUEUE} (requeue me)"
-                )
-                status, rc = "SCHEDULED", EXIT_REQUEUE
-            else:
-                control.request_stop("SIGINT")
-                say(f"stopped by {control.signal_name}: servers stopped, run marked KILLED")
-                status, rc = "KILLED", control.stop_exit_code
-        except Exception as exc:  # noqa: BLE001 - reported; the run must be marked FAILED
-            if _looks_like_no_space(exc, ctx):
-                say(f"FAILED: {_disk_full_hint(ctx, backend)}\n--- the error ---\n{exc}")
-            elif isinstance(exc, ServerCrashed):
-                say(f"FAILED: {exc}")
-            elif isinstance(exc, ServerStartError | StageFailed):
-                say(f"FAILED: {exc}")
-                if any(st.name == "grpo" for st in plan.stages):
-                    say(
-                        f"checkpoints: the newest complete one is {_newest_checkpoint(ctx)}; starting the run again "
-                        "resumes from it"
-                    )
-            else:
-                import traceback
 
-                from longhaul.checkpoints import CheckpointError
-
-                if not isinstance(exc, CheckpointError):
-                    traceback.print_exc(file=echo)
-                say(f"FAILED: {type(exc).__name__}: {exc}")
-        finally:
-            for server in reversed(servers):
-                server.stop()
-            if servers:
-                say("servers stopped")
-            stray = kill_supervised(run_dir, timeout_s=10)
-            if stray:
-                say(f"killed {len(stray)} processes its children left behind: pids {', '.join(map(str, stray))}")
-            try:
-                if status == "SCHEDULED":
-                    _mark_requeued(uri, tracked.run_id)
-                else:
-                    finish_run(uri, tracked.run_id, status)
-            except Exception as exc:  # noqa: BLE001 - the exit code must still reach the scheduler
-                say(f"warning: could not set MLflow run status {status}: {exc}")
-            relay.close()
-    ctx.results.status = status
-    _print_summary(ctx, echo)
-    return rc
-
-
-def _print_summary(ctx: StageContext, echo: TextIO) -> None:
-    """The end-of-run tables: veRL's own per-step metrics (score, advantages, policy loss, gradient norm, the
-    KL between the policy before and after each optimizer step), then the learning curve (`longhaul.eval.curve`:
-    per step the training episodes' mean reward and outcome and how they ended; per evaluated checkpoint pass^1
-    with c/n per subset beside the do-nothing agent's floor and how the evaluated episodes ended), then how to
-    open MLflow."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from longhaul.eval.curve import training_metric_keys
-    from longhaul.tracking.runs import fetch_step_metrics
-
-    console = Console(file=echo, width=160, force_terminal=False)
-    curve_keys = training_metric_keys()
-    try:
-        metrics = fetch_step_metrics(ctx.tracking_uri, ctx.run_id, [key for key, _, _ in STEP_COLUMNS] + curve_keys)
-    except Exception as exc:  # noqa: BLE001 - the summary must not hide the run's status
-        metrics = {}
-        console.print(f"(training metrics unavailable: {exc})")
-    train = {step: row for step, row in metrics.items() if any(key in row for key, _, _ in STEP_COLUMNS)}
-    if train:
-        t = Table(title=f"training ({ctx.plan.run_name}; veRL metrics)")
-        t.add_column("step", justify="right")
-        for _, label, _ in STEP_COLUMNS:
-            t.add_column(label, justify="right")
-        for step, row in train.items():
-            t.add_row(str(step), *[fmt.format(row[key]) if key in row else "-" for key, _, fmt in STEP_COLUMNS])
-        console.print(t)
-    curve = _learning_curve_table(ctx, metrics)
-    if curve is not None:
-        console.print(curve)
-        from longhaul.machine import machine_line
-
-        console.print(f"machine: {machine_line()}")  # a tiny model's curve depends on the CPU's arithmetic
-    console.print(f"status: {ctx.results.status}; run directory: {ctx.run_dir}")
-    from longhaul.tracking.config import build_ui_hint
-
-    console.print(
-        f"MLflow UI: {build_ui_hint(ctx.tracking_uri, ctx.experiment_id)}   (run id {ctx.run_id})", soft_wrap=True
+def _stopped(ctx: StageContext, exc: BaseException, say: Any) -> tuple[str, int]:
+    """(status, exit code) after a stop or checkpoint request. A server start-up cut short (InterruptedError) by
+    SIGUSR1 alone is a checkpoint request like any other: requeue, never "killed" (the pre-limit signal can arrive
+    while the eval stage starts its server)."""
+    control = ctx.control
+    requeue = isinstance(exc, RequeueRequested) or (
+        isinstance(exc, InterruptedError) and control.checkpoint.is_set() and not control.stop.is_set()
     )
-
-
-def _learning_curve_table(ctx: StageContext, metrics: dict[int, dict[str, float]]) -> Any:
-    """The learning curve as a rich Table (None when nothing was trained or evaluated)."""
-    from rich.table import Table
-
-    from longhaul.eval.curve import (
-        TRAIN_EPISODES,
-        build_learning_curve,
-        format_subset,
-        format_terminations,
-        subset_floors,
-    )
-
-    select_on = str(ctx.exp.spec.evaluation.select_on)
-    subsets = list(dict.fromkeys(("train", "test", select_on)))
-    trained = {step: row for step, row in metrics.items() if TRAIN_EPISODES in row}  # steps with rollout traces
-    points = build_learning_curve(trained, ctx.results.eval_summaries, subsets)
-    if not points:
-        return None
-    floors = subset_floors(points)
-    shown = [name for name in subsets if name in floors]
-    selected = (ctx.results.selection or {}).get("step")
-    floor_text = ", ".join(f"{n} {f:.3f}" for n, f in floors.items() if f is not None)
-    t = Table(
-        title="learning curve (step 0 = initial policy; reward, outcome: training episodes; pass^1: evaluation)",
-        caption=f"do-nothing agent's pass^1 (the floor): {floor_text}" if floor_text else None,
-    )
-    for col in ("step", "reward", "outcome", "training episodes ended"):
-        t.add_column(col, justify="right")
-    for name in shown:
-        t.add_column(f"{name}: pass^1 (c/n)", justify="right")
-    t.add_column("evaluated episodes ended", justify="right")
-    t.add_column("selected", justify="right")
-    for p in points:
-        t.add_row(
-            str(p.step),
-            "-" if p.reward is None else f"{p.reward:+.3f}",
-            "-" if p.outcome is None else f"{p.outcome:.3f}",
-            format_terminations(p.train_terminations) or "-",
-            *[format_subset(p.subsets.get(name)) for name in shown],
-            format_terminations(p.eval_terminations) or "-",
-            "yes" if selected == p.step else "",
+    if requeue:
+        say(
+            f"checkpoint requested (SIGUSR1) during {exc}: stopped; the newest complete checkpoint "
+            f"({newest_checkpoint(ctx)}) is the resume point, exiting {EXIT_REQUEUE} (requeue me)"
         )
-    return t
+        return "SCHEDULED", EXIT_REQUEUE
+    control.request_stop("SIGINT")
+    say(f"stopped by {control.signal_name}: servers stopped, run marked KILLED")
+    return "KILLED", control.stop_exit_code
+
+
+def _report_failure(ctx: StageContext, exc: BaseException, backend: str, echo: TextIO, say: Any) -> None:
+    """One FAILED line that says what to do: a full disk, a server that crashed or did not start, a failed stage
+    (and where training resumes), else the error (with its traceback, unless it is a checkpoint problem)."""
+    if looks_like_no_space(exc, ctx):
+        say(f"FAILED: {disk_full_hint(ctx, backend)}\n--- the error ---\n{exc}")
+    elif isinstance(exc, ServerCrashed):
+        say(f"FAILED: {exc}")
+    elif isinstance(exc, ServerStartError | StageFailed):
+        say(f"FAILED: {exc}")
+        if any(st.name == "grpo" for st in ctx.plan.stages):
+            say(
+                f"checkpoints: the newest complete one is {newest_checkpoint(ctx)}; starting the run again "
+                "resumes from it"
+            )
+    else:
+        import traceback
+
+        from longhaul.checkpoints import CheckpointError
+
+        if not isinstance(exc, CheckpointError):
+            traceback.print_exc(file=echo)
+        say(f"FAILED: {type(exc).__name__}: {exc}")
+
+
+def _stop_everything(ctx: StageContext, tracking: _Tracking, status: str, say: Any) -> None:
+    """Stop the servers and whatever the stages left behind (by PID), set the MLflow run's status, close the
+    relay. Never raises past a failed status write: the exit code must still reach the scheduler."""
+    from longhaul.tracking.runs import finish_run
+
+    for server in reversed(ctx.servers):
+        server.stop()
+    if ctx.servers:
+        say("servers stopped")
+    stray = kill_supervised(ctx.run_dir, timeout_s=10)
+    if stray:
+        say(f"killed {len(stray)} processes its children left behind: pids {', '.join(map(str, stray))}")
+    try:
+        if status == "SCHEDULED":
+            _mark_requeued(tracking.uri, tracking.run.run_id)
+        else:
+            finish_run(tracking.uri, tracking.run.run_id, status)
+    except Exception as exc:  # noqa: BLE001 - the exit code must still reach the scheduler
+        say(f"warning: could not set MLflow run status {status}: {exc}")
+    tracking.relay.close()

@@ -80,9 +80,9 @@ def test_eval_stage_selects_on_train_prints_and_tags_the_training_run(stage):
 
 def _curve_rows(ctx) -> list[list[str]]:
     """The learning-curve table's rows (cells as text) for the stage's results, without training metrics."""
-    from longhaul.launcher.supervisor import _learning_curve_table
+    from longhaul.launcher.summary import learning_curve_table
 
-    table = _learning_curve_table(ctx, {})
+    table = learning_curve_table(ctx, {})
     cells = [[str(c) for c in col.cells] for col in table.columns]
     return [list(row) for row in zip(*cells, strict=True)]
 
