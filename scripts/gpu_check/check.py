@@ -2,7 +2,9 @@
 
 Needs only CUDA torch and transformers (no vLLM, veRL, Ray, PEFT, pydantic, longhaul, network). It reads the
 bundle that `prepare.py` wrote beside it (cases.json: each shipped GPU spec's plan and rendered actor settings;
-verl_torch_functional.py: veRL 0.9.1's torch-only fused log-prob kernel, copied from the installed veRL).
+verl_torch_functional.py: veRL 0.9.1's torch-only fused log-prob kernel, copied from the installed veRL;
+longhaul_fused_head.py: longhaul's rule for veRL's FSDP2 wrap selection with that kernel, copied from
+pipelines/longhaul/verlcpu/fused_head.py — the file longhaul's veRL plugin applies in every veRL worker).
 
 On a GPU machine, step by step:
   1. In longhaul's checkout (its venv installed):   make gpu-check-bundle OUT=build/gpu-check
@@ -47,6 +49,7 @@ from check_model import (  # noqa: E402
     bind_ppo_forward,
     build_actor,
     count_parameters,
+    head_in_root,
     init_fake_world,
     lora_shapes_check,
     probe_fused_wiring,
@@ -57,6 +60,7 @@ from check_shapes import published_config, tiny_config  # noqa: E402
 from check_stages import stage_context, stage_logits, stage_sync, stage_training  # noqa: E402
 
 FUSED_FILE = "verl_torch_functional.py"
+HEAD_RULE_FILE = "longhaul_fused_head.py"
 #: --dry: 2 x 320 tokens per micro-batch is two chunks of the fused kernel's 512 rows.
 DRY_SEQ = 320
 #: The unfused logits are measured at up to this many tokens and scaled (they grow linearly).
@@ -69,9 +73,10 @@ MEASURED_KEYS = (
 )  # fmt: skip
 
 
-def load_fused(bundle: Path):
-    """veRL's fused kernel module from the bundle, under a name of its own (no `verl` package is imported)."""
-    spec = importlib.util.spec_from_file_location("bundled_verl_torch_functional", bundle / FUSED_FILE)
+def load_bundled(bundle: Path, name: str):
+    """A module copied into the bundle, under a name of its own (no `verl` or `longhaul` package is imported):
+    veRL's fused kernel (FUSED_FILE) and longhaul's lm_head wrap rule (HEAD_RULE_FILE)."""
+    spec = importlib.util.spec_from_file_location(f"bundled_{Path(name).stem}", bundle / name)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -90,8 +95,9 @@ def choose_attention(settings: dict, device: torch.device) -> tuple[str, bool, s
     return "sdpa", False, note
 
 
-def run_case(case: dict, fused, device: torch.device, dry: bool) -> dict:
-    """Build the case's actor and run the stages; every figure in bytes (None off CUDA)."""
+def run_case(case: dict, fused, head_rule, device: torch.device, dry: bool) -> dict:
+    """Build the case's actor, sharded as a veRL worker shards it with longhaul's lm_head fix (`head_rule`), and
+    run the stages; every figure in bytes (None off CUDA)."""
     s = case["settings"]
     cfg = tiny_config(s["model_id"]) if dry else published_config(s["model_id"])
     if cfg is None:
@@ -102,12 +108,12 @@ def run_case(case: dict, fused, device: torch.device, dry: bool) -> dict:
     micro, seq = s["micro_batch"], (DRY_SEQ if dry else s["seq_len"])
     result: dict = {"ran": {"micro": micro, "seq": seq, "attention": attention}, "notes": [n for n in [note] if n]}
     if s["use_fused_kernels"]:
-        result["wiring"] = probe_fused_wiring(tiny_config(s["model_id"]), s, fused, device)
-        if not result["wiring"]["ok"]:
-            result["notes"].append("training measured with lm_head unsharded explicitly before the fused kernel")
+        result["wiring"] = probe_fused_wiring(tiny_config(s["model_id"]), s, fused, device, head_rule)
     model = build_actor(cfg, s, attention)
     bind_ppo_forward(model)
-    shard_actor(model, s, device)
+    shard_actor(model, s, device, head_rule)
+    if s["use_fused_kernels"] and head_in_root(model) and not getattr(model.config, "tie_word_embeddings", False):
+        result["notes"].append("untied lm_head in the root FSDP unit (longhaul's fix for veRL's fused kernel)")
     _stage(result, "sync", stage_sync, model, s, device, dry)
     _stage(result, "training", stage_training, model, fused, s, micro, seq, packed, device)
     del model
@@ -170,11 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         torch.cuda.set_device(0)
     torch.manual_seed(0)
-    fused = load_fused(args.bundle)
+    fused = load_bundled(args.bundle, FUSED_FILE)
+    head_rule = load_bundled(args.bundle, HEAD_RULE_FILE)
     import transformers
 
     report: dict = {"dry": args.dry, "torch": torch.__version__, "transformers": transformers.__version__}
-    report["bundle"] = {k: bundle.get(k) for k in ("verl_version", "fused_kernel_sha256", "longhaul_commit")}
+    keys = ("verl_version", "fused_kernel_sha256", "fused_head_sha256", "longhaul_commit")
+    report["bundle"] = {k: bundle.get(k) for k in keys}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(0)
         free, total = torch.cuda.mem_get_info()
@@ -203,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                 measured[key] = {"skipped": f"time budget ({args.budget_s:.0f} s) spent"}
             else:
                 try:
-                    measured[key] = run_case(case, fused, device, args.dry)
+                    measured[key] = run_case(case, fused, head_rule, device, args.dry)
                 except Exception as exc:  # the other cases still run; the exit status says so
                     measured[key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
                     _release(device)

@@ -12,6 +12,9 @@ What each step mirrors in the pinned sources (verl/workers/engine/fsdp/transform
   * `apply_fsdp2` / `_select_fsdp2_wrap_targets`: `fully_shard` on every decoder layer (`_no_split_modules`) and,
     when the embeddings are not tied, on `embed_tokens` and `lm_head` by name, then on the root, with
     `MixedPrecisionPolicy(param_dtype, reduce_dtype, cast_forward_inputs=True)` and `reshard_after_forward`.
+    longhaul's fix of that selection for veRL's fused forward (patch 5 of longhaul.verlcpu, applied in every veRL
+    worker) leaves an untied `lm_head` to the root unit: `shard_actor` applies the same rule, from the bundle's
+    copy of pipelines/longhaul/verlcpu/fused_head.py (`head_rule`).
     The process group is torch's fake backend (`torch.testing._internal.distributed.fake_pg`) with the spec's
     world size: this process is rank 0, collectives are no-ops, but every buffer FSDP allocates is real, so a
     rank's memory is measured on one GPU.
@@ -103,9 +106,11 @@ def build_actor(config: dict, settings: dict, attn_implementation: str) -> nn.Mo
     return model
 
 
-def shard_actor(model: nn.Module, settings: dict, device: torch.device) -> nn.Module:
+def shard_actor(model: nn.Module, settings: dict, device: torch.device, head_rule=None) -> nn.Module:
     """Wrap like veRL's `apply_fsdp2` on a fake mesh of `settings["world"]` ranks, then materialize this rank's
-    shards on `device` with small random values (the weights' values do not change what is allocated)."""
+    shards on `device` with small random values (the weights' values do not change what is allocated). With
+    `head_rule` (longhaul's fused_head module), its `keep_output_layer_in_root` edits veRL's selection as
+    longhaul's patch does in a veRL worker; without it, veRL's selection alone."""
     from torch.distributed.device_mesh import DeviceMesh
 
     mesh = DeviceMesh(device.type, list(range(settings["world"])))
@@ -117,14 +122,17 @@ def shard_actor(model: nn.Module, settings: dict, device: torch.device) -> nn.Mo
     kwargs = {"mesh": mesh, "mp_policy": mp, "reshard_after_forward": settings["reshard_after_forward"]}
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
     layer_classes = set(getattr(model, "_no_split_modules", None) or [])
-    for name, module in model.named_modules():
-        leaf = name.rsplit(".", 1)[-1]
-        if (
-            type(module).__name__ in layer_classes
-            or (isinstance(module, nn.Embedding) and not tied)
-            or (not tied and leaf in ("embed_tokens", "lm_head") and hasattr(module, "weight"))
-        ):
-            fully_shard(module, **kwargs)
+    targets = [
+        module
+        for name, module in model.named_modules()
+        if type(module).__name__ in layer_classes
+        or (isinstance(module, nn.Embedding) and not tied)
+        or (not tied and name.rsplit(".", 1)[-1] in ("embed_tokens", "lm_head") and hasattr(module, "weight"))
+    ]
+    if head_rule is not None:
+        targets = head_rule.keep_output_layer_in_root(model, targets, fused_forward=settings["use_fused_kernels"])
+    for module in targets:
+        fully_shard(module, **kwargs)
     fully_shard(model, **kwargs)
     model.to_empty(device=device)
     _fill(model)
@@ -158,22 +166,14 @@ def _rope_theta(config) -> float:
     return float(params.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0)
 
 
-def ppo_forward(self, input_ids, position_ids=None, fused=None, temperature=1.0, chunk_size=512, gather_head=False):
+def ppo_forward(self, input_ids, position_ids=None, fused=None, temperature=1.0, chunk_size=512):
     """veRL's `forward_with_torch_backend` (verl/models/transformers/dense_common.py), bound to the root module so
     FSDP2's root hooks run: the base model's hidden states, labels rolled by one, then the fused log-prob kernel
-    on `self.lm_head.weight`. With `gather_head`, the separately sharded `lm_head` is unsharded first (see
-    `probe_fused_wiring`: veRL's code passes the still-sharded DTensor) and stays so until `reshard_lm_head`."""
+    on `self.lm_head.weight` — read outside lm_head's own forward, which is why an untied lm_head must be in the
+    root unit (`probe_fused_wiring`)."""
     hidden = self.model(input_ids=input_ids, position_ids=position_ids).last_hidden_state
     labels = torch.roll(input_ids, shifts=-1, dims=-1)
-    if gather_head and hasattr(self.lm_head, "unshard"):
-        self.lm_head.unshard()
     return fused.FusedLinearForPPOFunction.apply(hidden, self.lm_head.weight, labels, temperature, chunk_size)
-
-
-def reshard_lm_head(model: nn.Module) -> None:
-    """Undo `ppo_forward(gather_head=True)` after the backward (the kernel saved the unsharded weight)."""
-    if hasattr(model.lm_head, "reshard"):
-        model.lm_head.reshard()
 
 
 def bind_ppo_forward(model: nn.Module) -> None:
@@ -181,20 +181,33 @@ def bind_ppo_forward(model: nn.Module) -> None:
     model.forward = types.MethodType(ppo_forward, model)
 
 
-def probe_fused_wiring(config: dict, settings: dict, fused, device: torch.device) -> dict:
-    """Run veRL's fused log-prob wiring exactly (no unshard of lm_head) on a tiny model of the case's family:
-    under FSDP2 with untied embeddings veRL wraps `lm_head` on its own, so outside its forward its weight is a
-    sharded DTensor and `hidden @ weight.t()` mixes a Tensor with a DTensor."""
+def head_in_root(model: nn.Module) -> bool:
+    """True when the output layer has no FSDP unit of its own (its weight is the root unit's)."""
+    return not hasattr(model.lm_head, "unshard")
+
+
+def _run_wiring(config: dict, settings: dict, fused, device: torch.device, head_rule) -> dict:
     model = build_actor(config, settings, "sdpa")
     bind_ppo_forward(model)
-    shard_actor(model, settings, device)
+    shard_actor(model, settings, device, head_rule)
     ids = torch.randint(0, config["vocab_size"], (1, 32), device=device)
-    try:  # the forward is where veRL's wiring meets the DTensor
+    out = {"ok": True, "message": None, "head_in_root": head_in_root(model)}
+    try:  # the forward is where the wiring meets a sharded lm_head, if it does
         with torch.no_grad():
             model(ids, fused=fused, chunk_size=settings["fused_chunk_size"])
-        return {"ok": True, "message": None}
     except Exception as exc:  # the probe's answer is the exception itself
-        return {"ok": False, "message": f"{type(exc).__name__}: {str(exc).splitlines()[0][:240]}"}
+        out.update(ok=False, message=f"{type(exc).__name__}: {str(exc).splitlines()[0][:240]}")
+    return out
+
+
+def probe_fused_wiring(config: dict, settings: dict, fused, device: torch.device, head_rule) -> dict:
+    """Run veRL's fused log-prob wiring on a tiny model of the case's family, as a veRL worker runs it with
+    longhaul's fix (`ok`, `message`, `head_in_root`), and with veRL's wrap selection alone (`verl_alone`): under
+    FSDP2 with untied embeddings veRL wraps `lm_head` on its own, so outside its forward its weight is a sharded
+    DTensor and `hidden @ weight.t()` mixes a Tensor with a DTensor; the fix leaves lm_head to the root unit."""
+    result = _run_wiring(config, settings, fused, device, head_rule)
+    result["verl_alone"] = _run_wiring(config, settings, fused, device, None)
+    return result
 
 
 def lora_shapes_check(total: int, trainable: int, plan_shape: dict | None) -> dict:

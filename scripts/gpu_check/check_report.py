@@ -114,7 +114,7 @@ def verdict(case: dict, result: dict, rows: list[dict]) -> str:
     parts = [v for v in (_phase_verdict(p, case, rows) for p in ("training", "sync")) if v]
     wiring = result.get("wiring") or {}
     if wiring.get("ok") is False:
-        parts.append("blocker: veRL's fused log-prob wiring fails under FSDP2 (untied lm_head is a DTensor)")
+        parts.append("blocker: the fused log-prob wiring fails under FSDP2, longhaul's lm_head fix included")
     shape = result.get("shape") or {}
     if "params" in shape and not shape.get("ok", True):
         parts.append("shape differs from the plan's parameter counts")
@@ -129,6 +129,17 @@ def _count(n: float | None) -> str:
 
 def _gib(x: int | None) -> str:
     return "-" if x is None else f"{x / GiB:.2f}"
+
+
+def _wiring_state(wiring: dict) -> str:
+    """The wiring probe in words: as a veRL worker runs it with longhaul's fix, and with veRL's wrapping alone."""
+
+    def state(w: dict) -> str:
+        return "ok" if w["ok"] else f"FAILS: {w['message']}"
+
+    fixed = f"with longhaul's fix{' (lm_head in the root unit)' if wiring.get('head_in_root') else ''} {state(wiring)}"
+    alone = wiring.get("verl_alone")
+    return fixed if alone is None else f"{fixed}; veRL's wrapping alone {state(alone)}"
 
 
 def format_case(case: dict, result: dict, rows: list[dict], dry: bool) -> list[str]:
@@ -160,8 +171,7 @@ def format_case(case: dict, result: dict, rows: list[dict], dry: bool) -> list[s
         )
     wiring = result.get("wiring") or {}
     if wiring:
-        state = "ok" if wiring["ok"] else f"FAILS: {wiring['message']}"
-        out.append(f"  veRL fused log-prob wiring (lm_head.weight under FSDP2): {state}")
+        out.append(f"  fused log-prob wiring (lm_head.weight under FSDP2): {_wiring_state(wiring)}")
     out.append(f"  {'figure':<66} {'plan GiB':>9} {'measured GiB':>13} {'ratio':>6}")
     for r in rows:
         if r["measured"] is None:

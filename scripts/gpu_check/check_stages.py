@@ -14,7 +14,7 @@ import tempfile
 import time
 
 import torch
-from check_model import reshard_lm_head
+from check_model import head_in_root
 
 SKIPPED = "skipped: needs CUDA"
 
@@ -173,14 +173,14 @@ def stage_training(model, fused, settings: dict, micro: int, seq: int, packed: b
     `optimizer_step` run it: forward through the root (FSDP2 unshards unit by unit, checkpointed layers keep only
     their inputs), veRL's fused log-probs, the PPO loss, backward (reduce-scatter of fp32 gradients), then
     AdamW (veRL's default `actor.optim`). Two iterations: the second, with AdamW's states resident, is measured.
-    `model` has `check_model.ppo_forward` bound as its forward."""
+    `model` has `check_model.ppo_forward` bound as its forward and is sharded as a veRL worker shards it with
+    longhaul's fix: an untied lm_head in the root unit, unsharded with it through forward and backward."""
     if not settings["use_fused_kernels"]:
         return {"skipped": "use_fused_kernels=false: the unfused training step is not mirrored (see the logits stage)"}
-    gather_head = not getattr(model.config, "tie_word_embeddings", False)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-6, betas=(0.9, 0.999), weight_decay=0.01)
     vocab = model.config.vocab_size
-    out: dict = {"micro": micro, "seq": seq, "packed": packed, "lm_head_unsharded_explicitly": gather_head}
+    out: dict = {"micro": micro, "seq": seq, "packed": packed, "lm_head_in_root_unit": head_in_root(model)}
     with expandable_segments(device, True):
         # off CUDA nothing is measured: one iteration runs the code path
         iterations = 2 if device.type == "cuda" else 1
@@ -191,13 +191,9 @@ def stage_training(model, fused, settings: dict, micro: int, seq: int, packed: b
                 static = meter.allocated()
                 ids, pos = _inputs(vocab, micro, seq, packed, device)
                 # through the root module's __call__, so FSDP2's root hooks run as in veRL's forward
-                logp, _entropy = model(
-                    ids, pos, fused=fused, chunk_size=settings["fused_chunk_size"], gather_head=gather_head
-                )
+                logp, _entropy = model(ids, pos, fused=fused, chunk_size=settings["fused_chunk_size"])
                 _ppo_loss(logp).backward()
                 del logp, _entropy
-                if gather_head:
-                    reshard_lm_head(model)
                 after_backward = meter.allocated()
                 fwd_bwd_peak = meter.peak_extra()
                 optimizer.step()

@@ -10,8 +10,10 @@ never longhaul's modules. A sweep adds smaller Qwen2.5 shapes planned with one s
 config.json per shape written from check_shapes.py, passed to `longhaul plan` as spec.policy.model.path), and
 each spec is planned once more with spec.policy.use_fused_kernels off, for the planner's unfused-logits figure.
 
-The bundle: cases.json, the check's scripts (check*.py), and veRL's torch-only fused log-prob kernel module
-copied from the installed veRL (verl/utils/experimental/torch_functional.py, as verl_torch_functional.py).
+The bundle: cases.json, the check's scripts (check*.py), veRL's torch-only fused log-prob kernel module
+copied from the installed veRL (verl/utils/experimental/torch_functional.py, as verl_torch_functional.py), and
+longhaul's FSDP2 wrap rule for that kernel, the module longhaul's veRL plugin applies in every veRL worker
+(pipelines/longhaul/verlcpu/fused_head.py, as longhaul_fused_head.py; it imports nothing).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 LIMIT = 64 << 20
 FUSED_FILE = "verl_torch_functional.py"
+HEAD_RULE_FILE = "longhaul_fused_head.py"
+HEAD_RULE_SOURCE = ROOT / "pipelines" / "longhaul" / "verlcpu" / "fused_head.py"
 SCRIPTS = ("check.py", "check_model.py", "check_report.py", "check_shapes.py", "check_stages.py")
 #: Plan row labels (their beginnings) → what the check measures for them; every other row is "held": another
 #: tenant's memory (simulator, rollout engine), taken as planned.
@@ -280,11 +284,14 @@ def write_bundle(out: Path, cases: list[dict], kernel: Path, verl_version: str) 
     for name in SCRIPTS:
         shutil.copyfile(HERE / name, out / name)
     shutil.copyfile(kernel, out / FUSED_FILE)
+    shutil.copyfile(HEAD_RULE_SOURCE, out / HEAD_RULE_FILE)
     meta = {
         "format": 1,
         "verl_version": verl_version,
         "fused_kernel_source": "verl/utils/experimental/torch_functional.py",
         "fused_kernel_sha256": hashlib.sha256(kernel.read_bytes()).hexdigest(),
+        "fused_head_source": str(HEAD_RULE_SOURCE.relative_to(ROOT)),
+        "fused_head_sha256": hashlib.sha256(HEAD_RULE_SOURCE.read_bytes()).hexdigest(),
         "longhaul_commit": _commit(),
         "cases": cases,
     }

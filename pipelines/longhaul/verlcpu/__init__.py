@@ -29,6 +29,12 @@ process group               veRL builds ``"cpu:gloo,cpu:gloo"`` (rejected by tor
 resource accounting         veRL's resource check counts only GPU/NPU: Ray is started with one "GPU"    config
                             per trainer rank (``+ray_kwargs.ray_init.num_gpus``, rendered; several
                             nodes: ``ray start --num-gpus=1`` per node, one rank each, gloo across)
+fused kernel, untied head   EVERY PLATFORM (the 7B/8B GPU specs): FSDP2 gives an untied ``lm_head`` a   patch 5
+                            unit of its own, and veRL's fused log-prob forward reads its weight outside
+                            its forward (a sharded DTensor: "mixed torch.Tensor and DTensor"). With the
+                            fused forward, an untied lm_head stays in the root unit (its weight is
+                            unsharded with the root's, as veRL does for a tied head);
+                            ``longhaul.verlcpu.fused_head``
 ==========================  ==========================================================================  ========
 
 Each patch is guarded: `longhaul.verlcpu.patches` checks that what it patches still looks as expected and
@@ -38,9 +44,12 @@ vLLM server and vLLM's engine workers): they are applied when those modules are 
 (`longhaul.verlcpu.hooks`), so no other process pays for importing vLLM.
 
 Loading: `longhaul.verlcpu.plugin` is a `verl.plugins` entry point (pyproject.toml), imported by `import verl`
-in every process (driver, TaskRunner, Ray workers, vLLM's engine workers through veRL's worker extension). It does
-nothing unless the process runs with ``VERL_PLATFORM=cpu`` (the renderer's CPU branch sets it), so a GPU job is
-unaffected.
+in every process (driver, TaskRunner, Ray workers, vLLM's engine workers through veRL's worker extension). The
+CPU platform and patches 1-4 are activated only when the process runs with ``VERL_PLATFORM=cpu`` (the renderer's
+CPU branch sets it), so a GPU job does not see them. Patch 5 fixes a defect of veRL's GPU path itself: the plugin
+applies it in every process on every platform, when veRL's FSDP utilities are first imported, and it changes
+nothing unless the model's forward is veRL's fused one and its lm_head is untied (tests/unit/verlcpu/
+test_fused_head.py).
 """
 
 from __future__ import annotations

