@@ -8,12 +8,18 @@ the standard library's `ast` only, so it runs anywhere without the project insta
     python scripts/shape_counts.py [ROOT ...]      # default: pipelines/longhaul
 
 Lines are physical lines (a function counts from its `def` to its last line, decorators excluded).
+
+A function-level import is *justified* when it defers a heavy or optional dependency and says so (issue #32 item
+2): a `# deferred: <why>` comment on its first line, in the comment lines right above it, or above the first of
+the import statements it directly follows (no blank line between: one comment covers a block). Every other
+function-level import is *unjustified*; `tests/unit/test_import_discipline.py` fails on any (`unjustified`).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -27,6 +33,18 @@ FUNCTION_LIMIT = 100
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _IMPORTS = (ast.Import, ast.ImportFrom)
+#: The reason comment of a deferred import: `# deferred: <why>` (the why is not empty).
+DEFERRED = re.compile(r"#\s*deferred:\s*\S")
+_COMMENT_LINE = re.compile(r"^\s*#")
+
+
+@dataclass(frozen=True)
+class FunctionImport:
+    """An import statement inside a function body."""
+
+    lineno: int
+    text: str
+    justified: bool
 
 
 @dataclass(frozen=True)
@@ -36,7 +54,17 @@ class Shape:
     path: Path
     lines: int
     long_functions: tuple[tuple[str, int], ...]
-    function_imports: int
+    imports: tuple[FunctionImport, ...]
+
+    @property
+    def function_imports(self) -> int:
+        """How many import statements sit inside a function body."""
+        return len(self.imports)
+
+    @property
+    def unjustified(self) -> tuple[FunctionImport, ...]:
+        """The function-level imports without a `# deferred:` reason."""
+        return tuple(i for i in self.imports if not i.justified)
 
 
 def _walk_scopes(node: ast.AST, prefix: str, in_function: bool) -> Iterator[tuple[ast.AST, str, bool]]:
@@ -50,20 +78,52 @@ def _walk_scopes(node: ast.AST, prefix: str, in_function: bool) -> Iterator[tupl
             yield from _walk_scopes(child, prefix, in_function)
 
 
+def _has_reason(lines: list[str], lineno: int) -> bool:
+    """Whether line `lineno` (1-based) or the comment lines right above it carry a `# deferred:` reason."""
+    if DEFERRED.search(lines[lineno - 1]):
+        return True
+    i = lineno - 2
+    while i >= 0 and _COMMENT_LINE.match(lines[i]):
+        if DEFERRED.search(lines[i]):
+            return True
+        i -= 1
+    return False
+
+
+def _previous_statements(tree: ast.AST) -> dict[ast.stmt, ast.stmt]:
+    """Each statement's previous sibling in the same block (body, else, finally, handler)."""
+    previous: dict[ast.stmt, ast.stmt] = {}
+    for node in ast.walk(tree):
+        for name in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(node, name, None)
+            if isinstance(block, list):
+                for before, after in zip(block, block[1:], strict=False):
+                    previous[after] = before
+    return previous
+
+
 def measure(path: Path) -> Shape:
     """Measure one Python file."""
     text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
     tree = ast.parse(text, filename=str(path))
+    previous = _previous_statements(tree)
     long_functions: list[tuple[str, int]] = []
-    function_imports = 0
+    justified: dict[ast.stmt, bool] = {}
     for node, prefix, in_function in _walk_scopes(tree, "", False):
         if isinstance(node, _FUNCTIONS):
             length = (node.end_lineno or node.lineno) - node.lineno + 1
             if length > FUNCTION_LIMIT:
                 long_functions.append((f"{prefix}.{node.name}" if prefix else node.name, length))
         elif isinstance(node, _IMPORTS) and in_function:
-            function_imports += 1
-    return Shape(path, len(text.splitlines()), tuple(long_functions), function_imports)
+            before = previous.get(node)
+            follows = isinstance(before, _IMPORTS) and before.end_lineno == node.lineno - 1
+            justified[node] = _has_reason(lines, node.lineno) or (follows and justified.get(before, False))
+    imports = tuple(
+        FunctionImport(n.lineno, " ".join(lines[n.lineno - 1 : n.end_lineno]).split("#")[0].strip(), ok)
+        for n, ok in sorted(justified.items(), key=lambda item: item[0].lineno)
+    )
+    return Shape(path, len(text.splitlines()), tuple(long_functions), imports)
 
 
 def _package_of(path: Path, root: Path) -> str:
@@ -84,13 +144,22 @@ def report(roots: list[Path]) -> str:
     for n, name, path in sorted(functions, key=lambda f: -f[0]):
         out.append(f"  {n:5d}  {_display(path)}:{name}")
     per_package: Counter[str] = Counter()
+    unjustified: Counter[str] = Counter()
     for root, s in shapes:
         if s.function_imports:
             per_package[_package_of(s.path, root)] += s.function_imports
-    out.append("function-level imports by package:")
+            unjustified[_package_of(s.path, root)] += len(s.unjustified)
+    out.append("function-level imports by package (justified = `# deferred:` reason given):")
+    out.append("  total  justified  unjustified  package")
     for package, count in sorted(per_package.items(), key=lambda pc: (-pc[1], pc[0])):
-        out.append(f"  {count:5d}  {package}")
-    out.append(f"  {sum(per_package.values()):5d}  total")
+        bad = unjustified[package]
+        out.append(f"  {count:5d}  {count - bad:9d}  {bad:11d}  {package}")
+    total, bad = sum(per_package.values()), sum(unjustified.values())
+    out.append(f"  {total:5d}  {total - bad:9d}  {bad:11d}  total")
+    out.append("unjustified function-level imports:")
+    for _root, s in shapes:
+        for imp in s.unjustified:
+            out.append(f"  {_display(s.path)}:{imp.lineno}: {imp.text}")
     return "\n".join(out)
 
 

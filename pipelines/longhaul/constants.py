@@ -115,4 +115,7 @@ OFFLINE_ENV = {
 SPEC_FILENAME = "experiment.yaml"
 CONTAINER_SPEC_DIR = "/etc/longhaul"
 CONTAINER_RUN_ROOT = "/runs"
+#: The default run-outputs directory of the local and Slurm backends (`backends.<local|slurm>.output_dir`), and
+#: where `longhaul status NAME` looks for a run (`longhaul.layout.DEFAULT_RUNS_DIR`).
+DEFAULT_RUNS_DIR = "runs"
 LAUNCHER_CMD = ("longhaul", "launch")

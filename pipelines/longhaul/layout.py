@@ -26,15 +26,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from longhaul import constants as C
-from longhaul.spec.backends import LocalSpec
-from longhaul.spec.naming import run_name
 
 if TYPE_CHECKING:
     from longhaul.spec.models import Experiment
 
 #: The spec's default `output_dir` (local and Slurm), and where `longhaul submit --backend kubernetes` records
-#: its runs: the directory `longhaul status NAME` looks in. Read from the spec model (one default, one place).
-DEFAULT_RUNS_DIR: str = LocalSpec.model_fields["output_dir"].default
+#: its runs: the directory `longhaul status NAME` looks in. One default, one place: `longhaul.constants`, which
+#: the spec's backend models take theirs from (so the CLI's start-up builds no model to read it).
+DEFAULT_RUNS_DIR: str = C.DEFAULT_RUNS_DIR
 #: Written by the submit step into the run directory; `longhaul status/logs` find the backend in it.
 RECORD_FILE = "submit.json"
 #: The launcher's own state, hidden in the run directory.
@@ -246,4 +245,7 @@ def runs_root(exp: Experiment, backend: str) -> str:
 
 def default_run_dir(exp: Experiment, backend: str) -> str:
     """The run directory of `exp` on `backend`: `<runs_root>/<run name>`."""
+    # deferred: spec.naming builds the whole schema (~0.1 s); `longhaul --help` imports layout, callers hold `exp`
+    from longhaul.spec.naming import run_name
+
     return run_dir_under(runs_root(exp, backend), run_name(exp))

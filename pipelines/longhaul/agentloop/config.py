@@ -69,6 +69,7 @@ def render_tool_config_yaml(exp: Any) -> str:
     """File content for `actor_rollout_ref.rollout.multi_turn.tool_config_path`: the 14 airline tools with their
     OpenAI schemas (the same list the episode runner gives the policy). `exp` is accepted for symmetry; the tool
     set does not depend on the spec."""
+    # deferred: the airline tools (~10 ms): `validate` renders the launch plan through this module
     from longhaul.envs.airline.tools import tool_schemas
 
     tools = [

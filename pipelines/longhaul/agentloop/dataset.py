@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from longhaul.agentloop.config import AGENT_LOOP_NAME, render_agent_loop_yaml, render_tool_config_yaml
+from longhaul.envs.airline.splits import build_split
 from longhaul.files import PLAIN, atomic_output, atomic_write_text
 from longhaul.layout import AGENT_LOOP_FILE, TOOL_CONFIG_FILE, Paths
 from longhaul.spec.models import Experiment
@@ -40,8 +41,6 @@ def _row(task_id: str, index: int, split: str, labels: list[str], seed: int, val
 
 def build_verl_rows(exp: Experiment) -> dict[str, list[dict[str, Any]]]:
     """Rows of `train.parquet` (training tasks) and `val.parquet` (every task, labelled by subset)."""
-    from longhaul.envs.airline.splits import build_split
-
     split = build_split(exp.spec.environment.split)
     seed = exp.spec.algorithm.seed
     train = [_row(t, i, "train", split.labels(t), seed, False) for i, t in enumerate(split.train)]
@@ -55,6 +54,7 @@ def build_verl_rows(exp: Experiment) -> dict[str, list[dict[str, Any]]]:
 
 def write_verl_inputs(exp: Experiment, paths: Paths) -> list[Path]:
     """Write the parquet files and the agent-loop/tool YAML under the run directory; returns what was written."""
+    # deferred: pyarrow (~0.2 s)
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -86,6 +86,7 @@ def merge_lora_adapter(
 ) -> None:
     """Base model + PEFT LoRA adapter → one merged model saved to `out_dir`, with the tokenizer of
     `tokenizer_dir` (default: the base's)."""
+    # deferred: peft and transformers (~2 s)
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -123,6 +124,7 @@ def _merge_shards(src: Path, out: Path, base_model: str | Path | None, abort: Ca
         else:
             model = gathered
             if not has_tokenizer:
+                # deferred: transformers (~1 s)
                 from transformers import AutoTokenizer
 
                 AutoTokenizer.from_pretrained(base_model).save_pretrained(model)

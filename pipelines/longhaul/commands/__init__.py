@@ -1,16 +1,22 @@
 """CLI command groups; each module exposes `register(app)`.
 
 A command imports what it runs inside its own function body: `longhaul --help` and every command start without
-loading what the other commands need (the renderers, MLflow, the HTTP clients, veRL and torch).
+loading what the other commands need (the spec's models, the renderers, MLflow, the HTTP clients, veRL and torch).
+Each such import says why on its line or the line above (`# deferred: …`; `tests/unit/test_import_discipline.py`).
+The helpers every command shares live here, below the command modules, so that none imports another's module.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from longhaul.spec import SpecError
 
 #: Width of tables written to a pipe or a file (a terminal uses its own): wide enough that no column is cut.
 PIPED_WIDTH = 200
@@ -34,6 +40,7 @@ def check_run_dir(value: Path | str | None) -> Path | str | None:
     """A `--run-dir` value held to the rules of the spec's output directories (`spec.paths.write_path_problem`):
     no option in disguise, no `..`, no system directory, no `$`, quote or space (the path reaches argv, veRL's
     Hydra overrides and MLflow). Raises typer.BadParameter, which names the option."""
+    # deferred: the spec's path rules load pydantic (~0.1 s); only a command given --run-dir needs them
     from longhaul.spec.paths import write_path_problem
 
     if value is None:
@@ -42,3 +49,12 @@ def check_run_dir(value: Path | str | None) -> Path | str | None:
     if problem:
         raise typer.BadParameter(f"{str(value)!r} {problem}")
     return value
+
+
+def fail_on_spec_error(exc: SpecError) -> NoReturn:
+    """Print every problem and exit 2 (nothing rendered, written or submitted)."""
+    err = plain_console(stderr=True)
+    for p in exc.problems:
+        err.print(f"error {p.render()}")
+    err.print(f"{len(exc.problems)} problem(s); nothing was rendered, written or submitted.")
+    raise typer.Exit(2)

@@ -64,6 +64,7 @@ def register(app: typer.Typer) -> None:
         if problem:
             err.print(f"error --tracking-uri: {problem}")
             raise typer.Exit(2)
+        # deferred: mlflow, pandas and matplotlib via longhaul.tracking (~2 s)
         from longhaul.tracking.compare import write_comparison
         from longhaul.tracking.runs import TrackingError
 

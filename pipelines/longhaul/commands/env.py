@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from longhaul.commands import plain_console
+from longhaul.bounded import InputError, split_ids
+from longhaul.commands import fail_on_spec_error, plain_console
 
 out = plain_console()
 err = plain_console(stderr=True)
@@ -17,8 +18,6 @@ err = plain_console(stderr=True)
 
 def _ids(tasks: str | None) -> list[str] | None:
     """The ids of `--tasks` (bounded: `longhaul.bounded.TASK_IDS`); exits with a one-line error when too many."""
-    from longhaul.bounded import InputError, split_ids
-
     if not tasks:
         return None
     try:
@@ -29,13 +28,13 @@ def _ids(tasks: str | None) -> list[str] | None:
 
 
 def _split(preset: str | None, spec: Path | None):
+    # deferred: the airline task data (~10 ms); `longhaul --help` loads no command's dependencies
     from longhaul.envs.airline.splits import build_split
     from longhaul.envs.airline.tasks import load_tasks
 
     known = list(load_tasks())
     if spec is not None:
-        from longhaul.commands.spec import fail_on_spec_error
-        from longhaul.spec import SpecError, load_specs
+        from longhaul.spec import SpecError, load_specs  # deferred: the spec's pydantic models (~0.2 s)
 
         try:
             exp = load_specs([spec])[0]
@@ -66,8 +65,8 @@ def replay_gold_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Replay every task's gold actions through the environment and grader; exit 1 unless all score 1."""
-    from longhaul.envs.airline.env import replay_gold
-    from longhaul.envs.airline.tasks import get_task, load_tasks
+    from longhaul.envs.airline.env import replay_gold  # deferred: tau2's vendored pydantic data model (~0.15 s)
+    from longhaul.envs.airline.tasks import get_task, load_tasks  # deferred: the airline task data (~10 ms)
 
     ids = _ids(tasks) or list(load_tasks())
     try:
@@ -108,7 +107,7 @@ def tasks_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the airline tasks with their subset labels in a split."""
-    from longhaul.envs.airline.tasks import load_tasks
+    from longhaul.envs.airline.tasks import load_tasks  # deferred: the airline task data (~10 ms)
 
     sp = _split(split, spec)
     rows = []
@@ -150,7 +149,7 @@ def floor_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """pass^1 of an agent that does nothing (the conversation ends normally), overall and per subset."""
-    from longhaul.envs.airline.env import null_agent_outcomes
+    from longhaul.envs.airline.env import null_agent_outcomes  # deferred: tau2's vendored pydantic data model (~0.15 s)
 
     sp = _split(split, spec)
     floor = null_agent_outcomes()

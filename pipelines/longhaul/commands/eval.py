@@ -12,7 +12,8 @@ import typer
 from rich.table import Table
 
 from longhaul import constants as C
-from longhaul.commands import plain_console, table_console
+from longhaul.bounded import split_ids
+from longhaul.commands import fail_on_spec_error, plain_console, table_console
 from longhaul.layout import EVAL_RESULTS_FILE, EVAL_SUMMARY_FILE, EVAL_TRAJECTORIES_FILE
 from longhaul.redact import redact_uri
 from longhaul.spec.bounds import MAX_BOOTSTRAP, MAX_CONCURRENCY, MAX_RANDOM_SEED, MAX_SAMPLES
@@ -110,151 +111,151 @@ def register(app: typer.Typer) -> None:
         no_args_is_help=False,
     )
     app.add_typer(eval_app, name="eval")
+    eval_app.callback(invoke_without_command=True)(eval_cmd)
+    eval_app.command("summarize")(summarize_cmd)
 
-    @eval_app.callback(invoke_without_command=True)
-    def eval_cmd(
-        ctx: typer.Context,
-        spec: Annotated[
-            Path | None, typer.Option("--spec", help="Experiment file: limits, split, sampling, evaluation settings.")
-        ] = None,
-        policy_url: Annotated[
-            str | None,
-            typer.Option(
-                "--policy-url",
-                help="Policy base URL, e.g. http://127.0.0.1:8000/v1 "
-                f"(default: ${C.ENV_POLICY_BASE_URL}, set by the launcher).",
-            ),
-        ] = None,
-        policy_model: Annotated[
-            str | None, typer.Option("--policy-model", help="Served policy model name (default: spec policy model).")
-        ] = None,
-        user_url: Annotated[
-            str | None,
-            typer.Option(
-                "--user-url",
-                help="User simulator base URL (default: spec user_simulator.url, "
-                f"else ${C.ENV_SIMULATOR_BASE_URL}, set by the launcher).",
-            ),
-        ] = None,
-        user_model: Annotated[
-            str | None, typer.Option("--user-model", help="Served simulator model name (default: spec).")
-        ] = None,
-        tasks: Annotated[
-            str | None, typer.Option("--tasks", help="Comma-separated task ids (default: the split's tasks).")
-        ] = None,
-        subset: Annotated[
-            str | None, typer.Option("--subset", help="Only this subset of the split (train, test, unseen, …).")
-        ] = None,
-        samples: Annotated[
-            int | None,
-            typer.Option("--samples", "-n", min=1, max=MAX_SAMPLES, help="Trials per task (default: spec)."),
-        ] = None,
-        k: Annotated[str | None, typer.Option("--k", help="k values, e.g. 1,2,4 (default: spec).")] = None,
-        seed: Annotated[
-            list[int] | None,
-            typer.Option(
-                "--seed", min=0, max=MAX_RANDOM_SEED, help="Base seed(s); trials of several seeds are pooled."
-            ),
-        ] = None,
-        concurrency: Annotated[
-            int | None,
-            typer.Option("--concurrency", min=1, max=MAX_CONCURRENCY, help="Episodes in flight (default: spec)."),
-        ] = None,
-        output: Annotated[
-            Path | None,
-            typer.Option("--output", "-o", help="Directory for results.jsonl, trajectories.jsonl, summary.json."),
-        ] = None,
-        retries: Annotated[
-            int, typer.Option("--retries", min=1, max=100, help="Attempts per request (timeouts, 5xx).")
-        ] = 4,
-        timeout: Annotated[float, typer.Option("--timeout", min=0.1, max=86_400, help="Seconds per request.")] = 300.0,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-        progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
-    ) -> None:
-        """Evaluate a policy endpoint: n trials per task, graded once each, summarised with pass^k and pass@k."""
-        if ctx.invoked_subcommand is not None:
-            return
-        from longhaul.spec.models import ExperimentSpec
 
-        exp_spec = ExperimentSpec()
-        if spec is not None:
-            from longhaul.commands.spec import fail_on_spec_error
-            from longhaul.spec import SpecError, load_specs
+def eval_cmd(
+    ctx: typer.Context,
+    spec: Annotated[
+        Path | None, typer.Option("--spec", help="Experiment file: limits, split, sampling, evaluation settings.")
+    ] = None,
+    policy_url: Annotated[
+        str | None,
+        typer.Option(
+            "--policy-url",
+            help="Policy base URL, e.g. http://127.0.0.1:8000/v1 "
+            f"(default: ${C.ENV_POLICY_BASE_URL}, set by the launcher).",
+        ),
+    ] = None,
+    policy_model: Annotated[
+        str | None, typer.Option("--policy-model", help="Served policy model name (default: spec policy model).")
+    ] = None,
+    user_url: Annotated[
+        str | None,
+        typer.Option(
+            "--user-url",
+            help="User simulator base URL (default: spec user_simulator.url, "
+            f"else ${C.ENV_SIMULATOR_BASE_URL}, set by the launcher).",
+        ),
+    ] = None,
+    user_model: Annotated[
+        str | None, typer.Option("--user-model", help="Served simulator model name (default: spec).")
+    ] = None,
+    tasks: Annotated[
+        str | None, typer.Option("--tasks", help="Comma-separated task ids (default: the split's tasks).")
+    ] = None,
+    subset: Annotated[
+        str | None, typer.Option("--subset", help="Only this subset of the split (train, test, unseen, …).")
+    ] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option("--samples", "-n", min=1, max=MAX_SAMPLES, help="Trials per task (default: spec)."),
+    ] = None,
+    k: Annotated[str | None, typer.Option("--k", help="k values, e.g. 1,2,4 (default: spec).")] = None,
+    seed: Annotated[
+        list[int] | None,
+        typer.Option("--seed", min=0, max=MAX_RANDOM_SEED, help="Base seed(s); trials of several seeds are pooled."),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", min=1, max=MAX_CONCURRENCY, help="Episodes in flight (default: spec)."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Directory for results.jsonl, trajectories.jsonl, summary.json."),
+    ] = None,
+    retries: Annotated[
+        int, typer.Option("--retries", min=1, max=100, help="Attempts per request (timeouts, 5xx).")
+    ] = 4,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, max=86_400, help="Seconds per request.")] = 300.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Evaluate a policy endpoint: n trials per task, graded once each, summarised with pass^k and pass@k."""
+    if ctx.invoked_subcommand is not None:
+        return
+    # deferred: the spec's pydantic models (~0.2 s)
+    from longhaul.spec import SpecError, load_specs
+    from longhaul.spec.models import ExperimentSpec
 
-            try:
-                exp_spec = load_specs([spec])[0].spec
-            except SpecError as exc:
-                fail_on_spec_error(exc)
-        policy_url = policy_url or os.environ.get(C.ENV_POLICY_BASE_URL)
-        user_url = user_url or exp_spec.user_simulator.url or os.environ.get(C.ENV_SIMULATOR_BASE_URL)
-        if not policy_url or not user_url:
-            missing = [n for n, v in (("--policy-url", policy_url), ("--user-url", user_url)) if not v]
-            err.print(
-                f"error {' and '.join(missing)} missing: give the OpenAI-compatible base URL(s) "
-                "(e.g. http://127.0.0.1:8000/v1), or a spec with user_simulator.url"
-            )
-            raise typer.Exit(2)
-        _run_eval(
-            exp_spec,
-            policy_url,
-            policy_model,
-            user_url,
-            user_model,
-            tasks,
-            subset,
-            samples,
-            _parse_ks(k),
-            seed,
-            concurrency,
-            output,
-            retries,
-            timeout,
-            as_json,
-            progress,
+    exp_spec = ExperimentSpec()
+    if spec is not None:
+        try:
+            exp_spec = load_specs([spec])[0].spec
+        except SpecError as exc:
+            fail_on_spec_error(exc)
+    policy_url = policy_url or os.environ.get(C.ENV_POLICY_BASE_URL)
+    user_url = user_url or exp_spec.user_simulator.url or os.environ.get(C.ENV_SIMULATOR_BASE_URL)
+    if not policy_url or not user_url:
+        missing = [n for n, v in (("--policy-url", policy_url), ("--user-url", user_url)) if not v]
+        err.print(
+            f"error {' and '.join(missing)} missing: give the OpenAI-compatible base URL(s) "
+            "(e.g. http://127.0.0.1:8000/v1), or a spec with user_simulator.url"
         )
+        raise typer.Exit(2)
+    _run_eval(
+        exp_spec,
+        policy_url,
+        policy_model,
+        user_url,
+        user_model,
+        tasks,
+        subset,
+        samples,
+        _parse_ks(k),
+        seed,
+        concurrency,
+        output,
+        retries,
+        timeout,
+        as_json,
+        progress,
+    )
 
-    @eval_app.command("summarize")
-    def summarize_cmd(
-        results: Annotated[
-            Path,
-            typer.Argument(help="Per-trial JSONL (task_id, trial, success, subset[s]).", exists=True, dir_okay=False),
-        ],
-        k: Annotated[str | None, typer.Option("--k", help="k values, e.g. 1,2,4 (default: 1,2,4,8 up to n).")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-        bootstrap: Annotated[
-            int, typer.Option("--bootstrap", min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for CIs (0 = none).")
-        ] = 1000,
-        confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
-        seed: Annotated[
-            int,
-            typer.Option(
-                "--seed",
-                min=0,
-                max=MAX_RANDOM_SEED,
-                help="Seed of the bootstrap resampling (an evaluation's first seed reproduces its CIs).",
-            ),
-        ] = 0,
-        null_floor: Annotated[bool, typer.Option(help="Add the do-nothing agent's floor (airline task ids).")] = True,
-    ) -> None:
-        """Recompute every metric from per-trial records (old runs can be re-scored)."""
-        from longhaul.eval.evaluate import load_records, summarize_evaluation
 
-        try:
-            records = load_records(results)
-        except ValueError as exc:  # bounded.InputError: names the file and line, the limit and a fix
-            err.print(f"error {exc}")
-            raise typer.Exit(2) from None
-        try:
-            summary = summarize_evaluation(
-                records, _parse_ks(k), bootstrap=bootstrap, confidence=confidence, seed=seed, null_floor=null_floor
-            )
-        except (ValueError, KeyError) as exc:
-            err.print(f"error {results}: {exc.args[0] if exc.args else exc}")
-            raise typer.Exit(2) from None
-        if as_json:
-            out.print_json(json.dumps(summary))
-        else:
-            print_summary(summary)
+def summarize_cmd(
+    results: Annotated[
+        Path,
+        typer.Argument(help="Per-trial JSONL (task_id, trial, success, subset[s]).", exists=True, dir_okay=False),
+    ],
+    k: Annotated[str | None, typer.Option("--k", help="k values, e.g. 1,2,4 (default: 1,2,4,8 up to n).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    bootstrap: Annotated[
+        int, typer.Option("--bootstrap", min=0, max=MAX_BOOTSTRAP, help="Bootstrap resamples for CIs (0 = none).")
+    ] = 1000,
+    confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed",
+            min=0,
+            max=MAX_RANDOM_SEED,
+            help="Seed of the bootstrap resampling (an evaluation's first seed reproduces its CIs).",
+        ),
+    ] = 0,
+    null_floor: Annotated[bool, typer.Option(help="Add the do-nothing agent's floor (airline task ids).")] = True,
+) -> None:
+    """Recompute every metric from per-trial records (old runs can be re-scored)."""
+    # deferred: the spec's pydantic models via eval.evaluate (~0.2 s)
+    from longhaul.eval.evaluate import load_records, summarize_evaluation
+
+    try:
+        records = load_records(results)
+    except ValueError as exc:  # bounded.InputError: names the file and line, the limit and a fix
+        err.print(f"error {exc}")
+        raise typer.Exit(2) from None
+    try:
+        summary = summarize_evaluation(
+            records, _parse_ks(k), bootstrap=bootstrap, confidence=confidence, seed=seed, null_floor=null_floor
+        )
+    except (ValueError, KeyError) as exc:
+        err.print(f"error {results}: {exc.args[0] if exc.args else exc}")
+        raise typer.Exit(2) from None
+    if as_json:
+        out.print_json(json.dumps(summary))
+    else:
+        print_summary(summary)
 
 
 def _run_eval(
@@ -277,6 +278,7 @@ def _run_eval(
 ) -> None:
     """`longhaul eval` as a recipe: the tasks and the sampling from the options and the spec, one evaluation job
     (`longhaul.eval.driver`), its trials with a progress bar, the summary written and printed."""
+    # deferred: httpx via the chat clients and the evaluation driver, the spec's models (~0.3 s)
     from longhaul.clients.openai_compat import RetryPolicy
     from longhaul.envs.limits import EpisodeLimits
     from longhaul.eval.driver import Endpoint, EvalJob
@@ -312,7 +314,7 @@ def _run_eval(
 def _resolve_tasks(exp_spec: Any, tasks: str | None, subset: str | None) -> tuple[Split, list[str]]:
     """The split of the spec and the task ids to evaluate (`--tasks`, else `--subset`, else the split's); exit 2
     naming the problem for an unknown subset or task id."""
-    from longhaul.bounded import split_ids
+    # deferred: the spec's pydantic models via eval.evaluate (~0.2 s), the airline task data
     from longhaul.envs.airline.splits import build_split
     from longhaul.envs.airline.tasks import load_tasks
     from longhaul.eval.evaluate import select_tasks
@@ -363,8 +365,10 @@ def _start_output(job: EvalJob, out_dir: Path) -> None:
 def _run_trials(job: EvalJob, progress: bool) -> list[dict[str, Any]]:
     """Every trial of the job under a progress bar on stderr (episodes done, successes); exit 1 when an endpoint
     fails past its retries for too many of them."""
+    # deferred: rich.progress (~10 ms) and httpx via the evaluation driver (~0.1 s)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    # deferred: httpx via the evaluation driver (~0.1 s)
     from longhaul.envs.protocols import PolicyEndpointError
     from longhaul.eval.driver import run_evaluation
 
@@ -388,6 +392,7 @@ def _run_trials(job: EvalJob, progress: bool) -> list[dict[str, Any]]:
 
 def _report(job: EvalJob, records: list[dict[str, Any]], ks: list[int], out_dir: Path, as_json: bool) -> None:
     """The summary (`longhaul.eval.driver.summarize`, with the run's facts) to `summary.json` and the terminal."""
+    # deferred: httpx via the evaluation driver (~0.1 s)
     from longhaul.eval.driver import summarize
 
     summary = summarize(records, ks, job.spec.evaluation, job.plan.seeds)

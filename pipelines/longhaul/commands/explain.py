@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from longhaul import bounded
-from longhaul.commands import plain_console, table_console
+from longhaul.commands import fail_on_spec_error, plain_console, table_console
 from longhaul.envs.records import check_trajectory_record
 
 out = table_console()
@@ -160,6 +160,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     ) -> None:
         """Explain trajectories: PRM-Lite rules per turn, process score, reward and each estimator's advantages."""
+        # deferred: torch via the advantage estimators (~1 s) and the spec's pydantic models
         from longhaul.algos.explain import build_explanation
         from longhaul.spec import SpecError, load_specs
         from longhaul.spec.models import Experiment
@@ -168,8 +169,6 @@ def register(app: typer.Typer) -> None:
             try:
                 (exp,) = load_specs([spec])
             except SpecError as exc:
-                from longhaul.commands.spec import fail_on_spec_error
-
                 fail_on_spec_error(exc)
         else:
             exp = Experiment(apiVersion="longhaul.dev/v1alpha1", kind="Experiment", metadata={"name": "explain"})

@@ -11,15 +11,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from longhaul.commands import plain_console
-from longhaul.spec import Experiment, SpecError, load_specs
-from longhaul.spec.models import Stage
-from longhaul.spec.serving import ModelRef
-from longhaul.spec.simulator import Placement
+from longhaul.commands import fail_on_spec_error, plain_console
+
+if TYPE_CHECKING:
+    from longhaul.spec import Experiment
+    from longhaul.spec.serving import ModelRef
 
 err = plain_console(stderr=True)
 out = plain_console()
@@ -41,6 +41,10 @@ class NeededModel:
 def needed_models(exp: Experiment) -> list[NeededModel]:
     """The models a run of `exp` loads inside the job: the policy, a colocated simulator, and the SFT teacher
     when trajectories are collected in the job (no dataset, no teacher URL); each distinct model once."""
+    # deferred: the spec's pydantic models (~0.2 s): `longhaul --help` imports this module, a caller holds `exp`
+    from longhaul.spec.models import Stage
+    from longhaul.spec.simulator import Placement
+
     spec = exp.spec
     models = [NeededModel("policy", "spec.policy.model", spec.policy.model)]
     if spec.user_simulator.placement == Placement.COLOCATED:
@@ -85,6 +89,7 @@ def find_baked_model(ref: ModelRef, *, field: str = "model", cwd: Path | None = 
         f"images/README.md) or mount its directory and set {field}.path"
     )
     try:
+        # deferred: huggingface_hub (~0.1 s), optional: only a model resolved by name needs it
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError as exc:  # pragma: no cover - every image stack ships huggingface_hub
@@ -107,11 +112,11 @@ def register(app: typer.Typer) -> None:
         files: Annotated[list[Path], typer.Argument(help="Experiment YAML files.")],
     ) -> None:
         """Resolve every model the specs need offline (HF_HOME or `path`); exit 1 naming each missing one."""
+        from longhaul.spec import SpecError, load_specs  # deferred: the spec's pydantic models (~0.2 s)
+
         try:
             exps = load_specs(list(files))
         except SpecError as exc:
-            from longhaul.commands.spec import fail_on_spec_error
-
             fail_on_spec_error(exc)
         missing = 0
         for f, exp in zip(files, exps, strict=True):

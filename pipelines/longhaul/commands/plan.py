@@ -10,12 +10,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from longhaul.commands import plain_console
-from longhaul.spec import Experiment, Problem, SpecError, load_specs
+from longhaul import bounded
+from longhaul.commands import fail_on_spec_error, plain_console
+
+if TYPE_CHECKING:
+    from longhaul.memory import Issue
+    from longhaul.spec import Experiment
 
 err = plain_console(stderr=True)
 out = plain_console()
@@ -32,8 +36,8 @@ class MemoryCheck:
 
 def _line_of(file: Path, dotted: str) -> int | None:
     """The line of `dotted` in `file` (or of its nearest parent present), from the spec loader's own positions."""
-    from longhaul import bounded
-    from longhaul.spec.load import _compose  # the loader's YAML positions: one place for file:line
+    # deferred: the spec loader's pydantic models (~0.2 s); its YAML positions are the one place for file:line
+    from longhaul.spec.load import SpecError, _compose
 
     try:
         _, located = _compose(bounded.read_text(file, bounded.SPEC), str(file))
@@ -44,8 +48,9 @@ def _line_of(file: Path, dotted: str) -> int | None:
 
 def check_memory(exp: Experiment, file: Path) -> MemoryCheck:
     """The memory plan's findings for `exp`, each as `file:line field: message; hint`."""
-    from longhaul.memory import Issue
+    # deferred: the memory plan renders the launch plan (~0.3 s with the spec's models)
     from longhaul.memory.load import UnknownModel, load_memory_plan
+    from longhaul.spec import Problem
 
     try:
         plan = load_memory_plan(exp)
@@ -105,9 +110,10 @@ def register(app: typer.Typer) -> None:
         """Memory per GPU and phase (rollout, weight sync, training, evaluation) against the GPU's capacity.
 
         Exit 1 when a phase does not fit, 2 when the spec is invalid or a model's shape is unknown."""
-        from longhaul.commands.spec import fail_on_spec_error
+        # deferred: the memory plan renders the launch plan (~0.3 s with the spec's models)
         from longhaul.memory import render_memory_plan
         from longhaul.memory.load import UnknownModel, load_memory_plan
+        from longhaul.spec import SpecError, load_specs
 
         try:
             (exp,) = load_specs([file])

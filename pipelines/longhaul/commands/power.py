@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from longhaul import bounded
+
 if TYPE_CHECKING:
     from longhaul.eval.stats import StudyDesign
 
@@ -51,8 +53,7 @@ def _fail(message: str) -> typer.Exit:
 
 def load_design(path: Path) -> StudyDesign:
     """A `StudyDesign` JSON file, read with the bounds of `bounded.SMALL_JSON`; errors name the file and field."""
-    from longhaul import bounded
-    from longhaul.eval.stats import StudyDesign
+    from longhaul.eval.stats import StudyDesign  # deferred: scipy and numpy via eval.stats (~0.3 s)
 
     try:
         text = bounded.read_text(path, bounded.SMALL_JSON)
@@ -207,7 +208,7 @@ def _design(
     comparisons: int | None,
 ) -> StudyDesign:
     """The design to plan for: each option given, else the design file's value, else the default."""
-    from longhaul.eval import stats
+    from longhaul.eval import stats  # deferred: scipy and numpy via eval.stats (~0.3 s)
 
     defaults = {
         "tasks": 50,
@@ -233,7 +234,7 @@ def build_power_document(
     design: StudyDesign, effect: float, effect_sd: float, alpha: float | None, target: float | None
 ) -> dict[str, Any]:
     """The numbers `longhaul power` prints (its --json document); ValueError naming a bad argument."""
-    from longhaul.eval import stats
+    from longhaul.eval import stats  # deferred: scipy and numpy via eval.stats (~0.3 s)
 
     if design.comparisons < 1:
         raise ValueError(f"--comparisons must be ≥ 1 (got {design.comparisons})")

@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run SPEC on this machine (local backend): servers, training, evaluation, MLflow; one seed run after another
         when the spec lists training seeds; the same spec resumes."""
+        # deferred: the local backend's HTTP clients and the spec's pydantic models (~0.4 s)
         from longhaul.spec import SpecError, load_spec
         from longhaul.submit.local import run_local_seeds
 
@@ -50,6 +51,6 @@ def register(app: typer.Typer) -> None:
         Exit codes: 0 done; 75 checkpoint saved after SIGUSR1 (requeue me); 143/130 stopped by SIGTERM/Ctrl-C;
         1 a stage or server failed; 2 invalid spec.
         """
-        from longhaul.launcher.supervisor import launch
+        from longhaul.launcher.supervisor import launch  # deferred: the launcher, httpx and the spec's models (~0.4 s)
 
         raise typer.Exit(launch(spec, backend, run_dir, stage=stage))

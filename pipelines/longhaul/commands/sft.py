@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
@@ -15,9 +14,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from longhaul import bounded
 from longhaul import constants as C
-from longhaul.commands import check_run_dir, plain_console
-from longhaul.commands.spec import fail_on_spec_error
+from longhaul.commands import check_run_dir, fail_on_spec_error, plain_console
+from longhaul.layout import Paths
 
 err = plain_console(stderr=True)
 
@@ -28,7 +28,7 @@ RunDirOpt = Annotated[
 
 
 def _load(spec: Path):
-    from longhaul.spec import SpecError, load_spec
+    from longhaul.spec import SpecError, load_spec  # deferred: the spec's pydantic models (~0.2 s)
 
     try:
         return load_spec(spec)
@@ -58,8 +58,9 @@ def collect(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1)] = 8,
 ) -> None:
     """Best-of-N teacher episodes on the TRAINING tasks; keep graded successes (JSONL + coverage.json)."""
-    from longhaul.layout import Paths
-    from longhaul.sft.collect import collect_trajectories
+    import asyncio  # deferred: asyncio (~15 ms), which `longhaul --help` does not need
+
+    from longhaul.sft.collect import collect_trajectories  # deferred: the spec's pydantic models (~0.2 s)
 
     exp = _load(spec)
     if exp.spec.sft is None:
@@ -111,6 +112,7 @@ def build_dataset(
     out: Annotated[Path, typer.Option("--out", help="Output parquet.")],
 ) -> None:
     """Render-Twice-Diff rows (labels = assistant turns only) → parquet; drops are counted, never truncated."""
+    # deferred: the spec's pydantic models via chat.thinking (~0.2 s)
     from longhaul.chat.thinking import chat_template_kwargs, chat_template_override
     from longhaul.envs.airline.splits import build_split
     from longhaul.sft.dataset import TestTaskInDataError, build_sft_rows, load_trajectories, write_dataset
@@ -120,7 +122,7 @@ def build_dataset(
     if cfg is None:
         err.print(f"{spec}: spec.sft is missing")
         raise typer.Exit(2)
-    from transformers import AutoTokenizer  # after the spec is known to be valid: a refusal needs no torch
+    from transformers import AutoTokenizer  # deferred: transformers (~1 s), after the spec is found valid
 
     tok = AutoTokenizer.from_pretrained(tokenizer)
     try:
@@ -151,7 +153,7 @@ def export(
     out: Annotated[Path, typer.Option("--out", help="Output Hugging Face model directory.")],
 ) -> None:
     """The last SFT checkpoint → a plain Hugging Face model (LoRA merged): the GRPO stage's initial policy."""
-    from longhaul.sft.export import export_sft_model
+    from longhaul.sft.export import export_sft_model  # deferred: the checkpoints package (~15 ms), not for --help
 
     step = export_sft_model(checkpoints, base_model, out)
     print(f"exported global_step_{step} -> {out}")
@@ -159,8 +161,7 @@ def export(
 
 def run(spec: SpecOpt, run_dir: RunDirOpt) -> None:
     """Run the whole SFT stage: collect (unless spec.sft.dataset), build-dataset, train (torchrun), export."""
-    from longhaul.layout import Paths
-    from longhaul.sft.overrides import render_sft_steps
+    from longhaul.sft.overrides import render_sft_steps  # deferred: the renderers and spec models (~0.3 s)
 
     exp = _load(spec)
     try:
@@ -170,7 +171,7 @@ def run(spec: SpecOpt, run_dir: RunDirOpt) -> None:
         raise typer.Exit(2) from exc
     # Each step as the launcher runs a stage (`longhaul.launcher.stages`): its own process group and log,
     # this command's stop and checkpoint signals forwarded to it.
-    from longhaul.launcher.stages import run_steps
+    from longhaul.launcher.stages import run_steps  # deferred: the launcher's stages (~0.3 s)
 
     rc = run_steps(
         "sft",
@@ -196,6 +197,7 @@ def inspect(
     ] = 1500,
 ) -> None:
     """Show one sample with masked (dim) and trained (green) spans, and dataset statistics."""
+    # deferred: the dataset and masking modules (~10 ms); `longhaul --help` loads no command's dependencies
     from longhaul.sft.dataset import read_dataset, read_stats
     from longhaul.sft.inspect import build_dataset_summary, build_segments
 
@@ -223,7 +225,7 @@ def inspect(
     if not tok_dir:
         err.print("no tokenizer recorded in the dataset stats; pass --tokenizer DIR")
         raise typer.Exit(2)
-    from transformers import AutoTokenizer  # once the dataset is known to be readable
+    from transformers import AutoTokenizer  # deferred: transformers (~1 s), once the dataset is found readable
 
     tok = AutoTokenizer.from_pretrained(tok_dir)
     row = rows[index]
@@ -248,8 +250,7 @@ def inspect(
 def _read_rows(dataset: Path, read_dataset: Any) -> list[dict[str, Any]]:
     """The rows of a dataset parquet, or exit 2 with one line: not a regular file (a FIFO would block the reader),
     missing, not parquet, or without the columns `build-dataset` writes."""
-    from longhaul import bounded
-    from longhaul.sft.dataset import COLUMNS
+    from longhaul.sft.dataset import COLUMNS  # deferred: the dataset and masking modules (~10 ms)
 
     fix = "give a parquet written by `longhaul sft build-dataset`"
     try:

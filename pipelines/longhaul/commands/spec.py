@@ -9,20 +9,12 @@ from typing import Annotated
 import typer
 import yaml
 
-from longhaul.commands import check_run_dir, plain_console
+from longhaul.commands import check_run_dir, fail_on_spec_error, plain_console
+from longhaul.commands.plan import warn_memory
 from longhaul.files import PLAIN, atomic_write_text
-from longhaul.spec import SpecError, load_specs, run_name
 
 err = plain_console(stderr=True)
 out = plain_console()
-
-
-def fail_on_spec_error(exc: SpecError) -> None:
-    """Print every problem and exit 2 (nothing rendered, written or submitted)."""
-    for p in exc.problems:
-        err.print(f"error {p.render()}")
-    err.print(f"{len(exc.problems)} problem(s); nothing was rendered, written or submitted.")
-    raise typer.Exit(2)
 
 
 def register(app: typer.Typer) -> None:
@@ -31,12 +23,13 @@ def register(app: typer.Typer) -> None:
         files: Annotated[list[Path], typer.Argument(help="Experiment YAML files.")],
     ) -> None:
         """Validate spec files; report every problem (file:line field: message) at once."""
+        # deferred: the spec's pydantic models (~0.2 s); --help loads no command's dependencies
+        from longhaul.spec import SpecError, load_specs, run_name
+
         try:
             exps = load_specs(list(files))
         except SpecError as exc:
             fail_on_spec_error(exc)
-        from longhaul.commands.plan import warn_memory
-
         for f, exp in zip(files, exps, strict=True):
             out.print(f"ok {f} -> run {run_name(exp)}")
             warn_memory(exp, f)
@@ -51,8 +44,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Render a spec for a backend (a pure dry run): print it, or write it with --out."""
+        # deferred: the renderers and the spec's pydantic models (~0.3 s)
         from longhaul.render import BACKENDS
         from longhaul.render import render as render_spec
+        from longhaul.spec import SpecError, load_specs
 
         if backend not in BACKENDS:
             err.print(f"error --backend: unknown '{backend}'; valid: {', '.join(BACKENDS)}")
@@ -82,7 +77,7 @@ def register(app: typer.Typer) -> None:
         output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
     ) -> None:
         """Print the JSON schema of an Experiment file."""
-        from longhaul.spec.export import build_json_schema
+        from longhaul.spec.export import build_json_schema  # deferred: the spec's pydantic models (~0.2 s)
 
         text = json.dumps(build_json_schema(), indent=2, sort_keys=True) + "\n"
         _emit(text, output)
@@ -92,7 +87,7 @@ def register(app: typer.Typer) -> None:
         output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")] = None,
     ) -> None:
         """Print the Experiment CustomResourceDefinition (YAML)."""
-        from longhaul.spec.export import build_crd
+        from longhaul.spec.export import build_crd  # deferred: the spec's pydantic models (~0.2 s)
 
         _emit(dump_yaml(build_crd()), output)
 

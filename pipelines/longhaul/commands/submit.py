@@ -10,10 +10,10 @@ from typing import Annotated, NamedTuple
 import typer
 
 from longhaul import bounded
-from longhaul.commands import plain_console
+from longhaul.commands import fail_on_spec_error, plain_console
+from longhaul.commands.plan import refuse_over_memory
 from longhaul.constants import SPEC_FILENAME
 from longhaul.layout import DEFAULT_RUNS_DIR, RECORD_FILE, default_run_dir
-from longhaul.spec import SpecError, load_spec, run_name, seed_runs
 from longhaul.submit import BACKENDS, BackendUnavailable, backend_of_run, get_backend
 
 err = plain_console(stderr=True)
@@ -36,11 +36,11 @@ def _spec_runs(run: str) -> tuple[bool, list[_SpecRun]] | None:
     path = Path(run)
     if path.is_dir() or path.suffix not in (".yaml", ".yml") or not path.is_file():
         return None
+    from longhaul.spec import SpecError, load_spec, run_name, seed_runs  # deferred: the spec's models (~0.2 s)
+
     try:
         exp = load_spec(path)
     except SpecError as exc:
-        from longhaul.commands.spec import fail_on_spec_error
-
         fail_on_spec_error(exc)
     out = []
     for r in seed_runs(exp):
@@ -110,7 +110,9 @@ def _memory_plan(run_dir: Path) -> dict[str, str]:
     spec = run_dir / SPEC_FILENAME
     if not spec.is_file():
         return {}
+    # deferred: the memory plan renders the launch plan (~0.3 s with the spec's models)
     from longhaul.memory.load import memory_summary
+    from longhaul.spec import SpecError, load_spec
 
     try:
         return {"memory_plan": memory_summary(load_spec(spec))}
@@ -179,14 +181,12 @@ def submit(
     ] = False,
 ) -> None:
     """Render SPEC for BACKEND and submit it (the same spec resumes the same run)."""
+    from longhaul.spec import SpecError, load_spec  # deferred: the spec's pydantic models (~0.2 s)
+
     try:
         exp = load_spec(spec)
     except SpecError as exc:
-        from longhaul.commands.spec import fail_on_spec_error
-
         fail_on_spec_error(exc)
-    from longhaul.commands.plan import refuse_over_memory
-
     refuse_over_memory(exp, spec, ignore=ignore_memory_plan)
     try:
         mod = get_backend(backend, need=("submit_run",))
@@ -242,7 +242,7 @@ def history(
 
     Read from the Experiment's status.history, which the operator keeps (the last 50 runs); deleting the
     Experiment deletes it too (the MLflow runs stay)."""
-    from longhaul.submit.kubernetes import KubectlError, fetch_experiment
+    from longhaul.submit.kubernetes import KubectlError, fetch_experiment  # deferred: the spec's models (~0.2 s)
 
     try:
         exp = fetch_experiment(name, namespace=namespace, kubeconfig=kubeconfig)

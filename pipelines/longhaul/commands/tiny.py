@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -50,8 +51,7 @@ def register(app: typer.Typer) -> None:
         """Build the tokenizer, chat template and tiny Qwen2 models, warm-start the policy on gold-action
         conversations and the user simulator on scripted conversations, and cache the result (a rerun with the
         same inputs reuses it)."""
-        from dataclasses import asdict
-
+        # deferred: the tiny build's HTTP clients and the spec's models (~0.3 s); torch loads in its child process
         from longhaul.tiny.build import DEFAULT_OUT_DIR, TinyBuildConfig, TinyBuildError, ensure_tiny_models
 
         t0 = time.monotonic()

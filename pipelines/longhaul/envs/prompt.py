@@ -31,6 +31,7 @@ def build_system_prompt(policy_text: str, date_line: str) -> str:
 
 def tool_schemas() -> list[dict[str, Any]]:
     """OpenAI `tools` for the 14 airline agent tools (generated from the package's tool signatures)."""
+    # deferred: the airline tools build pydantic models (~0.1 s); the prompt text needs none
     from longhaul.envs.airline.tools import tool_schemas as _schemas
 
     return _schemas()

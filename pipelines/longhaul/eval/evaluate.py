@@ -16,6 +16,7 @@ import os
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +78,6 @@ def unscored_budget(trials: int) -> int:
 
 def build_run_info(policy_model: str, user_model: str, limits: EpisodeLimits, split: Split | None) -> dict[str, Any]:
     """What every record carries about the harness (method.md h.14: seeds and harness commit in every record)."""
-    from importlib.metadata import version
-
     src = source_info()
     return {
         "policy_model": policy_model,
@@ -185,6 +184,7 @@ def build_eval_agents(spec: Any, policy_client: Any, user_client: Any) -> tuple[
     """The policy and the user simulator of an evaluation over two chat clients: the policy samples with
     `policy.rollout.validation` (as veRL's validation does), the simulator with its own `user_simulator.sampling`.
     `longhaul eval` and the launcher's eval stage both build them here."""
+    # deferred: httpx via the chat clients (~0.1 s)
     from longhaul.clients.policy import OpenAIPolicy, SamplingParams
     from longhaul.clients.user_simulator import OpenAIUserSimulator
 

@@ -3,8 +3,10 @@ the failure looks like a full disk (torch's writer often hides the errno), and w
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+from longhaul.checkpoints import latest_step, step_dir
 from longhaul.launcher.context import StageContext
 from longhaul.launcher.processes import NO_SPACE_MARKERS
 from longhaul.launcher.stages import StageFailed
@@ -12,8 +14,6 @@ from longhaul.launcher.stages import StageFailed
 
 def newest_checkpoint(ctx: StageContext) -> str:
     """`step N (<dir>)` or `none`, for failure messages (never raises)."""
-    from longhaul.checkpoints import latest_step, step_dir
-
     try:
         step = latest_step(ctx.checkpoint_dir)
     except (OSError, ValueError):
@@ -23,10 +23,6 @@ def newest_checkpoint(ctx: StageContext) -> str:
 
 def checkpoint_space(ctx: StageContext) -> tuple[Path, int | None, int | None]:
     """(where, free bytes, bytes of the newest complete checkpoint) for the checkpoint filesystem; never raises."""
-    import shutil
-
-    from longhaul.checkpoints import latest_step, step_dir
-
     where = ctx.checkpoint_dir if ctx.checkpoint_dir.exists() else ctx.run_dir
     try:
         free = shutil.disk_usage(where).free
@@ -63,8 +59,6 @@ def looks_like_no_space(exc: BaseException, ctx: StageContext) -> bool:
 
 def disk_full_hint(ctx: StageContext, backend: str) -> str:
     """What to do when the disk under the run directory is full."""
-    from longhaul.checkpoints import latest_step
-
     where, free, size = checkpoint_space(ctx)
     try:
         step = latest_step(ctx.checkpoint_dir)

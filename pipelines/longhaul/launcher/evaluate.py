@@ -27,11 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from longhaul.analysis.selection import build_selection, build_selection_message, check_select_on
 from longhaul.checkpoints import MergeAborted, merge_checkpoint, merged_model_dir, saved_steps
 from longhaul.constants import ENV_USER_SIM_API_KEY
+from longhaul.envs.airline.env import AirlineEnv
+from longhaul.envs.airline.splits import build_split
+from longhaul.envs.airline.tasks import base_db
+from longhaul.envs.limits import EpisodeLimits
+from longhaul.eval.evaluate import EvalPlan, build_run_info
 from longhaul.files import PLAIN, atomic_output, atomic_write_json
 from longhaul.launcher.control import RequeueRequested
+from longhaul.launcher.traces import log_episode_traces
 from longhaul.layout import EVAL_RESULTS_FILE, EVAL_SUMMARY_FILE
+from longhaul.render.verl import policy_model_path
 
 if TYPE_CHECKING:
     from longhaul.eval.evaluate import EvalPlan
@@ -60,8 +70,6 @@ def select_checkpoints(which: Any, saved: list[int]) -> list[int]:
 def fetch_checkpoint_model(ctx: StageContext, step: int) -> Path:
     """The Hugging Face directory to serve for `step`: the spec's model for 0, else the step's merge (made now
     if missing; a stop request interrupts it and requeues)."""
-    from longhaul.render.verl import policy_model_path
-
     spec = ctx.exp.spec
     if step == 0:
         return Path(spec.policy.model.path or spec.policy.model.name)
@@ -97,8 +105,6 @@ class EvalStage:
 
 def run_eval_stage(ctx: StageContext) -> None:
     """Evaluate the spec's checkpoints (module docstring): prepare, evaluate each checkpoint, select one."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     say = lambda m: print(f"[eval] {m}", file=ctx.echo, flush=True)  # noqa: E731
     stage = prepare_eval_stage(ctx, say)
     summaries = ctx.results.eval_summaries
@@ -111,13 +117,6 @@ def run_eval_stage(ctx: StageContext) -> None:
 
 def prepare_eval_stage(ctx: StageContext, say: Callable[[str], None]) -> EvalStage:
     """The stage's shared setup (`EvalStage`); warns when `select_on` cannot select. Starts the policy server."""
-    from longhaul.analysis.selection import check_select_on
-    from longhaul.envs.airline.env import AirlineEnv
-    from longhaul.envs.airline.splits import build_split
-    from longhaul.envs.airline.tasks import base_db
-    from longhaul.envs.limits import EpisodeLimits
-    from longhaul.eval.evaluate import EvalPlan, build_run_info
-
     exp = ctx.exp
     ev = exp.spec.evaluation
     steps = select_checkpoints(ev.checkpoints, saved_steps(ctx.checkpoint_dir))
@@ -143,8 +142,8 @@ def evaluate_checkpoint(
     """The summary of checkpoint `step`: read back when its evaluation finished before, else the checkpoint served,
     its trials run (`run_trials`), the summary logged to MLflow with the episode traces and written last (its
     presence marks the step done)."""
+    # deferred: mlflow via tracking.runs (~1 s), httpx via the evaluation driver
     from longhaul.eval.driver import summarize
-    from longhaul.launcher.traces import log_episode_traces
     from longhaul.tracking.runs import log_evaluation
 
     out = Path(ctx.paths.eval_step_dir(step))
@@ -188,6 +187,7 @@ def run_trials(
     """Every trial of checkpoint `step` through the evaluation driver (`longhaul.eval.driver`), `advance` called
     after each: the records, published to `results.jsonl` whole (`longhaul.files.atomic_output`), and the
     trajectories. A stop or checkpoint request stops the trials and requeues; the partial records are dropped."""
+    # deferred: httpx via the evaluation driver (~0.1 s)
     from longhaul.eval.driver import Endpoint, EvalJob, run_evaluation
 
     episodes: list[Any] = []
@@ -226,7 +226,7 @@ def record_selection(
 ) -> None:
     """The best checkpoint on `select_on` (none when the rule cannot select), recorded on the training run, kept in
     the stage's results and printed."""
-    from longhaul.analysis.selection import build_selection, build_selection_message
+    # deferred: mlflow via tracking.runs (~1 s)
     from longhaul.tracking.runs import log_selection
 
     selection = None if stage.not_selectable else build_selection(summaries, stage.select_on)

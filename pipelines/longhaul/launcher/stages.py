@@ -22,14 +22,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from longhaul.agentloop.dataset import write_verl_inputs
+from longhaul.checkpoints import prepare_resume, saved_steps, step_dir
+from longhaul.launcher.console import grpo_console
 from longhaul.launcher.context import StageContext
 from longhaul.launcher.control import RequeueRequested, StopControl, StopRequested, handle_signals
 from longhaul.launcher.processes import ManagedProcess, describe_exit
+from longhaul.launcher.traces import log_training_episodes
 from longhaul.layout import LOGS_SUBDIR
 from longhaul.protocol import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE
 from longhaul.render.plan import StagePlan
 from longhaul.render.verl import ENV_RAY_ADDRESS, ray_job_env_overrides
 from longhaul.spec.models import Stage
+from longhaul.tracking.config import require_trainer_env
 
 if TYPE_CHECKING:
     from longhaul.launcher.servers import ManagedServer
@@ -165,9 +170,6 @@ def run_command_stage(ctx: StageContext, stage: StagePlan, console: Any = None) 
 
 def prepare_verl_inputs(exp: Experiment, paths: Paths, env: Mapping[str, str], say: Callable[[str], None]) -> None:
     """Before veRL starts: refuse a missing tracking target, write the task parquet and agent-loop/tool YAML."""
-    from longhaul.agentloop.dataset import write_verl_inputs
-    from longhaul.tracking.config import require_trainer_env
-
     require_trainer_env(env)
     written = write_verl_inputs(exp, paths)
     say(f"veRL inputs written: {', '.join(p.name for p in written)}")
@@ -176,9 +178,7 @@ def prepare_verl_inputs(exp: Experiment, paths: Paths, env: Mapping[str, str], s
 def run_grpo_stage(ctx: StageContext, stage: StagePlan) -> None:
     """veRL's trainer: its inputs (`prepare_verl_inputs`), the resume point, the run, then its checkpoints, each
     step's outcome metrics and a sample of its episodes recorded on the MLflow run."""
-    from longhaul.checkpoints import prepare_resume, saved_steps, step_dir
-    from longhaul.launcher.console import grpo_console
-    from longhaul.launcher.traces import log_training_episodes
+    # deferred: mlflow via tracking.runs (~1 s)
     from longhaul.tracking.runs import log_checkpoint
 
     prepare_verl_inputs(ctx.exp, ctx.paths, ctx.env, ctx.say)
@@ -205,6 +205,7 @@ def run_grpo_stage(ctx: StageContext, stage: StagePlan) -> None:
 
 
 def _eval_stage(ctx: StageContext, _stage: StagePlan) -> None:
+    # deferred: the eval stage's env, driver and rich.progress (~0.1 s); `sft run` imports stages
     from longhaul.launcher.evaluate import run_eval_stage
 
     run_eval_stage(ctx)

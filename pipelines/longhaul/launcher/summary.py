@@ -5,8 +5,21 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
+from rich.console import Console
+from rich.table import Table
+
+from longhaul.eval.curve import (
+    TRAIN_EPISODES,
+    build_learning_curve,
+    format_subset,
+    format_terminations,
+    subset_floors,
+    training_metric_keys,
+)
 from longhaul.launcher.console import STEP_COLUMNS
 from longhaul.launcher.context import StageContext
+from longhaul.machine import machine_line
+from longhaul.tracking.config import build_ui_hint
 
 
 def print_summary(ctx: StageContext, echo: TextIO) -> None:
@@ -15,10 +28,8 @@ def print_summary(ctx: StageContext, echo: TextIO) -> None:
     per step the training episodes' mean reward and outcome and how they ended; per evaluated checkpoint pass^1
     with c/n per subset beside the do-nothing agent's floor and how the evaluated episodes ended), then how to
     open MLflow."""
-    from rich.console import Console
-    from rich.table import Table
 
-    from longhaul.eval.curve import training_metric_keys
+    # deferred: mlflow via tracking.runs (~1 s)
     from longhaul.tracking.runs import fetch_step_metrics
 
     console = Console(file=echo, width=160, force_terminal=False)
@@ -40,11 +51,9 @@ def print_summary(ctx: StageContext, echo: TextIO) -> None:
     curve = learning_curve_table(ctx, metrics)
     if curve is not None:
         console.print(curve)
-        from longhaul.machine import machine_line
 
         console.print(f"machine: {machine_line()}")  # a tiny model's curve depends on the CPU's arithmetic
     console.print(f"status: {ctx.results.status}; run directory: {ctx.run_dir}")
-    from longhaul.tracking.config import build_ui_hint
 
     console.print(
         f"MLflow UI: {build_ui_hint(ctx.tracking_uri, ctx.experiment_id)}   (run id {ctx.run_id})", soft_wrap=True
@@ -53,16 +62,6 @@ def print_summary(ctx: StageContext, echo: TextIO) -> None:
 
 def learning_curve_table(ctx: StageContext, metrics: dict[int, dict[str, float]]) -> Any:
     """The learning curve as a rich Table (None when nothing was trained or evaluated)."""
-    from rich.table import Table
-
-    from longhaul.eval.curve import (
-        TRAIN_EPISODES,
-        build_learning_curve,
-        format_subset,
-        format_terminations,
-        subset_floors,
-    )
-
     select_on = str(ctx.exp.spec.evaluation.select_on)
     subsets = list(dict.fromkeys(("train", "test", select_on)))
     trained = {step: row for step, row in metrics.items() if TRAIN_EPISODES in row}  # steps with rollout traces

@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from longhaul import constants as C
+from longhaul.checkpoints import CheckpointError
 from longhaul.files import atomic_write_json, atomic_write_text
 from longhaul.launcher.context import StageContext
 from longhaul.launcher.control import RequeueRequested, StopControl, StopRequested, handle_signals
@@ -26,8 +28,10 @@ from longhaul.launcher.stages import STAGES, STARTS_BESIDE_SERVERS, ServerCrashe
 from longhaul.launcher.summary import print_summary
 from longhaul.layout import DONE_SUFFIX, LAUNCHER_LOCK_FILE, PLAN_FILE, STAGES_DIR
 from longhaul.protocol import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
+from longhaul.redact import redact_uri
 from longhaul.render.plan import LaunchPlan, StagePlan, render_plan, stage_refusal
 from longhaul.spec import Experiment, SpecError, load_spec, resolved_yaml, run_name
+from longhaul.tracking.config import ENV_TRACKING_URI, tracking_env
 
 #: MLflow's switch for its "View run … at: <tracking URI>" line (set when the URI carries credentials).
 ENV_MLFLOW_QUIET_URL = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
@@ -58,7 +62,7 @@ def _done_marker(run_dir: Path, stage: str) -> Path:
 
 
 def _mark_requeued(uri: str, run_id: str) -> None:
-    from longhaul.tracking.runs import mark_requeued
+    from longhaul.tracking.runs import mark_requeued  # deferred: mlflow via tracking.runs (~1 s)
 
     mark_requeued(uri, run_id)
 
@@ -175,8 +179,7 @@ def _open_tracking(
     exp: Experiment, plan: LaunchPlan, backend: str, run_dir: Path, environ: dict[str, str], say: Any
 ) -> _Tracking:
     """Start or resume the MLflow run, and the relay that keeps training from ever waiting for a server."""
-    from longhaul.redact import redact_uri
-    from longhaul.tracking.config import ENV_TRACKING_URI, tracking_env
+    # deferred: mlflow via tracking.runs/relay (~1 s)
     from longhaul.tracking.relay import start_relay
     from longhaul.tracking.runs import start_or_resume_run
 
@@ -206,8 +209,6 @@ def _stage_context(
     tracking: _Tracking,
 ) -> StageContext:
     """What every stage gets: the environment of its processes, the servers, the stop control."""
-    from longhaul.tracking.config import tracking_env
-
     env = {
         **environ,
         **plan.env,
@@ -358,10 +359,6 @@ def _report_failure(ctx: StageContext, exc: BaseException, backend: str, echo: T
                 "resumes from it"
             )
     else:
-        import traceback
-
-        from longhaul.checkpoints import CheckpointError
-
         if not isinstance(exc, CheckpointError):
             traceback.print_exc(file=echo)
         say(f"FAILED: {type(exc).__name__}: {exc}")
@@ -370,7 +367,7 @@ def _report_failure(ctx: StageContext, exc: BaseException, backend: str, echo: T
 def _stop_everything(ctx: StageContext, tracking: _Tracking, status: str, say: Any) -> None:
     """Stop the servers and whatever the stages left behind (by PID), set the MLflow run's status, close the
     relay. Never raises past a failed status write: the exit code must still reach the scheduler."""
-    from longhaul.tracking.runs import finish_run
+    from longhaul.tracking.runs import finish_run  # deferred: mlflow via tracking.runs (~1 s)
 
     for server in reversed(ctx.servers):
         server.stop()

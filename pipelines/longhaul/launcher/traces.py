@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from longhaul.eval.curve import training_step_metrics
+from longhaul.spec import run_name
+from longhaul.tracking.traces import KIND_TRAIN, TraceLogger, build_episode_trace, prm_rule_hits, read_training_steps
+
 if TYPE_CHECKING:
     from longhaul.launcher.context import StageContext
 
@@ -26,8 +30,8 @@ def _write(
     ctx: StageContext, link: str, traces: list[Any], prefix: str, step: int, say: Any, what: str
 ) -> dict[str, int]:
     """Write `traces` linked to run `link`, then log the counts as `<prefix>/traces_logged|dropped` at `step`."""
+    # deferred: mlflow via tracking.runs (~1 s)
     from longhaul.tracking.runs import log_metrics
-    from longhaul.tracking.traces import TraceLogger
 
     logger = TraceLogger(ctx.tracking_uri, ctx.experiment_id, link)
     for trace in traces:
@@ -58,9 +62,6 @@ def log_episode_traces(
 ) -> dict[str, int]:
     """Every evaluated episode of `step` (`Trajectory` objects) as an MLflow trace, linked to the step's eval run
     (the training run when the relay creates the eval run later)."""
-    from longhaul.spec import run_name
-    from longhaul.tracking.traces import build_episode_trace, prm_rule_hits
-
     if not _tracked(ctx) or not episodes:
         return {"logged": 0, "dropped": 0}
     alg, rules = ctx.exp.spec.algorithm, ctx.exp.spec.reward.rules.overrides()
@@ -88,10 +89,8 @@ def log_training_episodes(ctx: StageContext, rollouts_dir: str, say: Any) -> dic
     (`longhaul.eval.curve.training_step_metrics`: mean reward and outcome, terminations) logged on the training run
     at that step, and a sample of each step's episodes (`tracking.training_traces_per_step`) as MLflow traces
     linked to it (the trace counts are logged at the last sampled step). Returns the trace counts."""
-    from longhaul.eval.curve import training_step_metrics
-    from longhaul.spec import run_name
+    # deferred: mlflow via tracking.runs (~1 s)
     from longhaul.tracking.runs import log_metrics
-    from longhaul.tracking.traces import KIND_TRAIN, build_episode_trace, prm_rule_hits, read_training_steps
 
     none = {"logged": 0, "dropped": 0}
     if not _tracked(ctx):

@@ -15,7 +15,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from longhaul.envs.airline.env import AirlineEnv
+from longhaul.envs.airline.splits import build_split
+from longhaul.envs.airline.tasks import get_task, source_info
+from longhaul.envs.limits import EpisodeLimits
+from longhaul.envs.prompt import tool_schemas
+from longhaul.envs.runner import run_episode
 from longhaul.files import PLAIN, atomic_output
+from longhaul.spec import run_name
 from longhaul.spec.models import Experiment
 
 #: JSONL record format version (bump on incompatible changes).
@@ -34,8 +41,6 @@ class Attempt:
 
 def build_collection_plan(exp: Experiment) -> list[Attempt]:
     """Every (training task × attempt) of the spec, in a fixed order. Test tasks are never planned."""
-    from longhaul.envs.airline.splits import build_split
-
     sft = exp.spec.sft
     if sft is None:
         raise ValueError("spec.sft is missing: the SFT stage needs a `sft:` section (teacher, epochs, ...)")
@@ -55,9 +60,6 @@ def build_collection_plan(exp: Experiment) -> list[Attempt]:
 
 def build_provenance(exp: Experiment, teacher_url: str, simulator_url: str) -> dict[str, Any]:
     """Who produced the trajectories, with what settings (stored in every record)."""
-    from longhaul.envs.airline.tasks import source_info
-    from longhaul.spec import run_name
-
     s = exp.spec
     assert s.sft is not None
     teacher, sim = s.sft.teacher, s.user_simulator
@@ -109,14 +111,10 @@ async def collect_trajectories(
 ) -> CollectionReport:
     """Run the plan against the teacher and simulator endpoints; append successes to `out_path` (JSONL) and
     write `coverage.json` next to it. The output is written to a temporary file and moved at the end."""
+    # deferred: httpx via the chat clients (~0.1 s)
     from longhaul.clients.openai_compat import ChatClient
     from longhaul.clients.policy import OpenAIPolicy, SamplingParams
     from longhaul.clients.user_simulator import OpenAIUserSimulator
-    from longhaul.envs.airline.env import AirlineEnv
-    from longhaul.envs.airline.tasks import get_task
-    from longhaul.envs.limits import EpisodeLimits
-    from longhaul.envs.prompt import tool_schemas
-    from longhaul.envs.runner import run_episode
 
     assert exp.spec.sft is not None
     teacher = exp.spec.sft.teacher

@@ -100,6 +100,7 @@ def load_trajectories(path: Path) -> list[dict[str, Any]]:
 
 def write_dataset(rows: list[dict[str, Any]], path: Path, stats: BuildStats, *, tokenizer: str | None = None) -> None:
     """Write the parquet file and `<name>.stats.json` next to it (with the tokenizer used, for `inspect`)."""
+    # deferred: pyarrow (~0.2 s)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -136,6 +137,7 @@ def read_stats(dataset: Path) -> dict[str, Any]:
 
 def read_dataset(path: Path) -> list[dict[str, Any]]:
     """Rows of a dataset parquet file as plain dicts."""
+    # deferred: pyarrow (~0.2 s)
     import pyarrow.parquet as pq
 
     return pq.read_table(path).to_pylist()

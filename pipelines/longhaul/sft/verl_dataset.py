@@ -24,6 +24,7 @@ class RenderTwiceDiffDataset(Dataset):
     def __init__(
         self, parquet_files: str | list[str], tokenizer: Any, config: Any, processor: Any = None, max_samples: int = -1
     ) -> None:
+        # deferred: pandas (~0.4 s)
         import pandas as pd
 
         files = [parquet_files] if isinstance(parquet_files, str) else list(parquet_files)

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
+from longhaul.constants import DEFAULT_RUNS_DIR
 from longhaul.spec.base import FieldError, SpecModel
 from longhaul.spec.paths import SAFE_PATH, ArgvWord, BindMount, MountPath, SafePath, WritePath, check_read_path
 from longhaul.spec.strings import DNS1123_LABEL, K8sLabelValue, QualifiedName, SafeToken
@@ -131,7 +132,9 @@ class SlurmSpec(SpecModel):
         default_factory=list,
         description="Shell lines run before the launcher (e.g. 'module load cuda/12.4'); one command per line.",
     )
-    output_dir: WritePath = Field(default="runs", description="Run outputs (relative to the submit directory).")
+    output_dir: WritePath = Field(
+        default=DEFAULT_RUNS_DIR, description="Run outputs (relative to the submit directory)."
+    )
     signal_lead_s: Annotated[int, Field(ge=30, le=3600)] = Field(
         default=300, description="Seconds before the time limit at which the job is told to checkpoint."
     )
@@ -160,7 +163,9 @@ class SlurmSpec(SpecModel):
 
 
 class LocalSpec(SpecModel):
-    output_dir: WritePath = Field(default="runs", description="Run outputs (relative to the working directory).")
+    output_dir: WritePath = Field(
+        default=DEFAULT_RUNS_DIR, description="Run outputs (relative to the working directory)."
+    )
     policy_server_cmd: list[ArgvWord] | None = Field(
         default=None, description="argv prefix that starts an OpenAI-compatible server (CPU vLLM)."
     )

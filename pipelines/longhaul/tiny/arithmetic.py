@@ -24,6 +24,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from longhaul.machine import cpu_flags as read_flags
+
 #: Environment of the build's child process (read by torch and MKL once, before their first kernel).
 REPRODUCIBLE_ENV: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE,STRICT"}
 
@@ -36,9 +38,8 @@ def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 def arithmetic_facts(cpu_flags: set[str] | None = None) -> dict[str, Any]:
     """What the running process computes with: torch's kernel capability, MKL's branch, threads, and whether that
     is the machine-independent setting (`reproducible`). Call it inside the build's child process."""
+    # deferred: torch (~1 s), in the build's child process only
     import torch
-
-    from longhaul.machine import cpu_flags as read_flags
 
     flags = read_flags() if cpu_flags is None else cpu_flags
     capability = torch.backends.cpu.get_cpu_capability()

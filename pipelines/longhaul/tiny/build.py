@@ -13,6 +13,7 @@ Layout of `out_dir` (default `.cache/longhaul/models`, the paths specs/smoke.yam
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -116,8 +117,6 @@ def ensure_tiny_models(
     finds the first one's build and reuses it. The new build is written to a private temporary directory and
     moved into place at the end, so an interrupted build never leaves half-written models behind.
     """
-    import fcntl
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / ".lock").open("w") as lock:

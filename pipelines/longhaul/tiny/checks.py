@@ -9,6 +9,7 @@ which side of the edge it is on. The user simulator is checked with greedy repli
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -55,6 +56,7 @@ def complete(
 ) -> str:
     """One assistant turn generated with transformers (greedy, or sampled at temperature 1), special tokens kept;
     with `prefix`, the shared system prompt's keys/values are reused instead of recomputed."""
+    # deferred: torch (~1 s)
     import torch
 
     ids = torch.tensor([prompt_ids(tokenizer, messages, tools)])
@@ -95,14 +97,12 @@ class PrefixCache:
 
     def generate_kwargs(self, ids: list[int]) -> dict[str, Any]:
         """`past_key_values` for `generate` when `ids` starts with the prefix (else nothing)."""
-        import copy
-
         return {"past_key_values": copy.deepcopy(self.cache)} if self.covers(ids) else {}
 
     def last_logits(self, model: Any, ids: list[int]) -> Any:
         """Logits of the next token after `ids` (only the tokens past the prefix are run)."""
-        import copy
 
+        # deferred: torch (~1 s)
         import torch
 
         with torch.no_grad():
@@ -121,6 +121,7 @@ class PrefixCache:
 
 def tool_call_probability(model: Any, tokenizer: Any, ids: list[int], prefix: PrefixCache, temperature: float) -> float:
     """P(the next assistant turn opens with `<tool_call>`) after prompt `ids`, sampling at `temperature`."""
+    # deferred: torch (~1 s)
     import torch
 
     logits = prefix.last_logits(model, ids).double()

@@ -11,6 +11,11 @@ import json
 import random
 from typing import Any
 
+from longhaul.envs.airline.env import AirlineEnv, ToolAction
+from longhaul.envs.airline.splits import build_split
+from longhaul.envs.airline.tasks import load_tasks, policy_text
+from longhaul.envs.prompt import build_initial_messages, tool_schemas
+from longhaul.spec.environment import EnvironmentSpec
 from longhaul.tiny.gold import (
     build_first_turn,
     build_gold_conversation,
@@ -27,15 +32,11 @@ WARMSTART_TOOL_RESULT_CHARS = 1200
 
 def default_date_line() -> str:
     """The spec's default date line (the prompt every shipped spec renders)."""
-    from longhaul.spec.environment import EnvironmentSpec
-
     return EnvironmentSpec().date_line
 
 
 def gold_results(task_id: str, actions: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """Observations of the reference actions, run in order through the airline environment."""
-    from longhaul.envs.airline.env import AirlineEnv, ToolAction
-
     env = AirlineEnv()
     env.reset(task_id)
     out = []
@@ -48,7 +49,6 @@ def gold_results(task_id: str, actions: list[tuple[str, dict[str, Any]]]) -> lis
 
 
 def _gold_conversation(task: Any, policy: str, date_line: str) -> list[dict[str, Any]]:
-    from longhaul.envs.prompt import build_initial_messages
 
     raw = task.raw
     results = [r[:WARMSTART_TOOL_RESULT_CHARS] for r in gold_results(task.id, gold_actions(raw))]
@@ -62,10 +62,6 @@ def build_inputs(date_line: str) -> dict[str, Any]:
     `held_prompts` (first turns of held-out tasks), `held_closings` (held-out gold conversations up to the
     closing message: the point where the agent should end the conversation), `user_checks`, `corpus` (tokenizer)
     and `train_task_ids`."""
-    from longhaul.envs.airline.splits import build_split
-    from longhaul.envs.airline.tasks import load_tasks, policy_text
-    from longhaul.envs.prompt import build_initial_messages, tool_schemas
-
     tasks = load_tasks()
     held_out = set(build_split("seed_40_10").test) | set(build_split("tau2_official").test)
     train_ids = [tid for tid in tasks if tid not in held_out]

@@ -54,6 +54,7 @@ def _common_config(arch: TinyArch, *, vocab_size: int, eos_token_id: int, pad_to
 
 def build_qwen2_config(arch: TinyArch, *, vocab_size: int, eos_token_id: int, pad_token_id: int) -> Any:
     """A `Qwen2Config` for `arch` (tied embeddings, float32 weights)."""
+    # deferred: transformers (~1 s)
     from transformers import Qwen2Config
 
     return Qwen2Config(
@@ -63,6 +64,7 @@ def build_qwen2_config(arch: TinyArch, *, vocab_size: int, eos_token_id: int, pa
 
 def build_qwen3_config(arch: TinyArch, *, vocab_size: int, eos_token_id: int, pad_token_id: int) -> Any:
     """A `Qwen3Config` for `arch` (explicit head_dim, q/k norms, no attention bias; tied embeddings, float32)."""
+    # deferred: transformers (~1 s)
     from transformers import Qwen3Config
 
     return Qwen3Config(
@@ -76,6 +78,7 @@ def build_model(
     arch: TinyArch, *, vocab_size: int, eos_token_id: int, pad_token_id: int, seed: int, family: str = "qwen2"
 ) -> Any:
     """A randomly initialised `Qwen2ForCausalLM` (or `Qwen3ForCausalLM` for family "qwen3"), seeded."""
+    # deferred: torch and transformers (~2 s)
     import torch
     from transformers import Qwen2ForCausalLM, Qwen3ForCausalLM
 

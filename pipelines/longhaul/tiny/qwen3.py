@@ -11,6 +11,7 @@ is Qwen3's. Built in seconds, deterministically, and cached under a content key 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -19,6 +20,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from longhaul.chat.thinking import load_qwen3_template
+from longhaul.envs.airline.tasks import policy_text
+from longhaul.envs.prompt import tool_schemas
 from longhaul.tiny.models import POLICY_ARCH, build_model
 from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END, MARKUP_TOKENS, THINK_TOKENS, build_hf_tokenizer
 
@@ -40,8 +44,6 @@ THINK_SAMPLES = (
 
 
 def _corpus() -> list[str]:
-    from longhaul.envs.airline.tasks import policy_text
-    from longhaul.envs.prompt import tool_schemas
 
     return [policy_text(), *(json.dumps(t, ensure_ascii=False) for t in tool_schemas()), *THINK_SAMPLES]
 
@@ -61,10 +63,6 @@ def build_key(corpus: list[str], template: str) -> str:
 def ensure_tiny_qwen3(out_dir: Path, *, log: Callable[[str], None] = print) -> Path:
     """Build `<out_dir>/tiny-qwen3-policy` unless a build with the same key is there; returns its directory.
     Concurrent callers serialise on a lock file; the build is written aside and moved into place."""
-    import fcntl
-
-    from longhaul.chat.thinking import load_qwen3_template
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / DIRNAME

@@ -16,12 +16,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from longhaul.sft.masking import build_supervised_dataset
+from longhaul.tiny.arithmetic import arithmetic_facts
+from longhaul.tiny.checks import check_policy, check_user
+from longhaul.tiny.inputs import build_inputs, default_date_line
+from longhaul.tiny.models import POLICY_ARCH, USER_ARCH, build_model
+from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END, build_hf_tokenizer
+from longhaul.tiny.warmstart import warm_start
+
 CONFIG_FILE = "config.json"
 REPORT_FILE = "report.json"
 
 
 def _warm_start(model: Any, examples: list, *, steps: int, seed: int, lr: float, log: Callable[[str], None]) -> Any:
-    from longhaul.tiny.warmstart import warm_start
 
     t = time.perf_counter()
 
@@ -35,14 +42,8 @@ def _warm_start(model: Any, examples: list, *, steps: int, seed: int, lr: float,
 def build_into(build_dir: Path, config: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
     """Run the recipe with `config` (a `TinyBuildConfig` as a dict); save both models under `build_dir`; return the
     report's measured fields (timings, warm starts, checks, arithmetic)."""
+    # deferred: torch (~1 s), in the build's child process only
     import torch
-
-    from longhaul.sft.masking import build_supervised_dataset
-    from longhaul.tiny.arithmetic import arithmetic_facts
-    from longhaul.tiny.checks import check_policy, check_user
-    from longhaul.tiny.inputs import build_inputs, default_date_line
-    from longhaul.tiny.models import POLICY_ARCH, USER_ARCH, build_model
-    from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END, build_hf_tokenizer
 
     torch.set_num_threads(config["threads"])
     report: dict[str, Any] = {"timings_s": {}, "arithmetic": arithmetic_facts()}
@@ -104,6 +105,7 @@ def build_into(build_dir: Path, config: dict[str, Any], log: Callable[[str], Non
 
 def main(argv: list[str]) -> int:
     """Entry point of the child process: BUILD_DIR holds config.json; writes report.json there."""
+    # deferred: transformers (~1 s)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

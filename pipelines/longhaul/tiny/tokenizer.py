@@ -74,6 +74,7 @@ def build_hf_tokenizer(
 ):
     """The trained BPE wrapped as a transformers `Qwen2Tokenizer` with a chat template attached (default:
     longhaul's Qwen2.5-style one)."""
+    # deferred: transformers (~1 s)
     from transformers import PreTrainedTokenizerFast
 
     bpe = build_bpe_tokenizer(corpus, vocab_size, markup)

@@ -6,6 +6,7 @@ a plain single-process loop: AdamW, linear warm-up then cosine decay, one conver
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -53,6 +54,7 @@ def common_prefix_len(examples: Sequence[SupervisedExample]) -> int:
 
 def encode_prefix(model: Any, prefix_ids: list[int]) -> Any:
     """Key/value cache of the shared prefix under the current weights (no gradient)."""
+    # deferred: torch (~1 s)
     import torch
 
     with torch.no_grad():
@@ -66,8 +68,8 @@ def label_loss(model: Any, ex: SupervisedExample, prefix_cache: Any = None, pref
     `prefix_len` are run with gradients, attending to the cached prefix; the LM head runs on the label positions
     only. The system prompt is ~4.4k of ~5.5k tokens, so this is several times cheaper than a full forward.
     """
-    import copy
 
+    # deferred: torch (~1 s)
     import torch
 
     ids = ex.input_ids[prefix_len:]
@@ -97,6 +99,7 @@ def warm_start(
     The shared system prompt is encoded without gradients and re-encoded every `prefix_refresh` steps (its
     keys/values lag the weights by at most that many steps); 0 = always run the full sequence.
     """
+    # deferred: torch (~1 s)
     import torch
 
     if not examples:

@@ -16,6 +16,7 @@ from longhaul.analysis.figures import build_comparison_figure, build_progression
 from longhaul.analysis.report import ComparisonReport, build_comparison_report, comparison_run_name
 from longhaul.analysis.study import Arm, SeedEval, Statistics, choose_point, group_arms, seed_of
 from longhaul.eval.metrics import TrialRecord
+from longhaul.spec import experiment_family, load_spec
 from longhaul.tracking.runs import TrackingError, client_for, ensure_experiment, finish_run, quote_filter
 
 TABLE_MD, TABLE_CSV = "ablation.md", "ablation.csv"
@@ -47,8 +48,6 @@ def resolve_experiments(client: MlflowClient, names: Sequence[str]) -> list[tupl
     for name in names:
         candidates = [name, f"longhaul/{name}"]
         if name.endswith((".yaml", ".yml")) and Path(name).is_file():
-            from longhaul.spec import experiment_family, load_spec
-
             candidates.insert(0, experiment_family(load_spec(name)))
         for c in candidates:
             e = client.get_experiment_by_name(c)
@@ -134,6 +133,7 @@ def fetch_arms(client: MlflowClient, records: Sequence[RunRecord], scratch: Path
 def fetch_null_floor() -> dict[str, float] | None:
     """Per-task outcome of the do-nothing agent on the airline tasks (None without the τ² data package)."""
     try:
+        # deferred: the τ² data package is optional (no floor without it)
         from longhaul.envs.airline.env import null_agent_outcomes
     except ImportError:
         return None

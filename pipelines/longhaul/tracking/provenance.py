@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -134,8 +135,6 @@ def package_versions(packages: Iterable[str] = VERSIONED_PACKAGES) -> dict[str, 
 
 def tau2_data_dir() -> Path | None:
     """The installed τ² airline data directory, or None when the package is missing."""
-    import importlib.util
-
     spec = importlib.util.find_spec(TAU2_DATA_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         return None

@@ -186,6 +186,7 @@ class MetricsRelay:
     def _mirror_run(self, experiment_name: str, *, new: bool) -> str:
         """This launch's mirror run (a new one; with `new=False` the newest existing one, if any);
         `mirror_run_ids` lists every launch's, oldest first."""
+        # deferred: mlflow (~1 s): the relay process imports it, not its importers
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(self.local_uri)
@@ -320,6 +321,7 @@ class MetricsRelay:
         down = probe_server(self.remote_uri, self.probe_timeout_s)
         if down is not None:
             raise ServerUnavailable(down)
+        # deferred: mlflow (~1 s): the relay process imports it, not its importers
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(self.remote_uri)
@@ -331,6 +333,7 @@ class MetricsRelay:
         return True
 
     def _forward_metrics(self, client: Any) -> None:
+        # deferred: mlflow (~1 s)
         from mlflow.entities import Metric
 
         while True:
@@ -353,6 +356,7 @@ class MetricsRelay:
     def _forward_params(self, client: Any) -> None:
         """New params of the mirror runs (`params_sent`: key → value sent). A chunk the server refuses is sent
         again one param at a time, so only the params it refuses (another value than the one it has) are skipped."""
+        # deferred: mlflow (~1 s)
         from mlflow.entities import Param
         from mlflow.exceptions import MlflowException
 

