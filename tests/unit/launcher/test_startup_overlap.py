@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -153,4 +152,3 @@ def test_the_agent_loop_module_waits_before_its_first_episode():
 
     run = inspect.getsource(LonghaulAirlineAgentLoop.run)
     assert run.index("await self.await_simulator()") < run.index("VerlTokenPolicy(")
-    assert sys.modules["longhaul.clients.ready"]
