@@ -54,7 +54,11 @@ def smoke_on_server(mlflow_server, tmp_path_factory) -> SimpleNamespace:
     s["user_simulator"]["port"] = free_port()
     s.setdefault("backends", {})["local"] = {"policy_port": free_port(), "output_dir": str(base / "runs")}
     s["algorithm"].pop("seed")
-    s["algorithm"].update(seeds=SEEDS, total_steps=STEPS)
+    # One prompt group of four a step (smoke's batch is two): each update still moves the adapter, at half the
+    # rollout and update work (CI time).
+    s["algorithm"].update(
+        seeds=SEEDS, total_steps=STEPS, train_batch_size=1, ppo_mini_batch_size=1, ppo_micro_batch_size_per_gpu=4
+    )
     s["policy"]["lora"] = {"rank": LORA_RANK, "alpha": 2 * LORA_RANK}
     s["evaluation"]["checkpoints"] = "last"
     s["environment"].update(max_turns=2, max_tokens_per_turn=32)  # short episodes: wiring is the point
