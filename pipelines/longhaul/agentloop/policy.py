@@ -52,6 +52,19 @@ VERSION_KEYS = ("global_steps", "min_global_steps", "max_global_steps")
 _SERVER_KEYS_SEEN: set[str] = set()
 
 
+def generation_version(extra: dict[str, Any]) -> tuple[int, int] | None:
+    """(first, last) weights version of one generation from veRL's `extra_fields`: a generation an asynchronous
+    trainer aborted at a weight update and resumed with the new weights reports both (veRL's fully-async client),
+    an uninterrupted one a single version; None when the server reports none."""
+    one = extra.get("global_steps")
+    lo, hi = extra.get("min_global_steps", one), extra.get("max_global_steps", one)
+    if lo is None and hi is None:
+        return None
+    lo = int(hi if lo is None else lo)
+    hi = int(lo if hi is None else hi)
+    return (min(lo, hi), max(lo, hi))
+
+
 class VerlTokenPolicy:
     """A `Policy` over veRL's LLM server manager that keeps veRL's token-level state (ids, mask, log-probs) and
     what veRL's servers report per generation (`extra_fields`: weights version, cache and spec-decode counts)."""
@@ -103,6 +116,7 @@ class VerlTokenPolicy:
             completion_tokens=len(out.token_ids),
             finish_reason=out.stop_reason,
             prompt_tokens=prompt_tokens,
+            policy_version=generation_version(dict(out.extra_fields or {})),
         )
 
     async def _sync_messages(self, msgs: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:

@@ -171,6 +171,8 @@ def _explain_turns(traj: Mapping[str, Any], prm: PrmLiteResult, spans: list[tupl
                 "steps": steps_by_turn.get(k, []),
                 "process_share": prm.turn_scores[k] if k < len(prm.turn_scores) else 0.0,
                 "tokens": spans[k][1] - spans[k][0],
+                # (first, last) weights version of the turn's generation (training traces; None elsewhere)
+                "policy_version": t.get("policy_version"),
             }
         )
     return turns

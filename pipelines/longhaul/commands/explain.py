@@ -99,9 +99,19 @@ def _print(report: dict[str, Any]) -> None:
                 + (" / max(group std of trajectory-level rewards, 1)" if st["norm_adv_by_std"] else "")
                 + ", before the estimators' multipliers"
             )
+        versions = [t["policy_version"] for t in tr["turns"] if t.get("policy_version")]
+        if versions:
+            first, last = min(v[0] for v in versions), max(v[1] for v in versions)
+            out.print(
+                f"policy versions {first}…{last}"
+                + (" (an asynchronous trainer's update came mid-episode)" if last > first else "")
+                + "".join(f"; turn {t['index']} resumed across {_version(t)}" for t in tr["turns"] if _resumed(t))
+            )
         table = Table(show_lines=False, pad_edge=False)
         credit_cols = ("w·share", "baseline (n)", "A turn") if credit is not None else ()
-        for col in ("turn", "action", "rules fired", "share", *credit_cols, *report_advantage_columns(tr)):
+        version_col = ("policy v",) if versions else ()
+        advantage_cols = report_advantage_columns(tr)
+        for col in ("turn", *version_col, "action", "rules fired", "share", *credit_cols, *advantage_cols):
             table.add_column(col)
         for t in tr["turns"]:
             if t["tool_calls"]:
@@ -130,7 +140,10 @@ def _print(report: dict[str, Any]) -> None:
                     if c is None
                     else [f"{c['share']:+.4f}", f"{c['baseline']:+.4f} ({c['siblings']})", f"{c['advantage']:+.4f}"]
                 )
-            table.add_row(str(t["index"]), action, rules or "", f"{t['process_share']:+.4f}", *cells, *advs)
+            version_cell = (_version(t),) if versions else ()
+            table.add_row(
+                str(t["index"]), *version_cell, action, rules or "", f"{t['process_share']:+.4f}", *cells, *advs
+            )
         out.print(table)
         if tr["trajectory_hits"]:
             out.print(
@@ -138,6 +151,19 @@ def _print(report: dict[str, Any]) -> None:
             )
         if tr["unknown_tool_calls"] or tr["unparsed_tool_calls"]:
             out.print(f"unknown tool calls: {tr['unknown_tool_calls']}, unparsable calls: {tr['unparsed_tool_calls']}")
+
+
+def _version(turn: dict[str, Any]) -> str:
+    """A turn's policy weights version: `3`, or `3→4` for a generation resumed after a weight update."""
+    v = turn.get("policy_version")
+    if not v:
+        return "-"
+    return str(v[0]) if v[0] == v[1] else f"{v[0]}→{v[1]}"
+
+
+def _resumed(turn: dict[str, Any]) -> bool:
+    v = turn.get("policy_version")
+    return bool(v) and v[0] != v[1]
 
 
 def report_advantage_columns(tr: dict[str, Any]) -> list[str]:

@@ -34,6 +34,10 @@ class PolicyTurn:
     #: With it the runner counts the whole multi-turn response (assistant + tool + user tokens) exactly as
     #: veRL does; without it only completion tokens count towards max_response_tokens.
     prompt_tokens: int | None = None
+    #: The policy weights versions (first, last) this turn was generated with, if the backend reports them
+    #: (veRL's rollout: the trainer step of the weights). An asynchronous trainer can abort a generation at a
+    #: weight update and resume it with the new weights: such a turn spans two versions.
+    policy_version: tuple[int, int] | None = None
 
 
 @runtime_checkable

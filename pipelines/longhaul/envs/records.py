@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from longhaul.spec.bounds import MAX_TOKENS, MAX_TURNS
+from longhaul.spec.bounds import MAX_STEPS, MAX_TOKENS, MAX_TURNS
 
 #: field -> (allowed types, required). `float` takes an int too; `bool` is never an int; None is allowed when
 #: the field is optional.
@@ -32,6 +32,7 @@ TURN_FIELDS: _Fields = {
     "completion_tokens": ((int,), False),
     "tool_calls": ((list,), False),
     "finish_reason": ((str,), False),
+    "policy_version": ((list,), False),
 }
 CALL_FIELDS: _Fields = {
     "name": ((str,), True),
@@ -83,6 +84,16 @@ def check_trajectory_record(record: Any) -> None:
             raise ValueError(
                 f"turns[{k}].completion_tokens: {count:,} "
                 + ("is negative" if count < 0 else f"brings the episode past {MAX_TOKENS:,} tokens")
+            )
+        version = turn.get("policy_version")
+        if version is not None and not (
+            len(version) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_STEPS for v in version)
+            and version[0] <= version[1]
+        ):
+            raise ValueError(
+                f"turns[{k}].policy_version: must be [first, last], two step numbers in 0 … {MAX_STEPS:,} with "
+                f"first ≤ last (got {str(version)[:40]!r}); explain traces the rollout wrote"
             )
         for i, call in enumerate(turn.get("tool_calls") or []):
             _check(call, CALL_FIELDS, f"turns[{k}].tool_calls[{i}]")

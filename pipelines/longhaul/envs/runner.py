@@ -101,9 +101,14 @@ class _Episode:
 
     async def end_turn_unexecuted(self, index: int, pt: PolicyTurn, termination: Termination) -> None:
         """Record an assistant turn that is not acted on and end the episode with `termination`."""
-        self.turns.append(Turn(index, pt.content, [], False, pt.completion_tokens, pt.finish_reason))
+        self.turns.append(turn_of(index, pt, [], to_user=False))
         await self.append({"role": "assistant", "content": pt.content})
         self.termination = termination
+
+
+def turn_of(index: int, pt: PolicyTurn, calls: list[ToolCall], *, to_user: bool) -> Turn:
+    """The trajectory's record of the policy's turn `pt`, with the tool calls that were executed."""
+    return Turn(index, pt.content, calls, to_user, pt.completion_tokens, pt.finish_reason, pt.policy_version)
 
 
 async def _notify(hook: MessageHook | None, message: dict[str, Any]) -> None:
@@ -202,7 +207,7 @@ async def _run_tool_calls(ep: _Episode, pt: PolicyTurn, index: int) -> None:
             # A terminal event ended the episode mid-turn: later calls are not executed.
             break
         done_calls.append(await _run_tool_call(ep, cid, call))
-    ep.turns.append(Turn(index, pt.content, done_calls, False, pt.completion_tokens, pt.finish_reason))
+    ep.turns.append(turn_of(index, pt, done_calls, to_user=False))
     if ep.termination is None and tool_error_limit_reached(ep.tool_errors, ep.limits.max_tool_errors):
         # τ²: checked after the whole turn's calls ran (a limit reached mid-turn lets the rest execute);
         # an earlier terminal event of the same turn (τ-bench 1 transfer, loop) stays the first one.
@@ -245,7 +250,7 @@ def _call_key(call: ParsedCall) -> str:
 
 async def _message_user(ep: _Episode, user: UserSimulator, pt: PolicyTurn, index: int, said: str) -> None:
     """A message to the user: the environment sees it (the agent may stop), then the user simulator replies."""
-    ep.turns.append(Turn(index, pt.content, [], True, pt.completion_tokens, pt.finish_reason))
+    ep.turns.append(turn_of(index, pt, [], to_user=True))
     await ep.append({"role": "assistant", "content": pt.content})
     res = ep.env.step(MessageAction(said))
     ep.conversation.append({"role": "assistant", "content": said})

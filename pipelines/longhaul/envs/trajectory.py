@@ -66,9 +66,11 @@ class Turn:
     to_user: bool = False  # a message to the user (no tool call)
     completion_tokens: int = 0
     finish_reason: str | None = None
+    #: (first, last) policy weights version of the turn's generation, when the policy reports it (`PolicyTurn`).
+    policy_version: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "index": self.index,
             "content": self.content,
             "tool_calls": [c.to_dict() for c in self.tool_calls],
@@ -76,11 +78,16 @@ class Turn:
             "completion_tokens": self.completion_tokens,
             "finish_reason": self.finish_reason,
         }
+        if self.policy_version is not None:  # training traces; evaluation records keep their keys
+            d["policy_version"] = list(self.policy_version)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Turn:
         d = dict(d)
         d["tool_calls"] = [ToolCall.from_dict(c) for c in d.get("tool_calls", [])]
+        if d.get("policy_version") is not None:
+            d["policy_version"] = tuple(d["policy_version"])
         return cls(**d)
 
 

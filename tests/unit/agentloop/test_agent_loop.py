@@ -80,8 +80,11 @@ class ScriptedServer:
         extra = {}
         if self.versions is not None:
             v = self.versions.pop(0) if len(self.versions) > 1 else self.versions[0]
-            # what LLMServerClient.generate returns: the server's version, min/max defaulted to it
-            extra = {"global_steps": v, "min_global_steps": v, "max_global_steps": v, "num_cached_tokens": 7}
+            # what LLMServerClient.generate returns: the server's version, min/max defaulted to it; a (first, last)
+            # pair is what FullyAsyncLLMServerClient returns for a generation aborted at a weight update and
+            # resumed with the new weights (the async trainers' partial rollouts)
+            lo, hi = v if isinstance(v, tuple) else (v, v)
+            extra = {"global_steps": hi, "min_global_steps": lo, "max_global_steps": hi, "num_cached_tokens": 7}
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed", extra_fields=extra)
 
 
@@ -431,6 +434,32 @@ async def test_weights_version_tags_come_from_the_server(verl_config, monkeypatc
     ef = out.extra_fields
     assert (ef["global_steps"], ef["min_global_steps"], ef["max_global_steps"]) == (4, 4, 5)
     assert ef["num_cached_tokens"] == 7
+
+
+async def test_each_turn_records_the_policy_versions_it_was_generated_with(verl_config, monkeypatch, tmp_path):
+    """Under an asynchronous trainer a turn can be aborted at a weight update and resumed with the new weights:
+    the trace records each turn's (first, last) version, `longhaul explain` shows it, and the trajectory's span
+    (veRL's min/max_global_steps) covers every turn."""
+    from typer.testing import CliRunner
+
+    from longhaul.agentloop.traces import ROLLOUT_DIR_ENV
+    from longhaul.cli import app
+
+    monkeypatch.setenv(ROLLOUT_DIR_ENV, str(tmp_path))
+    tok = make_tokenizer()
+    _, completions = gold_completions("11")
+    versions = [4, (4, 5)]  # task 11's gold conversation: two assistant turns
+    server = ScriptedServer(tok, completions, versions=versions)
+    loop, _ = build_loop(verl_config, server, monkeypatch)
+    out = await loop.run({"temperature": 1.0}, **row(step=5))
+    (record,) = [json.loads(line) for line in (tmp_path / "step_5" / f"{os.getpid()}.jsonl").open()]
+    turns = record["trajectory"]["turns"]
+    assert [t["policy_version"] for t in turns] == [[4, 4], [4, 5]]
+    ef = out.extra_fields
+    assert (ef["min_global_steps"], ef["max_global_steps"]) == (4, 5)
+    shown = CliRunner().invoke(app, ["explain", str(tmp_path / "step_5")])
+    assert shown.exit_code == 0, shown.output
+    assert "policy versions 4…5" in shown.output and "turn 1 resumed across 4→5" in shown.output
 
 
 async def test_every_output_has_the_same_fields(verl_config, monkeypatch):

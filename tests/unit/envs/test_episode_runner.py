@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -85,6 +86,28 @@ async def test_gold_episode_prompt_transcript_and_grade():
     assert user.seen[0] == [] and user.seen[1][-1] == {"role": "assistant", "content": "Done, anything else?"}
     again = Trajectory.from_dict(json.loads(json.dumps(traj.to_dict())))
     assert again == traj and again.outcome == 1.0
+    # A policy that reports no weights version (an OpenAI endpoint) leaves the runner's records as they were.
+    assert all("policy_version" not in t for t in traj.to_dict()["turns"])
+
+
+async def test_turns_keep_the_policy_version_their_policy_reports():
+    """veRL's rollout reports the weights version of each generation (two for one resumed after an asynchronous
+    trainer's weight update): the runner records it per turn, and it survives the JSON round trip."""
+    task = get_task("5")
+    gold = [call(a.name, dict(a.arguments)) for a in task.actions]
+
+    class VersionedPolicy(ScriptPolicy):
+        async def next_turn(self, messages, tools, max_tokens):
+            pt = await super().next_turn(messages, tools, max_tokens)
+            k = len(self.calls) - 1
+            return dataclasses.replace(pt, policy_version=(3, 3) if k == 0 else (3, 4))
+
+    policy = VersionedPolicy([*gold, say("Done, anything else?")])
+    user = ScriptUser(["Hi, I want to check my booking.", "No, thanks. ###STOP###"])
+    traj = await run_episode(AirlineEnv, task, policy, user, LIMITS, trial=0, seed=1)
+    assert [t.policy_version for t in traj.turns] == [(3, 3)] + [(3, 4)] * len(gold)
+    again = Trajectory.from_dict(json.loads(json.dumps(traj.to_dict())))
+    assert again == traj and traj.to_dict()["turns"][1]["policy_version"] == [3, 4]
 
 
 TAU1 = EpisodeLimits(max_turns=10, date_line=LIMITS.date_line, transfer_ends_episode=True)

@@ -14,7 +14,7 @@ GOOD = {
     "grade": {"success": True},
     "turns": [
         {"index": 0, "content": "x", "tool_calls": [{"name": "get_user_details", "arguments": {"user_id": "a_b_1"}}]},
-        {"index": 1, "content": None, "to_user": True, "completion_tokens": 3},
+        {"index": 1, "content": None, "to_user": True, "completion_tokens": 3, "policy_version": [4, 5]},
     ],
 }
 
@@ -39,6 +39,12 @@ def test_a_runner_record_passes() -> None:
         ({"grade": {"success": "false"}}, "grade.success: must be true or false"),
         ({"task_id": 1.5}, "task_id: must be a string or an integer"),
         ({"turns": [{"index": k} for k in range(MAX_TURNS + 1)]}, "1,001 turns"),
+        ({"turns": [{"index": 0, "policy_version": 4}]}, "turns[0].policy_version: must be a list"),
+        ({"turns": [{"index": 0, "policy_version": [4]}]}, "turns[0].policy_version: must be [first, last]"),
+        ({"turns": [{"index": 0, "policy_version": [5, 4]}]}, "first ≤ last"),
+        ({"turns": [{"index": 0, "policy_version": [4, "5"]}]}, "two step numbers"),
+        ({"turns": [{"index": 0, "policy_version": [True, 1]}]}, "two step numbers"),
+        ({"turns": [{"index": 0, "policy_version": [-1, 1]}]}, "two step numbers"),
     ],
 )
 def test_wrong_types_and_sizes_name_the_field(change: dict, fragment: str) -> None:
