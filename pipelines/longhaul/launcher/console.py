@@ -12,7 +12,7 @@ import re
 
 _STEP = re.compile(r"\bstep:(\d+) - (.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_NUMBER = re.compile(r"^(?:np\.float\d+\()?(-?[\d.]+(?:e[-+]?\d+)?)\)?$")
+_NUMBER = re.compile(r"^(?:np\.(?:float|u?int)\d+\()?(-?[\d.]+(?:e[-+]?\d+)?)\)?$")
 
 #: (metric key in veRL's console line, label, format) of the per-step console line, in order.
 STEP_COLUMNS = (
@@ -25,6 +25,10 @@ STEP_COLUMNS = (
     ("response_length/mean", "resp len", "{:.0f}"),
     ("timing_s/gen", "gen s", "{:.1f}"),
     ("timing_s/step", "step s", "{:.1f}"),
+    # Policy versions behind the weights being trained, of the step's oldest trajectory (0 in sync: on-policy),
+    # and the most versions one trajectory spans (2+: a generation resumed after an async trainer's update).
+    ("training/off_policy/trajectory_staleness_worst/max", "stale", "{:.0f}"),
+    ("training/off_policy/trajectory_spans/max", "spans", "{:.0f}"),
 )
 
 
