@@ -214,7 +214,9 @@ import os, sys, time
 sys.path.insert(0, sys.argv[4])
 from longhaul.launcher.processes import ENV_SUPERVISED_BY, ManagedProcess
 env = {**os.environ, ENV_SUPERVISED_BY: sys.argv[1]}
-p = ManagedProcess("stage", [sys.executable, "-c", sys.argv[3]], env, log_path=sys.argv[2]).start()
+# echo off: the child's own output ("[stage] <grandchild pid>") must not race this line on stdout (seen in CI)
+quiet = open(os.devnull, "w")
+p = ManagedProcess("stage", [sys.executable, "-c", sys.argv[3]], env, log_path=sys.argv[2], echo=quiet).start()
 print(p.pid, flush=True)
 time.sleep(120)
 """
