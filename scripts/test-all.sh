@@ -68,11 +68,15 @@ rc=0
 # servers, their Slurm jobs) in one lane, one at a time and started first, the critical path; the other worker runs
 # every other file beside it — Slurm, images, Kubernetes, then the unit tests — and is done before it
 # (tests/conftest.py). Unit tests in a phase of their own would add their minutes to that path.
+# The host's speed right now, before and after (a shared machine drifts by a third within an hour): compare phase
+# times between runs together with it.
+python scripts/ci/speed-probe.py "before the tests" || true
 log "pytest: unit, end-to-end and reliability tests (2 workers, lanes)"
 python -m pytest tests/unit tests/e2e tests/reliability -n 2 --dist loadgroup --no-loadscope-reorder -m "not gpu" \
   -ra --durations=30 "$@" || rc=$?
 took=$((SECONDS - phase_start))
 phase "tests (unit, end-to-end, reliability)"
+python scripts/ci/speed-probe.py "after the tests" || true
 if (( took * 2 > TESTS_BUDGET_S * 3 )); then
   echo "the test phase took ${took} s, over 1.5 x its budget of ${TESTS_BUDGET_S} s: make the suite faster" >&2
   rc=1
