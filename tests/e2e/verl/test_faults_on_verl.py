@@ -16,24 +16,18 @@ Needs the tiny policy (`longhaul tiny build`); no vLLM. A few minutes on a 2-cor
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
 
-from support.fault_user_sim import Fault, FaultyUserSimulator
+from support.fault_user_sim import Fault
+
+from .conftest import SPEC, run_grpo_stage
 
 pytestmark = [pytest.mark.verl, pytest.mark.demo, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[3]
-SPEC = ROOT / "specs" / "smoke.yaml"
 TRAIN = [0, 1, 2, 4, 5, 6]  # two failing groups + the batch of two, with slack
 TEST = [3, 10]
 GROUP_SIZE = 2
@@ -68,37 +62,7 @@ def _spec_doc(sim_url: str) -> dict:
 @pytest.fixture(scope="module")
 def faulty_run(tmp_path_factory):
     """One `longhaul run --stage grpo` against the fault-injecting simulator; returns a namespace of results."""
-    from longhaul.envs.airline.tasks import get_task
-
-    doc0 = yaml.safe_load(SPEC.read_text(encoding="utf-8"))
-    policy = ROOT / doc0["spec"]["policy"]["model"]["path"]
-    if not policy.exists():
-        pytest.fail(f"{policy} is missing: run `longhaul tiny build` first")
-    scenarios = {str(t): get_task(str(t)).user_instructions() for t in TRAIN + TEST}
-    base = tmp_path_factory.mktemp("verl_faults")
-    run_dir = base / "run"
-    sim = FaultyUserSimulator(scenarios, FAULTS, model=doc0["spec"]["user_simulator"]["model"]["name"])
-    with sim:
-        doc = _spec_doc(sim.base_url)
-        spec_file = base / "faults.yaml"
-        spec_file.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-        env = dict(os.environ)
-        env.pop("MLFLOW_TRACKING_URI", None)
-        longhaul = shutil.which("longhaul", path=str(Path(sys.executable).parent)) or "longhaul"
-        t0 = time.monotonic()
-        proc = subprocess.run(
-            [longhaul, "run", str(spec_file), "--stage", "grpo", "--run-dir", str(run_dir)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1200,
-        )
-        took = time.monotonic() - t0
-    out = proc.stdout + proc.stderr
-    (base / "run.out").write_text(out)
-
-    return SimpleNamespace(dir=run_dir, out=out, rc=proc.returncode, doc=doc, sim=sim, took=took)
+    return run_grpo_stage(tmp_path_factory.mktemp("verl_faults"), TRAIN + TEST, FAULTS, _spec_doc)
 
 
 def _log_tail(r, n: int = 6000) -> str:
