@@ -119,18 +119,16 @@ class TrainerSpec(SpecModel):
                         "it, or set mode: colocate_async or separate_async",
                     )
         if mode != TrainerMode.SEPARATE_ASYNC:
-            if self.rollout_gpus_per_node:
-                raise FieldError(
-                    "rollout_gpus_per_node",
-                    f"rollout_gpus_per_node applies to mode separate_async only (mode is {mode}): remove it, or set "
-                    "mode: separate_async",
-                )
-            if self.hybrid_rollout:
-                raise FieldError(
-                    "hybrid_rollout",
-                    f"hybrid_rollout applies to mode separate_async only (mode is {mode}): remove it, or set "
-                    "mode: separate_async",
-                )
+            for name, given in {
+                "rollout_gpus_per_node": self.rollout_gpus_per_node,
+                "hybrid_rollout": self.hybrid_rollout,
+            }.items():
+                if given:
+                    raise FieldError(
+                        name,
+                        f"{name} applies to mode separate_async only (mode is {mode}): remove it, or set "
+                        "mode: separate_async",
+                    )
         elif self.rollout_gpus_per_node == 0:
             raise FieldError(
                 "rollout_gpus_per_node",
