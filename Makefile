@@ -119,7 +119,8 @@ demo: install tiny ## The main job on embedded defaults: specs/demo.yaml, local 
 .PHONY: bench
 bench: install tiny ## Run the benchmarks (ratios measured side by side); installs kubectl
 	scripts/ci/k8s-tools.sh
-	for b in benchmarks/*.py; do [ "$$b" = benchmarks/bench_learning.py ] && continue; echo "== $$b"; $(VPY) $$b; done
+	for b in benchmarks/*.py; do case "$$b" in */bench_learning.py|*/bench_tiny_robustness.py) continue;; esac; \
+	  echo "== $$b"; $(VPY) $$b; done
 
 GPU_CHECK_OUT = $(or $(OUT),build/gpu-check)
 
@@ -127,6 +128,10 @@ GPU_CHECK_OUT = $(or $(OUT),build/gpu-check)
 gpu-check-bundle: install ## Bundle of the one-GPU memory-plan check for a GPU machine: make gpu-check-bundle OUT=build/gpu-check
 	$(VPY) scripts/gpu_check/prepare.py --out "$(GPU_CHECK_OUT)"
 	@echo "then: copy $(GPU_CHECK_OUT) to a GPU machine and run python3 $(notdir $(GPU_CHECK_OUT))/check.py (see its docstring)"
+
+.PHONY: bench-tiny
+bench-tiny: install ## Does the tiny build carry between machines? Its criteria and the demo's step 0 over 3 seeds (~20 min)
+	$(VPY) benchmarks/bench_tiny_robustness.py --seeds 7,8,9 --step0
 
 .PHONY: bench-learning
 bench-learning: install tiny ## Does the demo learn? specs/demo.yaml with 3 training seeds (about an hour on 2 cores)

@@ -24,7 +24,12 @@ def register(app: typer.Typer) -> None:
         out_dir: Annotated[
             Path | None, typer.Option("--out", help="Output directory (holds tiny-policy/ and tiny-user/).")
         ] = None,
-        steps: Annotated[int | None, typer.Option("--steps", min=1, help="Warm-start steps of the policy.")] = None,
+        steps: Annotated[
+            int | None,
+            typer.Option(
+                "--steps", min=1, help="Most warm-start steps of the policy (it stops once its criteria hold)."
+            ),
+        ] = None,
         seed: Annotated[int | None, typer.Option("--seed", help="Seed of initialisation and data order.")] = None,
         check_prompts: Annotated[
             int | None,

@@ -1,21 +1,17 @@
-"""Machine-independent arithmetic for the tiny build: the same weights from the same inputs on any x86-64 CPU
-with AVX2 (Intel or AMD, AVX2 or AVX-512).
+"""The tiny build's arithmetic: deterministic on a machine, and reported, because it differs between machines.
 
-Why: a warm start of 800 AdamW steps at a high learning rate is chaotic. The last bits of each sum, which differ
-between CPUs because their kernels sum in different orders and widths, grow into different models with different
-habits: the same build key built under AVX2 kernels on this machine gave a policy whose demo started at train
-pass^1 0.646 instead of 0.396 (README "Does the demo learn?"). The build therefore runs in a child process whose
-kernels are pinned before torch loads (both are read once, at start-up):
+A warm start of hundreds of AdamW steps is chaotic: the last bits of each sum, which differ between CPUs because
+their kernels sum in different orders and widths, grow into different weights. Pinning the kernels did not make
+the weights machine-independent (torch's AVX2 kernels with MKL's cross-vendor `COMPATIBLE` branch gave
+byte-identical weights on an Intel CPU under emulated AVX2 and AVX-512 kernels, yet a different model on a real
+AMD EPYC), and it halved the build's speed. So the build does not promise the same bits everywhere: its recipe
+sets the habits the demo depends on through its data (`longhaul.tiny.inputs`), trains until they settle, and
+measures them (`longhaul.tiny.checks`); the README gives their spread over seeds and kernels.
 
-- `ATEN_CPU_CAPABILITY=avx2`: torch's own vectorised kernels (norms, softmax, attention, reductions, AdamW) run
-  their AVX2 build on every CPU that has AVX2, instead of AVX-512 where available. These kernels use exact
-  instructions (no approximate reciprocals), so the same code gives the same bits on Intel and AMD.
-- `MKL_CBWR=COMPATIBLE,STRICT`: MKL's conditional numerical reproducibility in its one branch that holds across
-  vendors (SSE2 without the approximate rcpps/rsqrtps; MKL ignores the other branches on non-Intel CPUs), strict.
-- a fixed torch thread count (`BUILD_THREADS`, set by the build): MKL's and torch's reductions split by threads.
-
-Only the build is pinned: serving and training keep each machine's fastest kernels (their rounding differences do
-not compound over hundreds of steps from the same start; README).
+What is pinned keeps a build repeatable on one machine (the same key, the same weights): MKL's conditional
+numerical reproducibility on the machine's own branch (`MKL_CBWR=AUTO,STRICT`: fixed cache sizes, deterministic
+reductions, static scheduling) and a fixed torch thread count (`BUILD_THREADS`, set by the build: reductions split
+by thread). Both are read once, before the first kernel, so they are set in the build's child process.
 """
 
 from __future__ import annotations
@@ -24,33 +20,23 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from longhaul.machine import cpu_flags as read_flags
-
-#: Environment of the build's child process (read by torch and MKL once, before their first kernel).
-REPRODUCIBLE_ENV: dict[str, str] = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE,STRICT"}
+#: Environment of the build's child process (read by MKL once, before its first kernel).
+DETERMINISTIC_ENV: dict[str, str] = {"MKL_CBWR": "AUTO,STRICT"}
 
 
 def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`base` (default: this process's environment) with the reproducible settings on top."""
-    return {**(os.environ if base is None else base), **REPRODUCIBLE_ENV}
+    """`base` (default: this process's environment) with the deterministic settings on top."""
+    return {**(os.environ if base is None else base), **DETERMINISTIC_ENV}
 
 
-def arithmetic_facts(cpu_flags: set[str] | None = None) -> dict[str, Any]:
-    """What the running process computes with: torch's kernel capability, MKL's branch, threads, and whether that
-    is the machine-independent setting (`reproducible`). Call it inside the build's child process."""
+def arithmetic_facts() -> dict[str, Any]:
+    """What the running process computes with: torch's kernel capability, MKL's branch and threads. Call it inside
+    the build's child process."""
     # deferred: torch (~1 s), in the build's child process only
     import torch
 
-    flags = read_flags() if cpu_flags is None else cpu_flags
-    capability = torch.backends.cpu.get_cpu_capability()
-    reproducible = (
-        "avx2" in flags
-        and capability == REPRODUCIBLE_ENV["ATEN_CPU_CAPABILITY"].upper()
-        and os.environ.get("MKL_CBWR") == REPRODUCIBLE_ENV["MKL_CBWR"]
-    )
     return {
-        "torch_cpu_capability": capability,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "mkl_cbwr": os.environ.get("MKL_CBWR", ""),
         "torch_threads": torch.get_num_threads(),
-        "reproducible": reproducible,
     }

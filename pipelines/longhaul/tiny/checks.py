@@ -22,6 +22,10 @@ from longhaul.tiny.warmstart import encode_prefix, shared_prefix
 #: (specs/demo.yaml `policy.rollout.train.temperature`; a unit test keeps the two equal).
 CHECK_TEMPERATURE = 0.3
 TOOL_CALL_TOKEN = "<tool_call>"
+#: The criterion read from greedy generations (the slow check).
+GREEDY_CRITERION = "first_turn_well_formed"
+#: Where P(close instead of another call) must be after the warm start.
+CLOSE_BAND = (0.25, 0.55)
 
 
 @dataclass(frozen=True)
@@ -190,7 +194,7 @@ def criteria(tool_calls: dict[str, Any], user_check: dict[str, Any]) -> list[Cri
         greedy = tool_calls["greedy"]
         out += [
             Criterion(
-                "first_turn_well_formed",
+                GREEDY_CRITERION,
                 greedy["well_formed"] / max(1, greedy["prompts"]),
                 0.8,
                 what="held-out first turns (greedy) with a well-formed tool call",
@@ -202,12 +206,13 @@ def criteria(tool_calls: dict[str, Any], user_check: dict[str, Any]) -> list[Cri
                 what=f"P(opens with a tool call) at T={CHECK_TEMPERATURE}, held-out first turns",
             ),
             # A band, not a floor: the demo needs a policy that sometimes ends the conversation and has room to
-            # learn to do it always.
+            # learn to do it always. A narrow one: where the warm start stops in it sets the demo's step 0
+            # (`longhaul.tiny.gate`; P(close) climbs through it in the second half of the warm start).
             Criterion(
                 "p_close_after_actions",
                 tool_calls["p_close_after_actions"],
-                0.15,
-                0.85,
+                CLOSE_BAND[0],
+                CLOSE_BAND[1],
                 what=f"P(closes instead of another call) at T={CHECK_TEMPERATURE}, held-out tasks after their actions",
             ),
         ]

@@ -1,4 +1,4 @@
-"""The tiny build's recipe, run in a child process with machine-independent arithmetic (`longhaul.tiny.arithmetic`):
+"""The tiny build's recipe, run in a child process with deterministic arithmetic (`longhaul.tiny.arithmetic`):
 tokenizer, both models, their warm starts and held-out checks, written into a build directory.
 
     python -m longhaul.tiny.recipe BUILD_DIR     (BUILD_DIR/config.json in; tiny-policy/, tiny-user/, report.json out)
@@ -18,7 +18,8 @@ from typing import Any
 
 from longhaul.sft.masking import build_supervised_dataset
 from longhaul.tiny.arithmetic import arithmetic_facts
-from longhaul.tiny.checks import check_policy, check_user
+from longhaul.tiny.checks import GREEDY_CRITERION, check_policy, check_user, criteria
+from longhaul.tiny.gate import Gate, Measurement
 from longhaul.tiny.inputs import build_inputs, default_date_line
 from longhaul.tiny.models import POLICY_ARCH, USER_ARCH, build_model
 from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END, build_hf_tokenizer
@@ -28,7 +29,16 @@ CONFIG_FILE = "config.json"
 REPORT_FILE = "report.json"
 
 
-def _warm_start(model: Any, examples: list, *, steps: int, seed: int, lr: float, log: Callable[[str], None]) -> Any:
+def _warm_start(
+    model: Any,
+    examples: list,
+    *,
+    steps: int,
+    seed: int,
+    lr: float,
+    log: Callable[[str], None],
+    stop_after: Callable[[int], bool] | None = None,
+) -> Any:
 
     t = time.perf_counter()
 
@@ -36,7 +46,24 @@ def _warm_start(model: Any, examples: list, *, steps: int, seed: int, lr: float,
         if step % 50 == 0 or step == steps - 1:
             log(f"  step {step:4d}  loss {loss:.3f}  ({time.perf_counter() - t:.0f}s)")
 
-    return warm_start(model, examples, steps=steps, seed=seed, learning_rate=lr, on_step=progress)
+    return warm_start(
+        model, examples, steps=steps, seed=seed, learning_rate=lr, on_step=progress, stop_after=stop_after
+    )
+
+
+def _policy_measure(policy: Any, tokenizer: Any, inputs: dict[str, Any], prompts: int) -> Callable[[], Measurement]:
+    """The policy's checks for its gate: the decision probabilities first (forward passes only), the greedy first
+    turns only when those meet their criteria (generation is the slow part)."""
+
+    def measure() -> Measurement:
+        quick = check_policy(policy, tokenizer, inputs, prompts=0)
+        judged = [c for c in criteria(quick, {}) if c.name != GREEDY_CRITERION]
+        if not prompts or not all(c.met for c in judged):
+            return quick, judged
+        found = check_policy(policy, tokenizer, inputs, prompts=prompts)
+        return found, criteria(found, {})
+
+    return measure
 
 
 def build_into(build_dir: Path, config: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
@@ -65,9 +92,27 @@ def build_into(build_dir: Path, config: dict[str, Any], log: Callable[[str], Non
     # (report key, label, model, conversations, tools, steps, learning rate, seed) of each warm start.
     policy_run = ("warmstart", "policy", policy, inputs["conversations"], inputs["tools"], config["steps"])
     user_run = ("user_warmstart", "user simulator", user, inputs["user_conversations"], None, config["user_steps"])
-    for (role, label, model, conversations, tools, steps), lr, role_seed in (
-        (policy_run, config["learning_rate"], seed),
-        (user_run, config["user_learning_rate"], seed + 1),
+    user_checks = inputs["user_checks"][: config["check_user_tasks"]]
+    stop = config["stop_on_criteria"]
+    policy_gate = Gate(
+        policy,
+        _policy_measure(policy, tokenizer, inputs, config["check_prompts"]),
+        config["check_every"] if config["check_prompts"] else 0,
+        config["check_from"],
+        stop,
+        log,
+    )
+    user_gate = Gate(
+        user,
+        lambda: (found := check_user(user, tokenizer, user_checks), criteria({}, found)),
+        config["user_check_every"] if user_checks else 0,
+        config["user_check_from"],
+        stop,
+        log,
+    )
+    for (role, label, model, conversations, tools, steps), lr, role_seed, gate in (
+        (policy_run, config["learning_rate"], seed, policy_gate),
+        (user_run, config["user_learning_rate"], seed + 1, user_gate),
     ):
         examples, _, stats = build_supervised_dataset(
             tokenizer, [(c, tools) for c in conversations], max_length=config["max_length"]
@@ -77,22 +122,28 @@ def build_into(build_dir: Path, config: dict[str, Any], log: Callable[[str], Non
             f"dropped {dict(stats.dropped)}), {steps} steps"
         )
         t = time.perf_counter()
-        result = _warm_start(model, examples, steps=steps, seed=role_seed, lr=lr, log=log)
+        result = _warm_start(model, examples, steps=steps, seed=role_seed, lr=lr, log=log, stop_after=gate)
         timings[role] = round(time.perf_counter() - t, 2)
         report[role] = {
             **asdict(result),
             "examples": stats.kept,
             "dropped": dict(stats.dropped),
             "label_tokens": stats.label_tokens,
+            "checks": gate.history,
         }
     report["warmstart"]["train_task_ids"] = inputs["train_task_ids"]
 
+    # The final findings: those of the check training stopped on, else measured now (the same weights either way).
     t = time.perf_counter()
-    report["tool_calls"] = (
-        check_policy(policy, tokenizer, inputs, prompts=config["check_prompts"]) if config["check_prompts"] else {}
-    )
-    checks = inputs["user_checks"][: config["check_user_tasks"]]
-    report["user_check"] = check_user(user, tokenizer, checks) if checks else {}
+    prompts = config["check_prompts"]
+    found = policy_gate.findings_at(report["warmstart"]["steps"])
+    if found is None or found["greedy"]["prompts"] != min(prompts, len(inputs["held_prompts"])):
+        found = check_policy(policy, tokenizer, inputs, prompts=prompts) if prompts else {}
+    report["tool_calls"] = found
+    found = user_gate.findings_at(report["user_warmstart"]["steps"])
+    if found is None:
+        found = check_user(user, tokenizer, user_checks) if user_checks else {}
+    report["user_check"] = found
     timings["checks"] = round(time.perf_counter() - t, 2)
 
     for name, model in (("tiny-policy", policy), ("tiny-user", user)):

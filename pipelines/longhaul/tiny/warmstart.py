@@ -24,11 +24,12 @@ class WarmStartResult:
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
-    """Linear warm-up to `peak`, then cosine decay to 10 % of it."""
+    """Linear warm-up to `peak`, then cosine decay to zero: the last steps barely move the weights, so the warm
+    start ends settled in its minimum instead of wherever a large last step left it."""
     if step < warmup:
         return peak * (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+    return peak * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def shared_prefix(sequences: Sequence[Sequence[int]]) -> list[int]:
@@ -93,8 +94,10 @@ def warm_start(
     learning_rate: float = 3e-3,
     prefix_refresh: int = 10,
     on_step: Callable[[int, float], None] | None = None,
+    stop_after: Callable[[int], bool] | None = None,
 ) -> WarmStartResult:
-    """Train `model` in place for `steps` steps on `examples` (one per step, seeded shuffle).
+    """Train `model` in place for at most `steps` steps on `examples` (one per step, seeded shuffle); the learning
+    rate follows `lr_at` over `steps`. `stop_after(step)`, asked after each step, ends training early when true.
 
     The shared system prompt is encoded without gradients and re-encoded every `prefix_refresh` steps (its
     keys/values lag the weights by at most that many steps); 0 = always run the full sequence.
@@ -130,6 +133,8 @@ def warm_start(
         losses.append(float(loss.detach()))
         if on_step is not None:
             on_step(step, losses[-1])
+        if stop_after is not None and stop_after(step):
+            break
     model.eval()
     tail = losses[-20:]
-    return WarmStartResult(steps=steps, first_loss=losses[0], last_loss=sum(tail) / len(tail))
+    return WarmStartResult(steps=len(losses), first_loss=losses[0], last_loss=sum(tail) / len(tail))

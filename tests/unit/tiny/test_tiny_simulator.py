@@ -131,7 +131,9 @@ def test_built_simulator_requests_first_and_stops_after_the_closing_message():
     from longhaul.tiny.build import TinyBuildConfig, ensure_tiny_models
 
     report = ensure_tiny_models(log=lambda _: None)
-    assert report.user_check["stop_rate"] >= 0.7 and report.user_warmstart["steps"] == TinyBuildConfig().user_steps
+    # Its warm start stopped at its first check that met the criteria, at most at the configured steps.
+    assert report.user_check["stop_rate"] >= 0.7 and report.user_warmstart["steps"] <= TinyBuildConfig().user_steps
+    assert report.user_warmstart["checks"][-1]["steps"] == report.user_warmstart["steps"]
 
     tok = AutoTokenizer.from_pretrained(report.user_dir)
     model = AutoModelForCausalLM.from_pretrained(report.user_dir).eval()
