@@ -3,6 +3,6 @@
 `longhaul.agentloop.config` (pure) renders the `agent_loop_config_path` YAML and the veRL overrides (agent loop,
 failed-group sampler); `longhaul.agentloop.loop` holds the `ToolAgentLoop` subclass (imports veRL);
 `longhaul.agentloop.context` (pure) places a trajectory in training (step, group, session, seed);
-`longhaul.agentloop.traces` writes one trace line per trajectory; `longhaul.agentloop.sampler` is veRL's v1
-replay buffer dropping failed groups whole.
+`longhaul.agentloop.traces` writes one trace line per trajectory; `longhaul.agentloop.sampler` holds veRL's v1
+replay buffers (sync and async) dropping failed groups whole and counting them.
 """

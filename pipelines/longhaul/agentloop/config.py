@@ -19,9 +19,11 @@ from longhaul.rewards.combine import RewardSettings
 AGENT_LOOP_NAME = "longhaul_airline"
 #: Importable class veRL instantiates (Hydra `_target_`).
 AGENT_LOOP_TARGET = "longhaul.agentloop.loop.LonghaulAirlineAgentLoop"
-#: veRL's v1 replay buffer replacement that drops failed groups whole (`longhaul.agentloop.sampler`).
+#: veRL's v1 replay buffer replacements that drop failed groups whole and count them (`longhaul.agentloop.sampler`):
+#: one for veRL's sync trainer, one for its async trainers (colocate_async, separate_async).
 SAMPLER_PATH = "pkg://longhaul.agentloop.sampler"
 SAMPLER_NAME = "LonghaulReplayBuffer"
+ASYNC_SAMPLER_NAME = "LonghaulReplayBufferAsync"
 #: A step whose failed groups outnumber the groups it trains on stops the run: the user simulator (or the prompt
 #: budget) is broken, and refilling would only consume the dataset.
 MAX_FAILED_FRACTION = 0.5
@@ -78,22 +80,28 @@ def render_tool_config_yaml(exp: Any) -> str:
     return yaml.safe_dump({"tools": tools}, sort_keys=False, allow_unicode=True)
 
 
-def sampler_overrides(exp: Any) -> list[str]:
-    """The veRL Hydra overrides that make a failed trajectory drop its whole group and refill it with a fresh
-    prompt (`longhaul.agentloop.sampler`): the sampler itself, veRL's one-prompt-at-a-time dataloader that exact
-    refills need, and the sampler's settings (group size, the failed fraction that stops the run).
+def sampler_name(trainer_mode: str) -> str:
+    """The longhaul replay buffer class for `trainer.v1.trainer_mode`: the sync one for `sync`, the async one for
+    every other mode (as veRL picks its own buffer: trainer/ppo/v1/trainer_base.py `_build_replay_buffer`)."""
+    return SAMPLER_NAME if trainer_mode == "sync" else ASYNC_SAMPLER_NAME
 
-    None for veRL's async trainer modes: their own `ReplayBufferAsync` already evicts every failed group whole and
-    refills exactly that many prompts (veRL's replay_buffer.py, `ReplayBufferAsync._terminal_eviction_reasons` and
-    `wait_for_sampleable`), and their dataloader fetches one prompt at a time (trainer_base.py `_init_dataloader`);
-    `LonghaulReplayBuffer` serves the sync trainer only (it refuses the others)."""
+
+def sampler_overrides(exp: Any) -> list[str]:
+    """The veRL Hydra overrides that make a failed trajectory drop its whole group, refill it with a fresh prompt
+    and count it (`longhaul.agentloop.sampler`): the sampler class for the trainer mode and its settings (group
+    size, the failed fraction that stops the run).
+
+    Sync also gets `sync_refill_failed_groups=true`, which makes veRL's dataloader fetch one prompt at a time, as
+    exact refills need. The async modes do not: their dataloader always fetches one prompt at a time
+    (trainer_base.py `_init_dataloader`), and veRL gives a custom sampler none of its built-in options
+    (`_build_replay_buffer`), so the flag would do nothing there."""
     spec = exp.spec if hasattr(exp, "spec") else exp
-    if spec.algorithm.trainer.is_async:
-        return []
+    name = sampler_name(_v(spec.algorithm.trainer.mode))
+    refill = ["trainer.v1.sampler.sync_refill_failed_groups=true"] if name == SAMPLER_NAME else []
     return [
         f"trainer.v1.sampler.custom_sampler.path={SAMPLER_PATH}",
-        f"trainer.v1.sampler.custom_sampler.name={SAMPLER_NAME}",
-        "trainer.v1.sampler.sync_refill_failed_groups=true",
+        f"trainer.v1.sampler.custom_sampler.name={name}",
+        *refill,
         f"+trainer.v1.sampler.sampler_kwargs.rollout_n={spec.algorithm.group_size}",
         f"+trainer.v1.sampler.sampler_kwargs.max_failed_fraction={MAX_FAILED_FRACTION}",
     ]

@@ -27,11 +27,11 @@ Per trajectory veRL builds one loop instance and calls `run(sampling_params, **r
 Failures. A trajectory that cannot be graded on its merits raises `TrajectoryFailed` out of `run`: the user
 simulator failed after its client's retries (or refused its prompt), or the first prompt is over
 `rollout.prompt_length` (policy text + tools + the simulator's opening message). veRL's v1 worker then marks the
-prompt's group `failure`, and `longhaul.agentloop.sampler.LonghaulReplayBuffer` drops the whole group and refills
-it with a fresh prompt: the group baseline is never computed from survivors. Every other ending is graded and
-trains — including a user who says ###STOP### before the policy spoke (response: one masked token; reward: the
-grade), the limits (turns, response tokens, repeated calls, `max_tool_errors` tool errors) and format errors
-(score 0 as in τ²).
+prompt's group `failure`, and longhaul's replay buffer for the trainer mode (`longhaul.agentloop.sampler`) drops
+the whole group, counts it and refills it with a fresh prompt: the group baseline is never computed from survivors.
+Every other ending is graded and trains — including a user who says ###STOP### before the policy spoke (response:
+one masked token; reward: the grade), the limits (turns, response tokens, repeated calls, `max_tool_errors` tool
+errors) and format errors (score 0 as in τ²).
 
 `extra_fields` carry `turn_scores` (weight·q_k per turn), `reward_extra_info` (`acc` = `outcome`, which veRL
 makes its core validation metric instead of the shaped reward; process, tool-call counts, unknown/unparsable

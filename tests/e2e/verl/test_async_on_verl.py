@@ -127,3 +127,7 @@ def test_staleness_is_in_the_step_metrics_and_on_the_console(async_run):
     assert sorted(spans) == sorted(stale) == list(range(1, STEPS + 1))
     assert max(spans.values()) >= 2 and max(stale.values()) >= 1, (spans, stale)
     assert re.search(r"\[grpo\] step \d+/\d+:.* stale \d+  spans [2-9]", r.out), r.out[-3000:]
+    # longhaul's async replay buffer counts failed groups every step, as the sync one does (none fail here).
+    for name in ("rollout/dropped_groups", "rollout/failed_trajectories"):
+        counts = {m.step: m.value for m in client.get_metric_history(run_id, name)}
+        assert sorted(counts) == list(range(1, STEPS + 1)) and set(counts.values()) == {0}, (name, counts)

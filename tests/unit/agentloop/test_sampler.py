@@ -1,5 +1,6 @@
-"""`LonghaulReplayBuffer`: failed groups are dropped whole, refilled, counted; veRL's own sampling loop runs it
-over the in-memory TransferQueue (`conftest.FakeTQ`)."""
+"""`LonghaulReplayBuffer` (sync) and `LonghaulReplayBufferAsync`: failed groups are dropped whole, refilled,
+counted, and too many stop the run; veRL's own sampling loops run them over the in-memory TransferQueue
+(`conftest.FakeTQ`)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ def put_group(tq, uid: str, sessions: list[bool], step: int = 3) -> None:
     tq.kv_put(key=uid, partition_id="train", tag={"status": "finished" if all(sessions) else "failure"})
 
 
-def make_buffer(refill_fn, **options):
-    from longhaul.agentloop.sampler import LonghaulReplayBuffer
+def make_buffer(refill_fn, mode: str = "sync", **options):
+    """longhaul's buffer for `mode`, as veRL's trainer builds a custom sampler (its generic arguments only)."""
+    from longhaul.agentloop.sampler import LonghaulReplayBuffer, LonghaulReplayBufferAsync
 
-    return LonghaulReplayBuffer(
-        trainer_mode="sync",
+    cls = LonghaulReplayBuffer if mode == "sync" else LonghaulReplayBufferAsync
+    return cls(
+        trainer_mode=mode,
         trainer_config={},
         max_off_policy_threshold=8,
         max_off_policy_strategy="drop",
@@ -102,19 +105,45 @@ def test_validation_groups_are_left_alone(fake_tq):
 
 
 @pytest.mark.parametrize(
-    ("mode", "options", "message"),
+    ("name", "mode", "options", "message"),
     [
-        ("sync", {}, "sampler_kwargs.rollout_n: None; set it to actor_rollout_ref.rollout.n"),
-        ("sync", {"rollout_n": 4, "max_failed": 0.2}, r"unknown keys \['max_failed'\]"),
-        ("sync", {"rollout_n": 4, "max_failed_fraction": 1.5}, "max_failed_fraction: 1.5; expected a number between 0"),
-        ("colocate_async", {"rollout_n": 4}, "serves veRL's sync v1 trainer"),
+        ("LonghaulReplayBuffer", "sync", {}, "sampler_kwargs.rollout_n: None; set it to actor_rollout_ref.rollout.n"),
+        ("LonghaulReplayBuffer", "sync", {"rollout_n": 4, "max_failed": 0.2}, r"unknown keys \['max_failed'\]"),
+        (
+            "LonghaulReplayBuffer",
+            "sync",
+            {"rollout_n": 4, "max_failed_fraction": 1.5},
+            "max_failed_fraction: 1.5; expected a number between 0",
+        ),
+        (
+            "LonghaulReplayBuffer",
+            "colocate_async",
+            {"rollout_n": 4},
+            "serves veRL's sync v1 trainer; .*'colocate_async': set .*custom_sampler.name=LonghaulReplayBufferAsync$",
+        ),
+        ("LonghaulReplayBufferAsync", "separate_async", {"rollout_n": 0}, "sampler_kwargs.rollout_n: 0; set it to"),
+        ("LonghaulReplayBufferAsync", "colocate_async", {"rollout_n": True}, "sampler_kwargs.rollout_n: True; set it"),
+        ("LonghaulReplayBufferAsync", "colocate_async", {"n": 4}, r"unknown keys \['n'\]; valid: max_failed_fraction"),
+        (
+            "LonghaulReplayBufferAsync",
+            "colocate_async",
+            {"rollout_n": 4, "max_failed_fraction": "half"},
+            "max_failed_fraction: 'half'; expected a number between 0",
+        ),
+        (
+            "LonghaulReplayBufferAsync",
+            "sync",
+            {"rollout_n": 4},
+            r"serves veRL's async v1 trainers \(colocate_async, separate_async\); .*'sync': set "
+            r".*custom_sampler.name=LonghaulReplayBuffer$",
+        ),
     ],
 )
-def test_settings_are_checked(mode, options, message):
-    from longhaul.agentloop.sampler import LonghaulReplayBuffer
+def test_settings_are_checked(name, mode, options, message):
+    from longhaul.agentloop import sampler
 
-    with pytest.raises(ValueError, match=message):
-        LonghaulReplayBuffer(
+    with pytest.raises(ValueError, match=message) as refused:
+        getattr(sampler, name)(
             trainer_mode=mode,
             trainer_config={},
             max_off_policy_threshold=8,
@@ -122,6 +151,15 @@ def test_settings_are_checked(mode, options, message):
             sampler_kwargs=options,
             refill_fn=lambda k: k,
         )
+    assert "\n" not in str(refused.value)  # one line
+
+
+@pytest.mark.parametrize("mode", ["sync", "colocate_async"])
+def test_a_buffer_without_verls_refill_is_refused(mode):
+    from longhaul.agentloop.config import sampler_name
+
+    with pytest.raises(ValueError, match=f"^{sampler_name(mode)} needs veRL's refill_fn to replace dropped groups$"):
+        make_buffer(None, mode=mode)
 
 
 def test_rendered_overrides_plug_it_into_verls_trainer(fake_tq, tmp_path):
@@ -163,3 +201,89 @@ def test_refill_without_single_prompt_fetches_says_what_to_set(fake_tq):
 
     with pytest.raises(ValueError, match="sync_refill_failed_groups=true"):
         make_buffer(refill).sample(global_steps=3, partition_id="train", batch_size=2)
+
+
+# The async trainers' buffer: veRL's `ReplayBufferAsync` evicts and refills; longhaul's subclass counts and stops.
+
+
+def test_async_failed_group_is_evicted_by_verl_refilled_and_counted(fake_tq):
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
+
+    put_group(fake_tq, "a", [True, False, True])  # one of three samples failed
+    put_group(fake_tq, "b", [True, True, True])
+    # veRL's own async buffer already evicts the failed group whole (nothing to change there, only to count)
+    builtin = ReplayBufferAsync(
+        trainer_mode="colocate_async",
+        trainer_config={},
+        max_off_policy_threshold=8,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={},
+        refill_fn=lambda k: k,
+    )
+    builtin._sync_metadata_from_transfer_queue()
+    assert builtin._terminal_eviction_reasons(3, "train")[2] == {"a"}
+
+    refills = []
+
+    def refill(k):
+        refills.append(k)
+        put_group(fake_tq, f"r{len(refills)}", [True, True, True])
+        return k
+
+    buffer = make_buffer(refill, mode="colocate_async")
+    batch, metrics = buffer.sample(global_steps=3, partition_id="train", batch_size=2)
+    assert refills == [1]
+    assert sorted({k.split("_")[0] for k in batch.keys}) == ["b", "r1"] and len(batch.keys) == 6
+    assert metrics["rollout/dropped_groups"] == 1 and metrics["rollout/failed_trajectories"] == 1
+    assert metrics["training/rollout_failure/evicted_samples"] == 1
+    assert not any(k.startswith("a") for k in fake_tq.tags["train"])  # the group and its survivors are gone
+
+    # the next batch counts afresh
+    put_group(fake_tq, "c", [True, True, True])
+    _, metrics = buffer.sample(global_steps=4, partition_id="train", batch_size=1)
+    assert metrics["rollout/dropped_groups"] == 0 and metrics["rollout/failed_trajectories"] == 0
+
+
+def test_async_groups_evicted_while_separate_async_waits_are_reported_with_the_next_batch(fake_tq):
+    """separate_async's hybrid switch waits through `wait_for_sampleable` before a step samples, and veRL evicts
+    failed groups there too: they are counted once, with the step's batch."""
+    put_group(fake_tq, "a", [False, False, True])
+    put_group(fake_tq, "b", [True, True, True])
+    fresh = iter(range(100))
+
+    def refill(k):
+        put_group(fake_tq, f"r{next(fresh)}", [True, True, True])
+        return k
+
+    buffer = make_buffer(refill, mode="separate_async")
+    _, waited = buffer.wait_for_sampleable(global_steps=3, partition_id="train", target_count=2)
+    assert waited["training/rollout_failure/evicted_samples"] == 1 and "rollout/dropped_groups" not in waited
+    _, metrics = buffer.sample(global_steps=3, partition_id="train", batch_size=1)
+    assert metrics["rollout/dropped_groups"] == 1 and metrics["rollout/failed_trajectories"] == 2
+    _, metrics = buffer.sample(global_steps=3, partition_id="train", batch_size=1)
+    assert metrics["rollout/dropped_groups"] == 0
+
+
+def test_async_too_many_failed_groups_stop_the_run(fake_tq):
+    put_group(fake_tq, "a", [False, False, False])
+    fresh = iter(range(100))
+
+    def refill(k):  # the simulator is down: every fresh prompt fails too
+        put_group(fake_tq, f"r{next(fresh)}", [False, True, False])
+        return k
+
+    with pytest.raises(
+        RuntimeError, match=r"3 prompt groups failed .* batch of 2 .*max_failed_fraction=0.5.* 7 trajectories"
+    ):
+        make_buffer(refill, mode="colocate_async", max_failed_fraction=0.5).sample(
+            global_steps=3, partition_id="train", batch_size=2
+        )
+
+
+def test_async_validation_groups_are_left_alone(fake_tq):
+    fake_tq.kv_put(key="v", partition_id="val", tag={"is_prompt": True, "status": "failure", "global_steps": 3})
+    fake_tq.kv_put(key="v_0_0", partition_id="val", tag={"status": "success"})
+    batch, metrics = make_buffer(lambda k: pytest.fail("no refill"), mode="colocate_async").sample(
+        global_steps=3, partition_id="val", batch_size=1
+    )
+    assert batch.keys == ["v_0_0"] and "rollout/dropped_groups" not in metrics

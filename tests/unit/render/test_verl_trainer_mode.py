@@ -1,7 +1,7 @@
 """`spec.algorithm.trainer` rendered for veRL: each mode's overrides compose against veRL 0.9.1's real Hydra config,
 pass its `validate_config`, and build veRL's own trainer class for that mode (whose constructor checks the
-mode's settings: separate_async's parameter_sync_step, rollout pool and checkpoint engine) with the replay buffer
-that mode uses."""
+mode's settings: separate_async's parameter_sync_step, rollout pool and checkpoint engine) with longhaul's replay
+buffer for that mode."""
 
 from __future__ import annotations
 
@@ -43,10 +43,12 @@ def test_sync_is_the_default_and_keeps_longhauls_replay_buffer() -> None:
     assert type(trainer.replay_buffer) is LonghaulReplayBuffer
 
 
-def test_colocate_async_renders_its_settings_and_uses_verls_async_buffer() -> None:
+def test_colocate_async_renders_its_settings_and_longhauls_async_buffer() -> None:
+    from omegaconf import OmegaConf
     from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
     from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 
+    from longhaul.agentloop.sampler import LonghaulReplayBufferAsync
     from support.verl_config import validate_verl
 
     exp = spec_variant(
@@ -55,13 +57,23 @@ def test_colocate_async_renders_its_settings_and_uses_verls_async_buffer() -> No
     cfg = validate_verl(_render(exp))
     assert cfg.trainer.v1.trainer_mode == "colocate_async"
     assert cfg.trainer.v1.colocate_async.num_warmup_batches == 1.5
-    assert cfg.trainer.v1.sampler.max_off_policy_threshold == 3
-    assert cfg.trainer.v1.sampler.max_off_policy_strategy == "drop"
-    # longhaul's sampler serves sync only; veRL's async buffer evicts and refills failed groups itself.
-    assert cfg.trainer.v1.sampler.custom_sampler.path is None
+    # veRL's async buffer evicts and refills failed groups itself; longhaul's subclass counts them and stops a run
+    # with too many. No sync_refill_failed_groups: veRL gives custom samplers none of its built-in options, and the
+    # async dataloader fetches one prompt at a time anyway.
+    assert OmegaConf.to_container(cfg.trainer.v1.sampler, resolve=True) == {
+        "max_off_policy_threshold": 3,
+        "max_off_policy_strategy": "drop",
+        "sync_refill_failed_groups": False,
+        "custom_sampler": {"path": "pkg://longhaul.agentloop.sampler", "name": "LonghaulReplayBufferAsync"},
+        "sampler_kwargs": {"rollout_n": exp.spec.algorithm.group_size, "max_failed_fraction": 0.5},
+    }
     trainer = _trainer(cfg)
-    assert type(trainer) is PPOTrainerColocateAsync and type(trainer.replay_buffer) is ReplayBufferAsync
-    assert trainer.replay_buffer.max_off_policy_threshold == 3 and trainer.parameter_sync_step == 1
+    buffer = trainer.replay_buffer
+    assert type(trainer) is PPOTrainerColocateAsync and type(buffer) is LonghaulReplayBufferAsync
+    assert isinstance(buffer, ReplayBufferAsync) and trainer.parameter_sync_step == 1
+    assert (buffer.max_off_policy_threshold, buffer.max_off_policy_strategy) == (3, "drop")
+    assert (buffer.rollout_n, buffer.max_failed_fraction) == (cfg.actor_rollout_ref.rollout.n, 0.5)
+    assert buffer.refill_fn == trainer._add_prompts_to_generate  # veRL's exact refill of evicted groups
 
 
 def test_unbounded_staleness_renders_null_and_wait_renders_wait() -> None:
@@ -77,6 +89,7 @@ def test_unbounded_staleness_renders_null_and_wait_renders_wait() -> None:
 def test_separate_async_gets_its_rollout_pool_and_sync_cadence(hybrid: bool) -> None:
     from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 
+    from longhaul.agentloop.sampler import LonghaulReplayBufferAsync
     from support.verl_config import validate_verl
 
     exp = spec_variant(
@@ -97,6 +110,11 @@ def test_separate_async_gets_its_rollout_pool_and_sync_cadence(hybrid: bool) -> 
     trainer = _trainer(cfg)
     assert type(trainer) is PPOTrainerSeparateAsync and trainer.parameter_sync_step == 2
     assert trainer._enable_hybrid_replicas is hybrid
+    # With the hybrid switch, veRL's constructor also checks that the buffer can wait on its depth.
+    assert (
+        type(trainer.replay_buffer) is LonghaulReplayBufferAsync
+        and trainer.replay_buffer.rollout_n == exp.spec.algorithm.group_size
+    )
 
 
 @pytest.mark.parametrize("level", ["token", "sequence"])
