@@ -38,6 +38,26 @@ def make_buffer(refill_fn, mode: str = "sync", **options):
     )
 
 
+def _assert_dropped_whole_refilled_and_counted(fake_tq, mode: str):
+    """With group "a" failed (one of three samples) and "b" finished: longhaul's buffer for `mode` drops "a" whole,
+    refills one fresh group, trains on "b" and the refill, and counts the drop."""
+    refills = []
+
+    def refill(k):
+        refills.append(k)
+        put_group(fake_tq, f"r{len(refills)}", [True, True, True])
+        return k
+
+    buffer = make_buffer(refill, mode=mode)
+    batch, metrics = buffer.sample(global_steps=3, partition_id="train", batch_size=2)
+    assert refills == [1]
+    assert sorted({k.split("_")[0] for k in batch.keys}) == ["b", "r1"] and len(batch.keys) == 6
+    assert metrics["rollout/dropped_groups"] == 1 and metrics["rollout/failed_trajectories"] == 1
+    assert metrics["training/rollout_failure/evicted_samples"] == 1
+    assert not any(k.startswith("a") for k in fake_tq.tags["train"])  # the group and its survivors are gone
+    return buffer
+
+
 def test_failed_group_with_survivors_is_dropped_whole_and_refilled(fake_tq):
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
@@ -58,19 +78,7 @@ def test_failed_group_with_survivors_is_dropped_whole_and_refilled(fake_tq):
     builtin._sync_metadata_from_transfer_queue()
     assert builtin._sampleable_terminal_keys("train", builtin._terminal_eviction_reasons(3, "train")) == {"a", "b"}
 
-    refills = []
-
-    def refill(k):
-        refills.append(k)
-        put_group(fake_tq, f"r{len(refills)}", [True, True, True])
-        return k
-
-    batch, metrics = make_buffer(refill).sample(global_steps=3, partition_id="train", batch_size=2)
-    assert refills == [1]
-    assert sorted({k.split("_")[0] for k in batch.keys}) == ["b", "r1"] and len(batch.keys) == 6
-    assert metrics["rollout/dropped_groups"] == 1 and metrics["rollout/failed_trajectories"] == 1
-    assert metrics["training/rollout_failure/evicted_samples"] == 1
-    assert not any(k.startswith("a") for k in fake_tq.tags["train"])  # the group and its survivors are gone
+    _assert_dropped_whole_refilled_and_counted(fake_tq, "sync")
 
 
 def test_metrics_are_reported_when_nothing_failed(fake_tq):
@@ -223,20 +231,7 @@ def test_async_failed_group_is_evicted_by_verl_refilled_and_counted(fake_tq):
     builtin._sync_metadata_from_transfer_queue()
     assert builtin._terminal_eviction_reasons(3, "train")[2] == {"a"}
 
-    refills = []
-
-    def refill(k):
-        refills.append(k)
-        put_group(fake_tq, f"r{len(refills)}", [True, True, True])
-        return k
-
-    buffer = make_buffer(refill, mode="colocate_async")
-    batch, metrics = buffer.sample(global_steps=3, partition_id="train", batch_size=2)
-    assert refills == [1]
-    assert sorted({k.split("_")[0] for k in batch.keys}) == ["b", "r1"] and len(batch.keys) == 6
-    assert metrics["rollout/dropped_groups"] == 1 and metrics["rollout/failed_trajectories"] == 1
-    assert metrics["training/rollout_failure/evicted_samples"] == 1
-    assert not any(k.startswith("a") for k in fake_tq.tags["train"])  # the group and its survivors are gone
+    buffer = _assert_dropped_whole_refilled_and_counted(fake_tq, "colocate_async")
 
     # the next batch counts afresh
     put_group(fake_tq, "c", [True, True, True])
