@@ -35,7 +35,7 @@ from longhaul.tiny.recipe import CONFIG_FILE, REPORT_FILE
 from longhaul.tiny.tokenizer import load_chat_template
 
 #: Bump when the recipe changes in a way the key below cannot see (e.g. the training loop).
-RECIPE_VERSION = 6  # 6: calibrated closing decision, decay to zero, deterministic arithmetic; 5: criteria
+RECIPE_VERSION = 6  # 6: gated warm starts, decay to zero, per-machine deterministic arithmetic; 5: criteria
 DEFAULT_OUT_DIR = Path(".cache/longhaul/models")
 POLICY_DIRNAME = "tiny-policy"
 USER_DIRNAME = "tiny-user"
@@ -52,7 +52,7 @@ class TinyBuildError(RuntimeError):
 
 @dataclass(frozen=True)
 class TinyBuildConfig:
-    steps: int = 1600  # warm-start steps of the policy: its habits settle (README "Reproducible across machines?")
+    steps: int = 1600  # most warm-start steps of the policy (it stops at its first check that meets the criteria)
     seed: int = 7
     vocab_size: int = 4096
     max_length: int = 8192
