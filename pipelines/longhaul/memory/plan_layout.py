@@ -20,7 +20,6 @@ from longhaul.spec.placement import trainer_gpu_ids
 #: veRL 0.9.1 defaults the plan relies on when the rendered overrides do not set them (trainer/config/engine/fsdp.yaml;
 #: the weight-sync bucket and the rollout's load format: trainer/config/rollout/rollout.yaml).
 VERL_MODEL_DTYPE = "fp32"
-VERL_COMPUTE_DTYPE = "bfloat16"
 VERL_BUCKET_MEGABYTES = "2048"
 VERL_LOAD_FORMAT = "dummy"
 
@@ -47,7 +46,9 @@ def build_layout(exp: Experiment) -> Layout:
     overrides = render_verl_overrides(exp, Paths.under("run"))
     actor = "actor_rollout_ref.actor.fsdp_config"
     master = _override(overrides, f"{actor}.model_dtype", VERL_MODEL_DTYPE)
-    compute = _override(overrides, f"{actor}.dtype", VERL_COMPUTE_DTYPE)
+    # The FSDP engine computes in `mixed_precision.param_dtype`, which the renderer sets to the spec's dtype
+    # (`longhaul.render.verl.fsdp_mixed_precision`).
+    compute = str(s.policy.dtype)
     reference = _override(overrides, "actor_rollout_ref.ref.fsdp_config.model_dtype", VERL_MODEL_DTYPE)
     rollout = "actor_rollout_ref.rollout"
     bucket_mb = _override(

@@ -120,6 +120,17 @@ def _model_overrides(exp: Experiment, paths: Paths) -> list[str]:
     ]
 
 
+def fsdp_mixed_precision(dtype: str) -> str:
+    """The Hydra value of an FSDP engine's `mixed_precision`: compute in the spec's `policy.dtype`, reduce gradients
+    and keep buffers in fp32 (veRL's own defaults for those two).
+
+    veRL 0.9.1's FSDP engine takes its compute dtype from `mixed_precision.param_dtype` alone and, when that is
+    unset, computes in bf16 (`FSDPEngine._build_fsdp_module`: FSDP's param dtype and the forward's autocast);
+    `fsdp_config.dtype` is read only by its Megatron engine. So a float32 spec trained in bf16 — on a CPU without
+    bf16 instructions (AVX2 only) some six times slower than in fp32, and off the fp32 vLLM rollout's numbers."""
+    return f"{{param_dtype:{dtype},reduce_dtype:fp32,buffer_dtype:fp32}}"
+
+
 def _actor_overrides(exp: Experiment) -> list[str]:
     """The actor's update (PPO clip, KL loss) and the FSDP engine of the actor and the reference."""
     alg, pol = exp.spec.algorithm, exp.spec.policy
@@ -141,7 +152,10 @@ def _actor_overrides(exp: Experiment) -> list[str]:
         # export gathers the sharded DTensors parameter by parameter (`collect_lora_params`), where FSDP1 wraps
         # the whole actor in `summon_full_params` at every weight sync (the fp32 full model beside the shard).
         *(f"{a}.{role}.{key}=fsdp2" for role in ("actor", "ref") for key in ("strategy", "fsdp_config.strategy")),
-        *(f"{a}.{role}.fsdp_config.dtype={pol.dtype}" for role in ("actor", "ref")),
+        *(
+            f"+{a}.{role}.fsdp_config.mixed_precision={fsdp_mixed_precision(str(pol.dtype))}"
+            for role in ("actor", "ref")
+        ),
         f"{a}.ref.log_prob_micro_batch_size_per_gpu={alg.ppo_micro_batch_size_per_gpu}",
     ]
 

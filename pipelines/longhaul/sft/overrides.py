@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from longhaul.layout import Paths
+from longhaul.render.verl import fsdp_mixed_precision
 from longhaul.render.verl import hydra_quote as _q
 from longhaul.spec.models import Experiment
 from longhaul.spec.naming import run_name
@@ -96,7 +97,7 @@ def render_sft_overrides(exp: Experiment, paths: Paths) -> list[str]:
         f"model.enable_gradient_checkpointing={'true' if pol.gradient_checkpointing else 'false'}",
         f"engine.param_offload={'true' if pol.param_offload else 'false'}",
         f"engine.optimizer_offload={'true' if pol.optimizer_offload else 'false'}",
-        f"engine.dtype={'float16' if pol.dtype.value == 'float16' else 'bfloat16'}",
+        f"+engine.mixed_precision={fsdp_mixed_precision(str(pol.dtype))}",
         f"engine.seed={exp.spec.algorithm.seed}",
         f"optim.lr={sft.learning_rate}",
         "optim.lr_scheduler_type=cosine",

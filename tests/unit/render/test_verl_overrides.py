@@ -56,6 +56,16 @@ def test_overrides_compose_and_validate(path: Path) -> None:
     assert {arr.actor.strategy, arr.ref.strategy, arr.actor.fsdp_config.strategy, arr.ref.fsdp_config.strategy} == {
         "fsdp2"
     }
+    # The trainer computes in the spec's dtype: veRL's FSDP engine reads it from `mixed_precision` (bf16 when that is
+    # unset, whatever `fsdp_config.dtype` says), as its engine config dataclass hands it to FSDP and the autocast.
+    import torch
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.utils.torch_dtypes import PrecisionType
+
+    for role in (arr.actor, arr.ref):
+        engine = omega_conf_to_dataclass(role.fsdp_config)
+        assert PrecisionType.to_dtype(engine.mixed_precision["param_dtype"]) == getattr(torch, str(s.policy.dtype))
+        assert PrecisionType.to_dtype(engine.mixed_precision["reduce_dtype"]) == torch.float32
 
 
 @pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])

@@ -119,6 +119,8 @@ def test_overrides_compose_and_build_verl_sft_config(tiny_model_dir, tmp_path):
     assert model_cfg.lora_rank == 16 and model_cfg.tokenizer is not None
     for key in ("engine", "optim", "checkpoint", "profiler"):
         omega_conf_to_dataclass(cfg[key])
+    # The FSDP engine computes in the spec's dtype (its `mixed_precision`; bf16 when unset, whatever `dtype` says).
+    assert omega_conf_to_dataclass(cfg.engine).mixed_precision["param_dtype"] == str(exp.spec.policy.dtype)
     assert OmegaConf.select(cfg, "optim.lr") == exp.spec.sft.learning_rate
 
 
