@@ -3,7 +3,8 @@
 `compute_memory_plan(exp, policy, simulator)` places the components where the launch plan puts them
 (`longhaul.memory.plan_layout`: the simulator's and the evaluation server's GPUs from `longhaul.render.plan`, the
 trainer's dtypes from the rendered veRL overrides), estimates the trainer, and hands over to the GPU plan
-(`longhaul.memory.plan_gpu`: rollout, weight sync, training and evaluation summed per GPU) or, for a CPU spec
+(`longhaul.memory.plan_gpu`: rollout, weight sync, training and evaluation summed per GPU; separate_async's
+standalone rollout GPUs and hybrid replicas in `longhaul.memory.plan_separate`) or, for a CPU spec
 (`resources.gpus_per_node: 0`), to the host plan below (the trainer's host figures only). Figures are per node;
 with several nodes the plan is that of the first node, which also runs the simulator.
 
@@ -14,16 +15,15 @@ actor update's rows in `plan_trainer`.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 from longhaul.memory.estimate import TrainerEstimate, estimate_trainer
 from longhaul.memory.plan_gpu import gpu_plan
-from longhaul.memory.plan_layout import Layout, build_layout, span
+from longhaul.memory.plan_layout import Layout, build_layout
+from longhaul.memory.plan_separate import separate_phases
 from longhaul.memory.plan_trainer import gc_note, plan_title, trainer_rows, training_hint
 from longhaul.memory.plan_values import Issue, MemoryPlan, Phase, Row, gib
 from longhaul.memory.shapes import ModelShape, format_count
 from longhaul.spec.models import Experiment
-from longhaul.spec.placement import rollout_gpu_ids, trainer_gpu_ids
 from longhaul.spec.simulator import Placement
 from longhaul.spec.trainer_mode import TrainerMode
 
@@ -75,31 +75,8 @@ def compute_memory_plan(exp: Experiment, policy: ModelShape, simulator: ModelSha
     header.append(("actor", _actor_line(exp, trainer, lora, lay)))
     if cpu:
         return _cpu_plan(exp, trainer, header, host_capacity)
-    plan = gpu_plan(exp, policy, simulator, trainer, header, lay, host_capacity)
-    return _separate_rollout(exp, plan)
-
-
-def _separate_rollout(exp: Experiment, plan: MemoryPlan) -> MemoryPlan:
-    """separate_async serves rollouts from GPUs of their own, which this plan does not model yet: it says where
-    they are and refuses (a blocking issue) rather than print figures for a layout the job will not have."""
-    t = exp.spec.algorithm.trainer
-    if t.mode != TrainerMode.SEPARATE_ASYNC:
-        return plan
-    rollout = rollout_gpu_ids(exp)
-    hybrid = "also lent to rollouts while the trainer waits" if t.hybrid_rollout else "no rollout replicas"
-    line = (
-        f"separate_async: {span(rollout)} serve rollouts only (algorithm.trainer.rollout_gpus_per_node "
-        f"{t.rollout_gpus_per_node}); trainer {span(trainer_gpu_ids(exp))}: {hybrid}"
-    )
-    issue = Issue(
-        "spec.algorithm.trainer.mode",
-        "the memory plan does not model separate_async yet: its phases place the policy's rollout engine on the "
-        f"trainer's GPUs, while veRL starts standalone rollout replicas on {span(rollout)} "
-        f"({'and hybrid replicas on the trainer GPUs' if t.hybrid_rollout else 'and none on the trainer GPUs'})",
-        "check each rollout GPU's memory by hand (one vLLM engine at policy.rollout.gpu_memory_utilization per "
-        "tensor_parallel_size GPUs); `longhaul submit --ignore-memory-plan` submits anyway",
-    )
-    return replace(plan, header=(*plan.header, ("rollout", line)), issues=(*plan.issues, issue))
+    separate = alg.trainer.mode == TrainerMode.SEPARATE_ASYNC
+    return gpu_plan(exp, policy, simulator, trainer, header, lay, host_capacity, separate_phases if separate else None)
 
 
 def _actor_line(exp: Experiment, t: TrainerEstimate, lora: str, lay: Layout) -> str:

@@ -64,7 +64,8 @@ def estimate_engines(
 
 
 def describe_engines(exp: Experiment, e: Engines, capacity: int) -> list[tuple[str, str]]:
-    """The plan's engine lines: each engine's share and fit, then how the rollout engine sleeps."""
+    """The plan's engine lines: each engine's share and fit (how the rollout engine sleeps depends on the trainer
+    mode: `sleep_line`)."""
     s = exp.spec
     roll, sim = s.policy.rollout, s.user_simulator
     policy_share = (roll.gpu_memory_utilization, roll.tensor_parallel_size, capacity, roll.max_num_seqs)
@@ -74,7 +75,6 @@ def describe_engines(exp: Experiment, e: Engines, capacity: int) -> list[tuple[s
     if e.simulated is not None:
         simulator_share = (sim.gpu_memory_utilization, sim.tensor_parallel_size, capacity, sim.max_num_seqs)
         lines.append(("simulator", _engine_line(e.simulated, *simulator_share)))
-    lines.append(("sleep", _sleep_line(e)))
     return lines
 
 
@@ -93,7 +93,8 @@ def engine_issues(exp: Experiment, e: Engines) -> list[Issue]:
     return issues
 
 
-def _sleep_line(e: Engines) -> str:
+def sleep_line(e: Engines) -> str:
+    """How the rollout engine on the trainer's GPUs sleeps while the trainer runs, and what that frees."""
     rollout, level = e.rollout, e.level
     if not e.sleeps:
         return (

@@ -1,8 +1,8 @@
 """Where the plan's components run and in which dtypes (pure): read from the launch plan and the veRL overrides.
 
-The simulator's and the evaluation server's GPUs come from `longhaul.render.plan`, the trainer's from the spec's
-placement, and the actor's dtypes and the weight sync's settings from the rendered veRL overrides, so the plan
-describes what the job will run (one fact, one place).
+The simulator's and the evaluation server's GPUs come from `longhaul.render.plan`, the trainer's and separate_async's
+rollout GPUs from the spec's placement, and the actor's dtypes and the weight sync's settings from the rendered veRL
+overrides, so the plan describes what the job will run (one fact, one place).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from longhaul.memory.estimate import dtype_bytes
 from longhaul.render.plan import render_policy_server, render_simulator_server
 from longhaul.render.verl import render_verl_overrides
 from longhaul.spec.models import Experiment
-from longhaul.spec.placement import trainer_gpu_ids
+from longhaul.spec.placement import rollout_gpu_ids, trainer_gpu_ids
 
 #: veRL 0.9.1 defaults the plan relies on when the rendered overrides do not set them (trainer/config/engine/fsdp.yaml;
 #: the weight-sync bucket and the rollout's load format: trainer/config/rollout/rollout.yaml).
@@ -38,6 +38,7 @@ class Layout:
     reference_size: int
     bucket: int  # the weight sync's bucket in bytes
     base_sync: bool  # the first sync sends the base weights too (LoRA on an engine started on dummy weights)
+    rollout: tuple[int, ...] = ()  # separate_async's standalone rollout GPUs (none in the other modes)
 
 
 def build_layout(exp: Experiment) -> Layout:
@@ -73,6 +74,7 @@ def build_layout(exp: Experiment) -> Layout:
         dtype_bytes(reference),
         int(bucket_mb) << 20,
         dummy and s.policy.lora.rank > 0,
+        () if cpu else tuple(rollout_gpu_ids(exp)),
     )
 
 

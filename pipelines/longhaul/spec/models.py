@@ -32,7 +32,7 @@ from longhaul.spec.seeds import parse_seed_list
 from longhaul.spec.sft import SFTSpec
 from longhaul.spec.simulator import GpuShare, Placement, SimulatorSpec
 from longhaul.spec.tracking import TrackingSpec
-from longhaul.spec.trainer_mode import check_trainer_devices
+from longhaul.spec.trainer_mode import check_trainer_devices, check_trainer_lora
 
 
 class Stage(StrEnum):
@@ -111,6 +111,7 @@ class ExperimentSpec(SpecModel):
     def _check_gpus(self) -> None:
         res, sim, roll = self.resources, self.user_simulator, self.policy.rollout
         gpus = res.gpus_per_node
+        check_trainer_lora(self.algorithm.trainer, self.policy.lora.rank)
         if gpus == 0:
             check_trainer_devices(self.algorithm.trainer, gpus, gpus, roll.tensor_parallel_size)
             self._check_cpu_platform()

@@ -193,3 +193,17 @@ def check_trainer_devices(trainer: TrainerSpec, gpus_per_node: int, trainer_gpus
             f"rollout_gpus_per_node ({rollout}) must be a multiple of policy.rollout.tensor_parallel_size "
             f"({rollout_tp}): each rollout replica takes that many GPUs",
         )
+
+
+def check_trainer_lora(trainer: TrainerSpec, lora_rank: int) -> None:
+    """separate_async with LoRA is refused: veRL 0.9.1's sync to the standalone rollout replicas exports the base
+    weights only (`get_per_tensor_param()` without `base_sync_done`, so `collect_lora_params` skips the `lora_`
+    tensors; workers/engine_workers.py:764, utils/fsdp_utils.py:761-774): the replicas would keep generating with
+    the untrained base model while the trainer updates the adapters."""
+    if trainer.mode == TrainerMode.SEPARATE_ASYNC and lora_rank > 0:
+        raise FieldError(
+            "algorithm.trainer.mode",
+            f"separate_async with LoRA (policy.lora.rank {lora_rank}): veRL 0.9.1 syncs only the base weights to "
+            "the standalone rollout replicas, which would never generate with the trained adapters; use "
+            "colocate_async, or policy.lora.rank: 0",
+        )

@@ -100,6 +100,25 @@ def test_submit_refuses_and_writes_nothing_unless_ignored(tmp_path: Path, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l40s.yaml"]  # a dry run writes nothing either
 
 
+def test_submit_takes_a_separate_async_spec_whose_gpus_fit(tmp_path: Path, monkeypatch) -> None:
+    """The plan models separate_async's rollout GPUs: a layout that fits is submitted without
+    --ignore-memory-plan, and `plan` prints the standalone replicas' phases."""
+    doc = yaml.safe_load((SPECS_DIR / "lata.yaml").read_text())
+    doc["spec"]["resources"]["gpus_per_node"] = 8
+    doc["spec"]["user_simulator"]["gpu_share"] = "dedicated"
+    doc["spec"]["algorithm"]["trainer"] = {"mode": "separate_async", "rollout_gpus_per_node": 2}
+    doc["spec"]["policy"]["lora"] = {"rank": 0}  # separate_async with LoRA is refused by the spec
+    path = tmp_path / "separate.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["plan", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "weight sync: trainer → standalone replicas" in res.stdout and "DOES NOT FIT" not in res.stdout
+    res = CliRunner().invoke(app, ["submit", str(path), "--backend", "slurm", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("#!/bin/bash") and "memory plan" not in res.stderr
+
+
 def test_a_missing_local_model_skips_the_check_with_a_hint(tmp_path: Path, monkeypatch) -> None:
     """The smoke spec before `longhaul tiny build`: validate and submit go on, and say why there is no plan."""
     path = tmp_path / "smoke.yaml"

@@ -150,7 +150,7 @@ def test_unknown_model_without_a_local_config(tmp_path: Path) -> None:
     assert local.hidden_size == 64
 
 
-PURE = ["shapes", "gpus", "estimate", "sync", "plan"]
+PURE = ["shapes", "gpus", "estimate", "sync", "sync_nccl", "plan", "plan_separate"]
 IO_MODULES = {
     "os",
     "pathlib",

@@ -106,11 +106,23 @@ def test_separate_async_is_refused_on_the_cpu_platform() -> None:
     assert "use colocate_async on CPU" in message and "'naive'" in message
 
 
+def test_separate_async_with_lora_is_refused() -> None:
+    """veRL 0.9.1 syncs the base weights only to separate_async's standalone replicas: LoRA would never reach them."""
+    layout = {"resources__gpus_per_node": 8, "user_simulator__gpu_share": "dedicated"}
+    separate = {"mode": "separate_async", "rollout_gpus_per_node": 2}
+    path, message, _ = _problem("lata", separate, **layout)
+    assert path == "spec.algorithm.trainer.mode" and "syncs only the base weights" in message
+    assert "use colocate_async, or policy.lora.rank: 0" in message
+    assert _parse("lata", separate, policy__lora={"rank": 0}, **layout).spec.policy.lora.rank == 0
+    assert _parse("lata", {"mode": "colocate_async"}).spec.policy.lora.rank == 16
+
+
 def test_separate_async_must_leave_the_trainer_a_gpu() -> None:
     # lata: 2 GPUs per node; a dedicated TP-1 simulator would take one, the rollout the other.
     path, message, _ = _problem(
         "lata",
         {"mode": "separate_async", "rollout_gpus_per_node": 1},
+        policy__lora={"rank": 0},  # separate_async with LoRA is refused (test below)
         user_simulator__gpu_share="dedicated",
         user_simulator__tensor_parallel_size=1,
     )
@@ -121,6 +133,7 @@ def test_separate_async_rollout_gpus_hold_whole_engines() -> None:
     path, message, _ = _problem(
         "lata",
         {"mode": "separate_async", "rollout_gpus_per_node": 3},
+        policy__lora={"rank": 0},  # separate_async with LoRA is refused (test below)
         resources__gpus_per_node=8,
         policy__rollout__tensor_parallel_size=2,
     )
@@ -143,6 +156,7 @@ def test_separate_async_splits_the_node_between_trainer_rollout_and_simulator() 
     exp = _parse(
         "lata",
         {"mode": "separate_async", "rollout_gpus_per_node": 2},
+        policy__lora={"rank": 0},  # separate_async with LoRA is refused (test below)
         resources__gpus_per_node=8,
         user_simulator__gpu_share="dedicated",
         user_simulator__tensor_parallel_size=2,
