@@ -12,7 +12,6 @@ project venv (`make install`; $LONGHAUL_VLLM_PYTHON names another interpreter).
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import socket
@@ -30,8 +29,8 @@ from .conftest import REPO, TERMINAL, cancel_quietly, job_info, longhaul, wait_j
 pytestmark = [pytest.mark.slurm, pytest.mark.demo, pytest.mark.slow]
 
 RUN_TIMEOUT_S = float(os.environ.get("LONGHAUL_SLURM_SMOKE_TIMEOUT_S", "1500"))
-#: Signal lead of the time-limit test. veRL has no "save now" hook: on the pre-limit SIGUSR1 the launcher stops
-#: the trainer and the job requeues from the newest periodic checkpoint (save_freq: 1 in the smoke spec).
+#: Signal lead of the job (`--signal=B:USR1@600`). veRL has no "save now" hook: on the pre-limit SIGUSR1 the launcher
+#: stops the trainer and the job requeues from the newest periodic checkpoint (save_freq: 1 in the smoke spec).
 LEAD_S = 600
 #: The per-step console line the launcher prints from veRL's metrics.
 STEP_LINE = r"\[grpo\] step (\d+)/\d+:"
@@ -128,10 +127,11 @@ SHORT = {
 }
 
 
-#: Steps of the job. Slurm signals within ~30-60 s of the time-limit change made after step 1, and a two-node step
-#: at the short horizon takes 8-25 s (CI measured 24 s for step 1, then 9 s a step): ten steps keep training
-#: under way when the signal arrives (a signal during evaluation also requeues: tests/unit/launcher/test_launch.py).
-STEPS = 10
+#: Steps of the job. The test signals the batch shell right after step 1's checkpoint, and a two-node step at the
+#: short horizon takes 9-30 s (Intel and AMD CI machines): four steps keep training under way when the signal lands
+#: and leave the requeued attempt steps to resume (a signal during evaluation also requeues:
+#: tests/unit/launcher/test_launch.py).
+STEPS = 4
 RAY_UP = re.compile(r"longhaul: Ray cluster at (\S+): (\d+) of (\d+) nodes up \(([^)]*)\)")
 RANK_LINE = re.compile(r"longhaul cpu platform: gloo rank (\d+)/(\d+) on Ray node (\w+)")
 
@@ -147,7 +147,8 @@ def test_two_node_job_signalled_before_its_time_limit_requeues_and_resumes_one_c
     the second (token authentication, token file in the shared run directory), runs the launcher on the head
     node, and veRL's `main_ppo` attaches to that cluster and trains one rank per node over gloo.
 
-    Slurm's pre-limit signal stops the job with its state saved (exit 75), Slurm requeues it, the requeued job
+    The pre-limit signal (`scancel --batch --signal=USR1`, the signal Slurm sends before the time limit) stops the
+    job with its state saved (exit 75), Slurm requeues it, the requeued job
     brings the Ray cluster up again, and the attempt resumes from the newest checkpoint into the same MLflow run and
     finishes: training, then evaluation of the two-rank checkpoint.
 
@@ -183,21 +184,20 @@ def test_two_node_job_signalled_before_its_time_limit_requeues_and_resumes_one_c
         first_run_id = wait_first_checkpoint(job_id, run_dir, RUN_TIMEOUT_S)
         first_ranks = _ranks(grpo_log.read_text(errors="replace"))
         before = _latest_step(run_dir)
-        # Bring the time limit to within the lead: Slurm sends the pre-limit USR1 at its next check (≈ 30 s).
-        runtime = wait_job(job_id, lambda i: "RunTime" in i, 300, "an scontrol answer")["RunTime"]
-        h, m, s = (int(x) for x in runtime.split("-")[-1].split(":"))
-        minutes = math.ceil((h * 3600 + m * 60 + s) / 60) + LEAD_S // 60 - 1
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"], check=True, timeout=30)
+        # The pre-limit signal, delivered now: Slurm sends the batch shell the job's `--signal=B:USR1` (what it does
+        # `signal_lead_s` before the time limit; that Slurm does so on its own is test_slurm_mechanics.py's
+        # test_time_limit_signal_checkpoints_requeues_and_resumes, with the same rendered script). Sent directly, it
+        # lands while step 2 trains instead of at Slurm's next time-limit check, 30-60 s and several steps later.
+        subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True, timeout=30)
         wait_job(
             job_id,
             lambda i: int(i.get("Restarts", "0")) >= 1 or i.get("JobState") in TERMINAL,
-            LEAD_S + 300,
+            300,
             "the requeue after the pre-limit signal",
             record,
         )
         # The requeued attempt needs minutes (Ray, servers, veRL) before it can save anything: the resume point.
         saved = _latest_step(run_dir)
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=30"], capture_output=True, timeout=30)
         info = wait_job(job_id, lambda i: i.get("JobState") in TERMINAL, RUN_TIMEOUT_S, "a terminal state", record)
     finally:
         cancel_quietly(job_id if job_info(job_id).get("JobState", "") not in TERMINAL else None)
