@@ -98,6 +98,7 @@ def test_separate_async_gets_its_rollout_pool_and_sync_cadence(hybrid: bool) -> 
         algorithm__train_batch_size=8,
         algorithm__ppo_mini_batch_size=4,
         algorithm__trainer={"mode": "separate_async", "rollout_gpus_per_node": 2, "hybrid_rollout": hybrid},
+        policy__lora={"rank": 0},  # separate_async with LoRA is refused by the spec
     )
     cfg = validate_verl(_render(exp))
     arr = cfg.actor_rollout_ref
