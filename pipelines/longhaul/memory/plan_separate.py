@@ -111,7 +111,6 @@ def separate_phases(node: Node, policy: ModelShape, host_capacity: int) -> NodeP
         estimate_checkpoint_sync(
             policy,
             world=lay.world,
-            lora_rank=pol.lora.rank,
             master_size=lay.master_size,
             shards=node.t.params,
             param_offload=pol.param_offload,
@@ -182,7 +181,7 @@ def _sync_phase(sep: _Separate) -> Phase:
     if not pol.optimizer_offload:
         rows.append(node.row("actor AdamW states (optimizer_offload off)", t.optimizer, lay.trainer))
     if e.sleeps:
-        weights = e.rollout.weights + e.rollout.lora_slot + e.rollout.asleep
+        weights = e.rollout.weights + e.rollout.asleep  # full weights only: no adapter slot (check_trainer_lora)
         rows.append(node.row("policy vLLM (standalone) weights (KV cache freed for the sync)", weights, sep.rollout))
     else:
         label = "policy rollout vLLM (standalone), whole share (free_cache_engine off)"
@@ -192,7 +191,6 @@ def _sync_phase(sep: _Separate) -> Phase:
     hybrid_moved = node.engine_moved if sep.hybrid else 0
     host = node.local_ranks * (cs.sender.host + optimizer) + node.reference_host + sep.pi_old(1) + hybrid_moved
     notes = [*step_notes(cs.sender), "the rollout GPUs' vLLM workers load each tensor in place (not counted)"]
-    # No LoRA case: the spec refuses separate_async with LoRA (`longhaul.spec.trainer_mode.check_trainer_lora`).
     title = "weight sync: trainer → standalone replicas (NCCL checkpoint engine)"
     return node.phase("sync", title, rows, sep.grpo, host, tuple(notes))
 

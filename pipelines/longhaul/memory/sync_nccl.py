@@ -13,9 +13,10 @@ actor's tensors to every rollout GPU. Paths are relative to the installed `verl/
   (workers/engine_workers.py:764): full fine-tuning streams full tensors gathered one by one in the master dtype, as
   the colocated sync does (`longhaul.memory.sync`: two consecutive tensors in flight, plus a shard copy with
   param_offload), chunked into the buffers (`split_weight_chunks`, base.py:565-591; a tensor larger than the bucket is
-  sent in pieces). With LoRA, `base_sync_done` defaults to false (workers/engine/fsdp/transformer_impl.py:977): the
-  shards are loaded onto the GPU and `collect_lora_params` moves the module to the host and gathers every base tensor
-  there, skipping the adapters (utils/fsdp_utils.py:761-774) — at every sync, not only the first.
+  sent in pieces). Full fine-tuning only: with LoRA, `base_sync_done` defaults to false
+  (workers/engine/fsdp/transformer_impl.py:977) and `collect_lora_params` sends the base weights without the adapters
+  (utils/fsdp_utils.py:761-774), so the spec refuses separate_async with LoRA
+  (`longhaul.spec.trainer_mode.check_trainer_lora`).
 - Every rollout GPU: the replica's `CheckpointEngineWorker`, a process of its own beside the vLLM worker
   (checkpoint_engine/base.py:304-374; its CUDA context and NCCL communicator stay once made), holds the same two
   buffers (nccl_checkpoint_engine.py:172-173), copies each received tensor into the vLLM worker through
@@ -48,37 +49,25 @@ def estimate_checkpoint_sync(
     shape: ModelShape,
     *,
     world: int,
-    lora_rank: int,
     master_size: int,
     shards: int,
     param_offload: bool,
     bucket: int,
 ) -> CheckpointSync:
-    """The rule of the module docstring. `shards`: a trainer rank's parameter shards (master dtype); `bucket`:
-    bytes (update_weights_bucket_megabytes)."""
+    """The rule of the module docstring (full fine-tuning). `shards`: a trainer rank's parameter shards (master
+    dtype); `bucket`: bytes (update_weights_bucket_megabytes)."""
     mib = bucket >> 20
     buffers = (f"checkpoint-engine send/receive buffers (2 × {mib} MiB)", 2 * bucket)
     kept = (("actor parameters (param_offload off: stay on the GPU)", shards),) if not param_offload else ()
     sizes = tuple(n * master_size for n in export_elements(shape))
     dtype = f"fp{8 * master_size}"
-    if lora_rank <= 0:
-        flight = in_flight_bytes(sizes, world=world, shard_copy=param_offload)
-        copy = " + the gathered tensor's shard copy" if param_offload else ""
-        step = SyncStep(
-            "export: full tensors gathered one by one, chunked through the buffers",
-            (*kept, buffers, (f"gathered tensors in flight (2 consecutive {dtype}{copy})", flight)),
-        )
-        sender = SyncEstimate((step,), bucket, flight, 0, 0, shards if param_offload else 0, 0)
-    else:
-        gather = SyncStep(
-            "gather: the shards loaded onto the GPU, then moved to the host to gather the base weights",
-            (("actor parameters (loaded onto the GPU for the export)", shards), buffers),
-        )
-        send = SyncStep("send: the host tensors chunked through the buffers", (*kept, buffers))
-        # The whole base model is gathered on the host by every rank at every sync; the module itself is on the
-        # host meanwhile (moved for the gather, or offloaded).
-        base = shape.total_params() * master_size
-        sender = SyncEstimate((gather, send), bucket, 0, 0, base, shards, 0)
+    flight = in_flight_bytes(sizes, world=world, shard_copy=param_offload)
+    copy = " + the gathered tensor's shard copy" if param_offload else ""
+    step = SyncStep(
+        "export: full tensors gathered one by one, chunked through the buffers",
+        (*kept, buffers, (f"gathered tensors in flight (2 consecutive {dtype}{copy})", flight)),
+    )
+    sender = SyncEstimate((step,), bucket, flight, 0, 0, shards if param_offload else 0, 0)
     largest = max(sizes)
     receiver = (
         (f"checkpoint-engine receive buffers (2 × {mib} MiB)", 2 * bucket),

@@ -15,6 +15,7 @@ from longhaul.memory.shapes import BUILTIN_CONFIGS, builtin_shape
 from longhaul.memory.sync import adapter_elements, export_elements
 from longhaul.spec import load_spec
 from longhaul.spec.serving import ModelRef
+from support.memory_plans import plan_phase, plan_row
 from support.specs import SPECS_DIR, spec_variant
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -22,16 +23,6 @@ ROOT = Path(__file__).resolve().parents[3]
 GPU_SPECS = sorted(p.stem for p in SPECS_DIR.glob("*.yaml") if load_spec(p).spec.resources.gpus_per_node > 0)
 POLICY = builtin_shape("Qwen/Qwen2.5-7B-Instruct")
 SIMULATOR = builtin_shape("Qwen/Qwen2.5-72B-Instruct-AWQ")
-
-
-def _phase(plan, name):
-    (phase,) = [p for p in plan.phases if p.name == name]
-    return phase
-
-
-def _row(phase, prefix: str):
-    (row,) = [r for r in phase.rows if r.label.startswith(prefix)]
-    return row
 
 
 @pytest.mark.parametrize("stem", GPU_SPECS)
@@ -50,7 +41,7 @@ def test_the_smoke_spec_fits_on_the_host() -> None:
     plan = load_memory_plan(exp, cwd=ROOT)
     assert plan.issues == ()
     assert [p.name for p in plan.phases if p.applies] == ["training"]
-    training = _phase(plan, "training")
+    training = plan_phase(plan, "training")
     assert training.columns == ("host",) and training.capacity == 8 * GiB and training.fits
     text = render_memory_plan(plan)
     assert "rollout: does not apply (CPU run: resources.gpus_per_node is 0)" in text
@@ -59,21 +50,21 @@ def test_the_smoke_spec_fits_on_the_host() -> None:
 
 def test_prm_lite_lata_components_and_phases() -> None:
     plan = compute_memory_plan(load_spec(SPECS_DIR / "prm_lite_lata.yaml"), POLICY, SIMULATOR)
-    rollout, sync, training, evaluation = (_phase(plan, n) for n in ("rollout", "sync", "training", "evaluation"))
+    rollout, sync, training, evaluation = (plan_phase(plan, n) for n in ("rollout", "sync", "training", "evaluation"))
     # vLLM pre-allocates its whole share: 0.4 and 0.5 of 80 GiB on both GPUs (the simulator is TP 2 on GPUs 0-1).
-    assert _row(rollout, "user simulator").values == (32 * GiB, 32 * GiB)
-    assert _row(rollout, "policy rollout").values == (40 * GiB, 40 * GiB)
+    assert plan_row(rollout, "user simulator").values == (32 * GiB, 32 * GiB)
+    assert plan_row(rollout, "policy rollout").values == (40 * GiB, 40 * GiB)
     # param_offload / optimizer_offload: nothing of the actor stays during rollout.
     assert not [r for r in rollout.rows if r.label.startswith("actor")]
     # Training: the engine sleeps (context and graphs stay), the simulator does not.
-    asleep = _row(training, "policy vLLM asleep (level 1")
+    asleep = plan_row(training, "policy vLLM asleep (level 1")
     assert 0 < asleep.values[0] < 2 * GiB
-    assert _row(training, "user simulator").values == (32 * GiB, 32 * GiB)
-    assert _row(training, "reference: the actor with adapters off").values == (0, 0)
-    params = _row(training, "actor parameters").values[0]
+    assert plan_row(training, "user simulator").values == (32 * GiB, 32 * GiB)
+    assert plan_row(training, "reference: the actor with adapters off").values == (0, 0)
+    params = plan_row(training, "actor parameters").values[0]
     assert params == (POLICY.total_params() + POLICY.lora_params(16, "all-linear")) * 4 // 2
     # The evaluation server runs on GPU 0 only (TP 1).
-    assert _row(evaluation, "evaluation policy").values == (40 * GiB, 0)
+    assert plan_row(evaluation, "evaluation policy").values == (40 * GiB, 0)
     assert sync.totals()[0] < rollout.totals()[0]
     assert rollout.host > 0 and training.host > 0  # offloaded shards; level-1 sleep keeps weights in host RAM
 
@@ -84,7 +75,7 @@ def test_over_capacity_names_the_phase_and_field() -> None:
     fields = {i.field for i in plan.blocking}
     assert "spec.algorithm.ppo_micro_batch_size_per_gpu" in fields  # training
     assert "spec.user_simulator.gpu_memory_utilization" in fields  # 72B AWQ does not fit in 0.4 × 45 GiB
-    assert not _phase(plan, "training").fits and "OVER" in _phase(plan, "training").verdicts()
+    assert not plan_phase(plan, "training").fits and "OVER" in plan_phase(plan, "training").verdicts()
     text = render_memory_plan(plan)
     assert "DOES NOT FIT spec.algorithm.ppo_micro_batch_size_per_gpu: the training phase needs more than" in text
 
@@ -118,19 +109,19 @@ def test_unknown_gpu_type_is_a_warning_and_assumes_80_gib() -> None:
 def test_dedicated_and_external_simulators() -> None:
     dedicated = spec_variant("lata", resources__gpus_per_node=4, user_simulator__gpu_share="dedicated")
     plan = compute_memory_plan(dedicated, POLICY, SIMULATOR)
-    sim = _row(_phase(plan, "rollout"), "user simulator").values
-    engine = _row(_phase(plan, "rollout"), "policy rollout").values
+    sim = plan_row(plan_phase(plan, "rollout"), "user simulator").values
+    engine = plan_row(plan_phase(plan, "rollout"), "policy rollout").values
     assert [v > 0 for v in sim] == [False, False, True, True]
     assert [v > 0 for v in engine] == [True, True, False, False]
     external = spec_variant("lata", user_simulator__placement="external", user_simulator__url="http://sim:8001/v1")
     plan = compute_memory_plan(external, POLICY, None)
-    assert not [r for r in _phase(plan, "training").rows if r.label.startswith("user simulator")]
+    assert not [r for r in plan_phase(plan, "training").rows if r.label.startswith("user simulator")]
 
 
 def test_full_finetune_gets_a_separate_reference_on_the_host() -> None:
     plan = compute_memory_plan(spec_variant("lata", policy__lora__rank=0), POLICY, SIMULATOR)
-    training = _phase(plan, "training")
-    ref = _row(training, "reference log-prob step")
+    training = plan_phase(plan, "training")
+    ref = plan_row(training, "reference log-prob step")
     assert not ref.counted and ref.values[0] > 0
     assert "sleep" in dict(plan.engines) and "level 2" in dict(plan.engines)["sleep"]
 
@@ -183,11 +174,11 @@ def test_free_cache_engine_off_keeps_the_engine_in_training() -> None:
     """veRL's rollout.free_cache_engine=false: the engine never sleeps, its whole share counts in training."""
     asleep = compute_memory_plan(spec_variant("lata"), POLICY, SIMULATOR)
     awake = compute_memory_plan(spec_variant("lata", policy__rollout__free_cache_engine=False), POLICY, SIMULATOR)
-    engine = _row(_phase(asleep, "rollout"), "policy rollout").values[0]
-    assert _row(_phase(awake, "training"), "policy rollout vLLM, never asleep").values[0] == engine
-    assert _row(_phase(awake, "sync"), "policy rollout vLLM, never asleep").values[0] == engine
-    slept = _row(_phase(asleep, "training"), "policy vLLM asleep").values[0]
-    assert _phase(awake, "training").totals()[0] - _phase(asleep, "training").totals()[0] == engine - slept
+    engine = plan_row(plan_phase(asleep, "rollout"), "policy rollout").values[0]
+    assert plan_row(plan_phase(awake, "training"), "policy rollout vLLM, never asleep").values[0] == engine
+    assert plan_row(plan_phase(awake, "sync"), "policy rollout vLLM, never asleep").values[0] == engine
+    slept = plan_row(plan_phase(asleep, "training"), "policy vLLM asleep").values[0]
+    assert plan_phase(awake, "training").totals()[0] - plan_phase(asleep, "training").totals()[0] == engine - slept
     assert "off (policy.rollout.free_cache_engine: false)" in render_memory_plan(awake)
 
 
@@ -203,12 +194,12 @@ def test_the_originals_measured_peak_is_covered_by_its_plan() -> None:
         user_simulator__url="http://sim:8001/v1",
         policy__rollout__free_cache_engine=False,
     )
-    training = _phase(compute_memory_plan(exp, POLICY, None), "training")
+    training = plan_phase(compute_memory_plan(exp, POLICY, None), "training")
     total = training.totals()[0]
     for unit in (10**9, GiB):
         assert 1.0 <= total / (73.2 * unit) <= 1.15, (total / GiB, unit)
-    assert _row(training, "policy rollout vLLM, never asleep").values[0] == 40 * GiB  # the published vLLM pool
-    assert abs(_row(training, "actor parameters").values[0] / (14 * 10**9) - 1) < 0.15  # "FSDP all-gather 14 GB"
+    assert plan_row(training, "policy rollout vLLM, never asleep").values[0] == 40 * GiB  # the published vLLM pool
+    assert abs(plan_row(training, "actor parameters").values[0] / (14 * 10**9) - 1) < 0.15  # "FSDP all-gather 14 GB"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -225,11 +216,11 @@ def test_the_export_order_covers_every_parameter(name: str) -> None:
 
 def test_lora_sync_peaks_while_the_shards_gather_the_adapters() -> None:
     plan = compute_memory_plan(load_spec(SPECS_DIR / "prm_lite_lata.yaml"), POLICY, SIMULATOR)
-    sync, training = _phase(plan, "sync"), _phase(plan, "training")
-    shards = _row(training, "actor parameters").values
-    assert _row(sync, "actor parameters (loaded onto the GPU to gather the adapters)").values == shards
+    sync, training = plan_phase(plan, "sync"), plan_phase(plan, "training")
+    shards = plan_row(training, "actor parameters").values
+    assert plan_row(sync, "actor parameters (loaded onto the GPU to gather the adapters)").values == shards
     # One fp32 adapter tensor at a time: the largest is gate/up's lora_B (18944 × 16) or down's lora_A.
-    assert _row(sync, "adapter tensor in flight").values == (18944 * 16 * 4,) * 2
+    assert plan_row(sync, "adapter tensor in flight").values == (18944 * 16 * 4,) * 2
     notes = "\n".join(sync.notes)
     assert "other step: send: the bucket, the vLLM worker's two copies of the adapters: 2.30 GiB" in notes
     # LoRA renders load_format: auto, so vLLM loads the base itself: no sync gathers the fp32 base model on the
@@ -240,14 +231,14 @@ def test_lora_sync_peaks_while_the_shards_gather_the_adapters() -> None:
 
 def test_full_weight_sync_books_the_bucket_and_two_consecutive_tensors() -> None:
     plan = compute_memory_plan(spec_variant("lata", policy__lora__rank=0), POLICY, SIMULATOR)
-    sync = _phase(plan, "sync")
+    sync = plan_phase(plan, "sync")
     # FSDP2 without LoRA skips the staging: with param_offload the shards stay on the host.
     assert not [r for r in sync.rows if r.label.startswith("actor parameters")]
-    assert _row(sync, "weight-sync bucket (update_weights_bucket_megabytes 2048)").values[0] == 2 * GiB
+    assert plan_row(sync, "weight-sync bucket (update_weights_bucket_megabytes 2048)").values[0] == 2 * GiB
     head = POLICY.vocab_size * POLICY.hidden_size * 4
     # final norm + lm_head + the GPU copy of lm_head's half shard (the embeddings come first, with no partner)
     expected = POLICY.hidden_size * 4 + head + head // 2
-    assert _row(sync, "gathered tensors in flight").values[0] == expected
+    assert plan_row(sync, "gathered tensors in flight").values[0] == expected
     assert not [n for n in sync.notes if "base" in n]
 
 
@@ -264,7 +255,7 @@ def test_sync_settings_come_from_the_rendered_overrides(monkeypatch: pytest.Monk
         ]
 
     monkeypatch.setattr(plan_module, "render_verl_overrides", with_sync_settings)
-    sync = _phase(compute_memory_plan(load_spec(SPECS_DIR / "prm_lite_lata.yaml"), POLICY, SIMULATOR), "sync")
+    sync = plan_phase(compute_memory_plan(load_spec(SPECS_DIR / "prm_lite_lata.yaml"), POLICY, SIMULATOR), "sync")
     notes = "\n".join(sync.notes)
     # the send step: the 4 GiB bucket and the vLLM worker's two fp32 copies of the 40.4 M adapter elements
     assert "copies of the adapters: 4.30 GiB (weight-sync bucket (update_weights_bucket_megabytes 4096) 4.00;" in notes
