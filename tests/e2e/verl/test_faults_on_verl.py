@@ -9,8 +9,9 @@ a user simulator that misbehaves per task (`support.fault_user_sim`):
 * every later one answers normally.
 
 One trainer run for the module (a step with refills); the tests read what it left: MLflow (veRL's own metrics and
-the replay buffer's accounting), the rollout traces, the requests the simulator received (seeds), the checkpoint.
-Needs the tiny policy (`longhaul tiny build`); no vLLM. A few minutes on a 2-core machine.
+the replay buffer's accounting), the rollout traces, the requests the simulator received (seeds), the checkpoint,
+and the weights veRL's vLLM rollout served at each sync (full-weight training: `support.vllm_sync_probe`).
+Needs the tiny policy (`longhaul tiny build`). A few minutes on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import pytest
 import yaml
 
 from support.fault_user_sim import Fault
+from support.vllm_sync_probe import read_sync_log, sync_probe_env, weights_sum
 
-from .conftest import SPEC, run_grpo_stage
+from .conftest import ROOT, SPEC, run_grpo_stage
 
 pytestmark = [pytest.mark.verl, pytest.mark.demo, pytest.mark.slow]
 
@@ -37,6 +39,8 @@ BATCH = 2
 #: exactly four tasks (two dropped, then the ###STOP### one and a normal one, which make the batch).
 FAULTS = [Fault.SERVER_ERROR, Fault.OVERLONG, Fault.STOP_AT_ONCE]
 FAILING = {Fault.SERVER_ERROR: "user_simulator_error", Fault.OVERLONG: "prompt_over_budget"}
+#: Where tests/support/vllm_sync_probe.py records what the actor sent and veRL's vLLM rollout served at each sync.
+SYNC_LOG = "sync.jsonl"
 
 
 def _spec_doc(sim_url: str) -> dict:
@@ -62,7 +66,10 @@ def _spec_doc(sim_url: str) -> dict:
 @pytest.fixture(scope="module")
 def faulty_run(tmp_path_factory):
     """One `longhaul run --stage grpo` against the fault-injecting simulator; returns a namespace of results."""
-    return run_grpo_stage(tmp_path_factory.mktemp("verl_faults"), TRAIN + TEST, FAULTS, _spec_doc)
+    base = tmp_path_factory.mktemp("verl_faults")
+    r = run_grpo_stage(base, TRAIN + TEST, FAULTS, _spec_doc, extra_env=sync_probe_env(base / SYNC_LOG))
+    r.sync_log = base / SYNC_LOG
+    return r
 
 
 def _log_tail(r, n: int = 6000) -> str:
@@ -183,3 +190,19 @@ def test_checkpoint_of_step_1_saved(faulty_run):
     assert saved_steps(ckpt) == [1]
     assert (ckpt / "global_step_1").is_dir()
     assert "checkpoints saved by veRL: steps [1]" in r.out
+
+
+def test_the_rollout_serves_the_actors_weights_after_every_sync(faulty_run):
+    """veRL's vLLM rollout (vLLM's CPU build, shared-memory weight transfer) serves exactly the weights the actor
+    sent at every sync (sums per sync, float64, of what the trainer's sender sent and of what vLLM then serves); vLLM
+    starts on dummy weights, the first sync brings the initial policy, and the update changes what is served."""
+    r = faulty_run
+    assert r.rc == 0, _log_tail(r)
+    sent, served = read_sync_log(r.sync_log)
+    steps = r.doc["spec"]["algorithm"]["total_steps"]
+    base = ROOT / r.doc["spec"]["policy"]["model"]["path"]
+    assert len(sent) == len(served) == steps + 1, (len(sent), len(served))  # the initial sync, then one per update
+    for i, (a, b) in enumerate(zip(sent, served, strict=True)):
+        assert b.weights == pytest.approx(a.weights_without_tied_head(base), rel=1e-9), i
+    assert sent[0].weights_without_tied_head(base) == pytest.approx(weights_sum(base), rel=1e-9)
+    assert len({round(b.weights, 6) for b in served}) == len(served)  # each update moved what is served
