@@ -119,7 +119,8 @@ demo: install tiny ## The main job on embedded defaults: specs/demo.yaml, local 
 .PHONY: bench
 bench: install tiny ## Run the benchmarks (ratios measured side by side); installs kubectl
 	scripts/ci/k8s-tools.sh
-	for b in benchmarks/*.py; do case "$$b" in */bench_learning.py|*/bench_tiny_robustness.py) continue;; esac; \
+	for b in benchmarks/bench_*.py benchmarks/calibrate_*.py; do \
+	  case "$$b" in */bench_learning.py|*/bench_tiny_robustness.py|*/bench_async.py) continue;; esac; \
 	  echo "== $$b"; $(VPY) $$b; done
 
 GPU_CHECK_OUT = $(or $(OUT),build/gpu-check)
@@ -132,6 +133,10 @@ gpu-check-bundle: install ## Bundle of the one-GPU memory-plan check for a GPU m
 .PHONY: bench-tiny
 bench-tiny: install ## Does the tiny build carry between machines? Its criteria and the demo's step 0 over 3 seeds (~20 min)
 	$(VPY) benchmarks/bench_tiny_robustness.py --seeds 7,8,9 --step0
+
+.PHONY: bench-async
+bench-async: install tiny ## sync vs colocate_async under a long-tailed user simulator: specs/demo.yaml, one seed (~50 min on 2 cores)
+	$(VPY) benchmarks/bench_async.py
 
 .PHONY: bench-learning
 bench-learning: install tiny ## Does the demo learn? specs/demo.yaml with 3 training seeds (about an hour on 2 cores)
