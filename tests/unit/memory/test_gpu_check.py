@@ -241,35 +241,50 @@ def test_dry_run_ran_every_cpu_stage(dry, bundle: tuple[Path, str]) -> None:
     assert wiring["prm_lite_lata@qwen2.5-0.5b"]["verl_alone"]["ok"] is True
 
 
-def _edited_bundle(bundle: Path, tmp_path: Path, case: str, **settings) -> Path:
+def _edited_bundle(bundle: Path, tmp_path: Path, edits: dict[str, dict]) -> Path:
+    """A copy of the bundle with the settings of some cases changed ({case: {setting: value}})."""
     copy = tmp_path / "bundle"
     copy.mkdir()
     for f in bundle.iterdir():
         (copy / f.name).write_bytes(f.read_bytes())
     meta = json.loads((copy / "cases.json").read_text())
-    next(c for c in meta["cases"] if c["name"] == case)["settings"].update(settings)
+    for case, settings in edits.items():
+        next(c for c in meta["cases"] if c["name"] == case)["settings"].update(settings)
     (copy / "cases.json").write_text(json.dumps(meta))
     return copy
 
 
-def test_dry_run_full_weights_export(bundle: tuple[Path, str], tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def edited_dry(bundle: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory):
+    """`check.py --dry` on a bundle with two cases edited — `lata` with LoRA off, `qwen3_8b` with veRL's kernel
+    given chunks of 0 rows —, both run by ONE isolated check (each one imports torch and transformers, ~10 s of
+    CPU); its process, leaked imports and each case's result by name."""
+    cwd = tmp_path_factory.mktemp("gpu-host-edited")
+    copy = _edited_bundle(bundle[0], cwd, {"lata": {"lora_rank": 0}, "qwen3_8b": {"fused_chunk_size": 0}})
+    proc, leaked, _ = _run_isolated(copy, cwd, "--dry", "--only", "lata", "qwen3_8b", "--out", "edited.json")
+    assert (cwd / "edited.json").exists(), proc.stderr[-3000:]
+    cases = json.loads((cwd / "edited.json").read_text())["cases"]
+    return proc, leaked, {c["name"]: c["result"] for c in cases}
+
+
+def test_dry_run_full_weights_export(edited_dry) -> None:
     """A case with LoRA off takes the full-weights export: every state-dict tensor, gathered in fp32."""
-    copy = _edited_bundle(bundle[0], tmp_path, "lata", lora_rank=0)
-    proc, leaked, _ = _run_isolated(copy, tmp_path, "--dry", "--only", "lata", "--out", "full.json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc, leaked, results = edited_dry
+    # The run's only failure is the other edited case's (the next test): this case ran without one.
+    assert proc.stdout.rstrip().endswith("; failures in: qwen3_8b"), proc.stderr[-3000:]
     assert leaked == []
-    r = json.loads((tmp_path / "full.json").read_text())["cases"][0]["result"]
+    r = results["lata"]
     assert r["sync"]["exported_bytes"] == 4 * _TINY_UNTIED_PARAMS
-    assert "full weights" in proc.stdout
+    blocks = {b.split(":", 1)[0]: b for b in proc.stdout.split("\n\n")}
+    assert "full weights" in blocks["lata"]
 
 
-def test_a_failing_stage_is_reported_and_the_others_still_run(bundle: tuple[Path, str], tmp_path: Path) -> None:
+def test_a_failing_stage_is_reported_and_the_others_still_run(edited_dry) -> None:
     """One GPU run must bring back every figure it can: a stage that raises (here veRL's kernel, given chunks of
     0 rows) is recorded in its place, the next stages run, and the exit status is 1."""
-    copy = _edited_bundle(bundle[0], tmp_path, "qwen3_8b", fused_chunk_size=0)
-    proc, _leaked, _ = _run_isolated(copy, tmp_path, "--dry", "--only", "qwen3_8b", "--out", "failed.json")
+    proc, _leaked, results = edited_dry
     assert proc.returncode == 1, proc.stderr[-3000:]
-    r = json.loads((tmp_path / "failed.json").read_text())["cases"][0]["result"]
+    r = results["qwen3_8b"]
     assert "error" in r["training"] and "error" in r["logits"]
     assert r["sync"]["tensors"] == 2 * 7 * 2  # the stage before still ran
     assert "training stage failed: ValueError" in proc.stdout and "failures in: qwen3_8b" in proc.stdout

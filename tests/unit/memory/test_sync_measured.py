@@ -1,7 +1,7 @@
 """What veRL 0.9.1's weight sync really allocates, measured on CPU for a tiny Qwen2 under the FSDP2 settings longhaul
 renders for its GPU specs, against the planner's rule (`longhaul.memory.sync.estimate_sync`) within 15 %.
 
-Two gloo ranks (this file run as a script, `torch.multiprocessing`) each build veRL's own `FSDPEngineWithLMHead`
+Two gloo ranks (this file run as a script, once per rank: `support.ranks`) each build veRL's own `FSDPEngineWithLMHead`
 (FSDP2, fp32 master weights, the spec's LoRA and offload settings) on the `cpu` platform, then run what the
 colocated sync (`ActorRolloutRefWorker.update_weights`, naive backend) runs: `engine.get_per_tensor_param(...)`
 consumed by veRL's `BucketedWeightSender.async_send_weights`, with veRL's `BucketedWeightReceiver` as the vLLM
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -192,6 +191,15 @@ def _measure(engine, bwt, socket_dir: str, rank: int, first_sync: bool) -> dict[
     return {**_peak_allocated(prof), "bucket": max(buckets)}
 
 
+def _save_model(model_dir: str) -> None:
+    """The tiny Qwen2 both ranks' engines load (rank 0 writes it; the engines are built after a barrier)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(Qwen2Config(**CONFIG)).save_pretrained(model_dir)
+
+
 def _rank(rank: int, port: int, model_dir: str, out_dir: str, actor: dict) -> None:
     import faulthandler
     import tempfile
@@ -201,6 +209,9 @@ def _rank(rank: int, port: int, model_dir: str, out_dir: str, actor: dict) -> No
     faulthandler.dump_traceback_later(500, exit=True)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     bwt = _bucket_module()
+    if rank == 0:  # once veRL is imported (transformers with it): the model costs no import of its own
+        _save_model(model_dir)
+    dist.barrier()
     with tempfile.TemporaryDirectory(prefix="lh-sync-") as socket_dir:  # ZMQ ipc paths must stay short
         full = _engine(model_dir, {**actor, "lora_rank": 0, "param_offload": False})
         results = {"full": _measure(full, bwt, socket_dir, rank, first_sync=False)}
@@ -210,21 +221,6 @@ def _rank(rank: int, port: int, model_dir: str, out_dir: str, actor: dict) -> No
         results["lora_first"] = _measure(lora, bwt, socket_dir, rank, first_sync=True)
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     dist.destroy_process_group()
-
-
-def _main(model_dir: str, out_dir: str, actor_json: str) -> None:
-    import socket
-
-    import torch
-    import torch.multiprocessing as mp
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(Qwen2Config(**CONFIG)).save_pretrained(model_dir)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_rank, args=(port, model_dir, out_dir, json.loads(actor_json)), nprocs=WORLD)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -255,20 +251,16 @@ def _rendered_actor() -> dict:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, dict]:
+    from support.ranks import run_ranks
+
     pytest.importorskip("verl")
     root = tmp_path_factory.mktemp("sync")
     model_dir, out_dir = root / "model", root / "out"
     out_dir.mkdir()
     actor = _rendered_actor()
     env = {**os.environ, "VERL_PLATFORM": "cpu", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(
-        [sys.executable, __file__, str(model_dir), str(out_dir), json.dumps(actor)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    args = [str(model_dir), str(out_dir), json.dumps(actor)]
+    run_ranks(Path(__file__), args, world=WORLD, env=env, logs=out_dir, timeout=600)
     ranks = [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(WORLD)]
     return actor, model_dir, {case: [r[case] for r in ranks] for case in ranks[0]}
 
@@ -334,5 +326,5 @@ def test_first_lora_sync_also_gathers_the_base_model_on_the_host(measured) -> No
     _assert_ranks_match(cases["lora_first"], est, est.host_adapters + est.host_base)
 
 
-if __name__ == "__main__":
-    _main(*sys.argv[1:4])
+if __name__ == "__main__":  # one rank (`support.ranks.run_ranks`): RANK PORT MODEL_DIR OUT_DIR ACTOR_JSON
+    _rank(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], json.loads(sys.argv[5]))

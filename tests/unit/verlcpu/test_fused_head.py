@@ -1,9 +1,9 @@
 """Patch 5 (`longhaul.verlcpu.patches.keep_fused_head_in_root`, rule in `longhaul.verlcpu.fused_head`): veRL 0.9.1's
 fused log-prob forward on a model with an untied lm_head under FSDP2 — the wiring of the 7B/8B GPU specs.
 
-Two gloo ranks (this file run as a script, `torch.multiprocessing`), started without VERL_PLATFORM as a GPU worker
-is: `import verl` must already have installed the fix through the `verl.plugins` entry point. Each rank builds a
-tiny untied Qwen2, applies veRL's own `apply_monkey_patch` (use_fused_kernels, torch backend) and veRL's own
+Two gloo ranks (this file run as a script, once per rank: `support.ranks`), started without VERL_PLATFORM as a GPU
+worker is: `import verl` must already have installed the fix through the `verl.plugins` entry point. Each rank
+builds a tiny untied Qwen2, applies veRL's own `apply_monkey_patch` (use_fused_kernels, torch backend) and veRL's own
 `apply_fsdp2` (fp32 compute, `reshard_after_forward` as veRL's default) and runs a PPO-like loss through the fused
 log-probs and entropy:
   * with veRL's wrap selection alone, lm_head is a unit of its own and the forward fails (Tensor/DTensor mix);
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -52,7 +51,7 @@ BF16_RTOL = 2e-2
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The ranks (spawned by `_main`)
+# The ranks (started by the `ranks` fixture)
 
 
 def _reference(model, body, head, ids, adv):
@@ -166,6 +165,15 @@ def _engine_case(model_dir: str, ids) -> dict:
     }
 
 
+def _save_checkpoint(out_dir: str) -> None:
+    """The engine case's checkpoint (its own seed; each rank seeds its batches afterwards)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(1)
+    Qwen2ForCausalLM(Qwen2Config(**CONFIG)).save_pretrained(Path(out_dir, "model"))
+
+
 def _rank(rank: int, port: int, out_dir: str) -> None:
     import copy
 
@@ -187,6 +195,9 @@ def _rank(rank: int, port: int, out_dir: str) -> None:
         "installed": getattr(fsdp_utils._select_fsdp2_wrap_targets, "longhaul_fused_head", False),
         "cpu_platform_at_import": "cpu" in PlatformRegistry.registered_names(),
     }
+    if rank == 0:  # the engine case's checkpoint, once the findings of the import (the first thing) are read
+        _save_checkpoint(out_dir)
+    dist.barrier()
     # then the CPU platform, before veRL resolves its platform: the engine case's device calls need one here
     os.environ["VERL_PLATFORM"] = "cpu"
     plugin.activate()
@@ -223,22 +234,6 @@ def _rank(rank: int, port: int, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def _main(out_dir: str) -> None:
-    import socket
-
-    import torch
-    import torch.multiprocessing as mp
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(1)
-    Qwen2ForCausalLM(Qwen2Config(**CONFIG)).save_pretrained(Path(out_dir, "model"))  # the engine's checkpoint
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_rank, args=(port, out_dir), nprocs=WORLD)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # The tests
 
@@ -246,14 +241,13 @@ def _main(out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     """Both ranks' results; the ranks run as a GPU worker's process would (no VERL_PLATFORM)."""
+    from support.ranks import run_ranks
+
     pytest.importorskip("verl")
     out = tmp_path_factory.mktemp("fused-head")
     env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
     env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run(
-        [sys.executable, __file__, str(out)], env=env, capture_output=True, text=True, timeout=300
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_ranks(Path(__file__), [str(out)], world=WORLD, env=env, logs=out, timeout=300)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 
@@ -378,5 +372,5 @@ def test_the_fix_refuses_a_changed_verl(monkeypatch) -> None:
         patches.check_fused_head_wiring(fsdp_utils)
 
 
-if __name__ == "__main__":
-    _main(sys.argv[1])
+if __name__ == "__main__":  # one rank (`support.ranks.run_ranks`): RANK PORT OUT_DIR
+    _rank(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
