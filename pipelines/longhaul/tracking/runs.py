@@ -282,13 +282,22 @@ _GROUP_TAGS = (
 )
 
 
+#: How long a seed run that created its group's parent waits before it looks for the other seeds' parents (s).
+#: Without it a seed that created, finished and looked at once could see only its own parent while another seed's
+#: create — stamped earlier by its own clock, so the older one — was still queued at the server: each kept its
+#: own and the group had two parents (seen in CI: three seeds of a job array, a one-worker server on 2 loaded
+#: cores). Every create issued before this seed's is committed within the wait unless the server stalls longer.
+SEED_GROUP_SETTLE_S = 2.0
+
+
 def ensure_seed_group_run(client: MlflowClient, experiment_id: str, group: str, provenance: Mapping[str, str]) -> str:
     """Id of the parent run of a multi-seed Experiment (run name = the group's run name), created when missing.
 
-    Seed runs start concurrently on Kubernetes and Slurm: when two create the parent at once, both keep the
-    earliest-created one and the other deletes its own, so the group has one parent whichever wins. The parent
-    only groups its children (one training run per seed, their evaluations under them); it is marked FINISHED
-    at creation because no single seed run knows when the last one ends.
+    Seed runs start concurrently on Kubernetes and Slurm: when several create the parent at once, each waits
+    `SEED_GROUP_SETTLE_S`, then all keep the earliest-created one (ties: the smallest run id) and the others
+    delete their own, so the group has one parent whichever wins. The parent only groups its children (one
+    training run per seed, their evaluations under them); it is marked FINISHED at creation because no single
+    seed run knows when the last one ends.
     """
     query = f"attributes.run_name = {quote_filter(group)} and tags.`{T.KIND}` = {quote_filter(T.KIND_SEED_GROUP)}"
 
@@ -313,6 +322,7 @@ def ensure_seed_group_run(client: MlflowClient, experiment_id: str, group: str, 
         },
     ).info.run_id
     finish_run(client, mine)
+    time.sleep(SEED_GROUP_SETTLE_S)
     winner = oldest() or mine
     if winner != mine:
         client.delete_run(mine)
