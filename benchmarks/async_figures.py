@@ -8,7 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from pipeline_runs import ROOT
+
 SYNC = "sync"
 #: The issue's target: an async mode trains this many times the trajectories per minute of sync.
 TARGET_RATIO = 1.5

@@ -37,7 +37,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -65,10 +64,10 @@ from async_figures import (
     throughput_ratios,
 )
 from latency_proxy import LatencyProxy, LatencySampler, empirical_quantiles, theory_quantiles
+from pipeline_runs import ROOT, evaluation_records, run_pipeline
 
 from longhaul.render.plan import LOOPBACK
 
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODES = "sync,colocate_async"
 #: The launcher's line at the end of the grpo stage (`longhaul.launcher.supervisor`), in logs/launcher.log.
 STAGE_DONE = re.compile(r"stage grpo: done in (\d+(?:\.\d+)?) s")
@@ -113,22 +112,6 @@ def start_simulator(doc: Mapping[str, Any], work: Path) -> Any:
     return server
 
 
-def run_pipeline(spec_doc: Mapping[str, Any], name: str, work: Path) -> tuple[Path, int, float]:
-    """`longhaul run` of `spec_doc` in the fresh run directory `<work>/<name>`; (run dir, exit code, wall s)."""
-    spec = work / f"{name}.yaml"
-    spec.write_text(yaml.safe_dump(dict(spec_doc), sort_keys=False))
-    run_dir = work / name
-    t0 = time.monotonic()
-    with (work / f"{name}.log").open("w") as out:
-        rc = subprocess.run(
-            [sys.executable, "-m", "longhaul.cli", "run", str(spec), "--run-dir", str(run_dir)],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        ).returncode
-    return run_dir, rc, time.monotonic() - t0
-
-
 def read_step_metrics(run_dir: Path) -> dict[int, dict[str, float]]:
     """veRL's step metrics (`STEP_KEYS`) of the run, from its local MLflow store (`fetch_step_metrics`)."""
     from longhaul.layout import MLFLOW_RUN_FILE, MLFLOW_STORE_FILE
@@ -164,14 +147,6 @@ def read_stage_wall(run_dir: Path) -> float | None:
     return float(found[-1]) if found else None
 
 
-def _evaluation_records(run_dir: Path, step: int) -> list[dict]:
-    """The eval stage's trial records of checkpoint `step` (`longhaul.layout.Paths.eval_step_dir`)."""
-    from longhaul.eval.evaluate import load_records
-    from longhaul.layout import EVAL_RESULTS_FILE, Paths
-
-    return load_records(Path(Paths.under(str(run_dir)).eval_step_dir(step)) / EVAL_RESULTS_FILE)
-
-
 def measure_run(run_dir: Path) -> dict[str, Any]:
     """What one finished run left: veRL's step metrics, the slowest trajectory per step, the grpo stage's wall
     clock, and the evaluation records of step 0 and of the last checkpoint."""
@@ -184,7 +159,7 @@ def measure_run(run_dir: Path) -> dict[str, Any]:
         "waits": read_conversation_waits(run_dir),
         "grpo_wall_s": read_stage_wall(run_dir),
         "last_step": last,
-        "records": {0: _evaluation_records(run_dir, 0), last: _evaluation_records(run_dir, last)},
+        "records": {0: evaluation_records(run_dir, 0), last: evaluation_records(run_dir, last)},
     }
 
 

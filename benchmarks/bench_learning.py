@@ -19,17 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
+from pipeline_runs import ROOT, eval_step_dir, evaluation_records, run_pipeline
 
 from longhaul.machine import machine_line
 
-ROOT = Path(__file__).resolve().parents[1]
 #: Wall-time target per seed on 2 cores (seconds).
 TARGET_S = 15 * 60
 
@@ -39,12 +37,11 @@ def _num(x: float | None) -> str:
 
 
 def _evaluation(run_dir: Path, step: int) -> tuple[list[dict], dict]:
-    """The eval stage's trial records and summary of checkpoint `step` (`longhaul.layout.Paths.eval_step_dir`)."""
-    from longhaul.eval.evaluate import load_records
-    from longhaul.layout import EVAL_RESULTS_FILE, EVAL_SUMMARY_FILE, Paths
+    """The eval stage's trial records and summary of checkpoint `step`."""
+    from longhaul.layout import EVAL_SUMMARY_FILE
 
-    step_dir = Path(Paths.under(str(run_dir)).eval_step_dir(step))
-    return load_records(step_dir / EVAL_RESULTS_FILE), json.loads((step_dir / EVAL_SUMMARY_FILE).read_text())
+    summary = json.loads((eval_step_dir(run_dir, step) / EVAL_SUMMARY_FILE).read_text())
+    return evaluation_records(run_dir, step), summary
 
 
 def _outcomes(records: list[dict], step: int, subset: str):
@@ -64,19 +61,8 @@ def _one_seed(spec_doc: dict, seed: int, work: Path) -> dict:
     # Only the two checkpoints compared: the demo's intermediate evaluations (its learning curve) are not the
     # benchmark's measurement, and each costs minutes of the 2-core budget.
     doc["spec"]["evaluation"]["checkpoints"] = [0, doc["spec"]["algorithm"]["total_steps"]]
-    spec = work / f"demo-seed{seed}.yaml"
-    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
-    run_dir = work / f"seed{seed}"
+    run_dir, rc, wall = run_pipeline(doc, f"seed{seed}", work)
     log = work / f"seed{seed}.log"
-    t0 = time.monotonic()
-    with log.open("w") as out:
-        rc = subprocess.run(
-            [sys.executable, "-m", "longhaul.cli", "run", str(spec), "--run-dir", str(run_dir)],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        ).returncode
-    wall = time.monotonic() - t0
     if rc != 0:
         return {"seed": seed, "error": f"longhaul run exited {rc}; see {log}", "wall_s": wall}
     return {**_analyse(run_dir, seed), "wall_s": wall}
