@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -33,13 +34,13 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def ns(smoke_group):
-    """The group run, with a client of its store and its number of steps; fails when the run failed."""
+    """The group run, with a client of its store and its number of steps (the shared fixture itself is left as
+    the other module reads it); fails when the run failed."""
     assert smoke_group.rc == 0, smoke_group.out[-6000:]
     for d in smoke_group.run_dirs:
         assert not (d / "mlflow.db").exists(), "a seed run opened a store of its own instead of the group's"
-    smoke_group.client = MlflowClient(smoke_group.store)
-    smoke_group.steps = smoke_group.doc["spec"]["algorithm"]["total_steps"]
-    return smoke_group
+    steps = smoke_group.doc["spec"]["algorithm"]["total_steps"]
+    return SimpleNamespace(**vars(smoke_group), client=MlflowClient(smoke_group.store), steps=steps)
 
 
 def _all_artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
