@@ -65,8 +65,8 @@ def register(app: typer.Typer) -> None:
             err.print(f"error --tracking-uri: {problem}")
             raise typer.Exit(2)
         # deferred: mlflow, pandas and matplotlib via longhaul.tracking (~2 s)
+        from longhaul.tracking.client import TrackingError
         from longhaul.tracking.compare import write_comparison
-        from longhaul.tracking.runs import TrackingError
 
         try:
             result = write_comparison(uri, experiments or [], out_dir, log=log)

@@ -2,7 +2,8 @@
 
 The pure analysis these modules call (tag schema, metric keys, checkpoint selection, the ablation table and its
 statistics, the watchdog) is `longhaul.analysis`. Importing this package does not import MLflow: `config` is light;
-the MLflow adapter lives in `longhaul.tracking.runs`, `.alerts`, `.relay` and `.compare`.
+the MLflow adapter lives in `longhaul.tracking.client` (shared basics), `.runs`, `.seed_group`,
+`.alerts`, `.relay` and `.compare`.
 """
 
 from longhaul.tracking.config import (

@@ -22,7 +22,8 @@ from longhaul.analysis.watchdog import (
     should_stop,
     watched_metric_keys,
 )
-from longhaul.tracking.runs import client_for, log_batch, now_ms
+from longhaul.tracking.client import client_for, now_ms
+from longhaul.tracking.runs import log_batch
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from longhaul.analysis.report import ComparisonReport, build_comparison_report, 
 from longhaul.analysis.study import Arm, SeedEval, Statistics, choose_point, group_arms, seed_of
 from longhaul.eval.metrics import TrialRecord
 from longhaul.spec import experiment_family, load_spec
-from longhaul.tracking.runs import TrackingError, client_for, ensure_experiment, finish_run, quote_filter
+from longhaul.tracking.client import TrackingError, client_for, quote_filter
+from longhaul.tracking.runs import ensure_experiment, finish_run
 
 TABLE_MD, TABLE_CSV = "ablation.md", "ablation.csv"
 STATS_MD, STATS_JSON, DESIGN_JSON = "statistics.md", "statistics.json", "design.json"

@@ -8,10 +8,8 @@ Size: over 400 lines because every MLflow run read and write, so the tag schema 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,16 +25,14 @@ from longhaul.analysis.selection import Selection, build_selection_tags
 from longhaul.files import PLAIN, atomic_write_text
 from longhaul.layout import Paths
 from longhaul.spec import Experiment, experiment_family, resolved_yaml, run_name, seed_group, spec_hash
+from longhaul.tracking.client import TrackingError, client_for, now_ms, quote_filter, terminate
 from longhaul.tracking.config import local_artifact_location
 from longhaul.tracking.provenance import build_params, collect_provenance
 from longhaul.tracking.relayed import enqueue_if_relayed, mirror_of, needs_relay, probe_server, queue_offline
+from longhaul.tracking.seed_group import elect_parent, nest
 
 #: MLflow's per-request limits for log_batch.
 _MAX_METRICS, _MAX_PARAMS, _MAX_TAGS = 1000, 100, 100
-
-
-class TrackingError(RuntimeError):
-    """An MLflow operation could not be completed; the message says which run and what to check."""
 
 
 @dataclass(frozen=True)
@@ -50,24 +46,6 @@ class TrackedRun:
     spec_hash: str
     resumed: bool
     attempts: int
-
-
-def client_for(tracking_uri: str | MlflowClient) -> MlflowClient:
-    """An MlflowClient bound to `tracking_uri` (a client is passed through)."""
-    if isinstance(tracking_uri, MlflowClient):
-        return tracking_uri
-    return MlflowClient(tracking_uri=tracking_uri)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def quote_filter(value: str) -> str:
-    """Quote a value for an MLflow filter string (single quotes doubled is not supported; refuse them)."""
-    if "'" in value:
-        raise TrackingError(f"cannot search MLflow for a value containing a quote: {value!r}")
-    return f"'{value}'"
 
 
 def ensure_experiment(client: MlflowClient, name: str) -> str:
@@ -204,17 +182,18 @@ def start_or_resume_run(
     experiment_id = ensure_experiment(client, family)
 
     run_id = _existing_from_run_dir(client, run_dir, digest) or find_training_run(client, experiment_id, name, digest)
+    group = seed_group(exp)
     if run_id is None:
-        group = seed_group(exp)
-        nesting = (
-            {} if group is None else {T.PARENT_RUN_ID: ensure_seed_group_run(client, experiment_id, group, provenance)}
-        )
+        parent = None if group is None else elect_parent(client, experiment_id, group, provenance)
+        nesting = {} if parent is None else {T.PARENT_RUN_ID: parent}
         run = client.create_run(
             experiment_id,
             run_name=name,
             tags={**provenance, **nesting, T.ATTEMPTS: "1", T.JOB_IDS: provenance[T.JOB_ID]},
         )
         run_id = run.info.run_id
+        if parent is not None:
+            nest(client, experiment_id, group, provenance, run_id, parent)
         log_batch(client, run_id, params=build_params(exp))
         client.log_text(run_id, resolved_yaml(exp), f"{T.SPEC_ARTIFACT_DIR}/experiment.yaml")
         attempts, resumed = 1, False
@@ -227,6 +206,9 @@ def start_or_resume_run(
         client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
         log_batch(client, run_id, tags={**provenance, T.ATTEMPTS: str(attempts), T.JOB_IDS: ",".join(jobs)})
         resumed = True
+        if group is not None:  # a requeued seed also leaves a parent deleted while it was away
+            parent = run.data.tags.get(T.PARENT_RUN_ID) or elect_parent(client, experiment_id, group, provenance)
+            nest(client, experiment_id, group, provenance, run_id, parent)
     tracked = TrackedRun(run_id, experiment_id, family, name, digest, resumed, attempts)
     _write_run_info(run_dir, tracked)
     return tracked
@@ -268,67 +250,6 @@ def _resume_offline(uri: str, run_dir: Path, digest: str, provenance: Mapping[st
     return tracked
 
 
-#: Tags a seed group's parent run copies from its first seed run: what the runs table and `compare` group by.
-_GROUP_TAGS = (
-    T.SPEC_NAME,
-    T.FAMILY,
-    T.ADVANTAGE,
-    T.PROCESS_REWARD,
-    T.CREDIT,
-    T.POLICY_MODEL,
-    T.STAGES,
-    T.SELECT_ON,
-    T.GIT_COMMIT,
-)
-
-
-#: How long a seed run that created its group's parent waits before it looks for the other seeds' parents (s).
-#: Without it a seed that created, finished and looked at once could see only its own parent while another seed's
-#: create — stamped earlier by its own clock, so the older one — was still queued at the server: each kept its
-#: own and the group had two parents (seen in CI: three seeds of a job array, a one-worker server on 2 loaded
-#: cores). Every create issued before this seed's is committed within the wait unless the server stalls longer.
-SEED_GROUP_SETTLE_S = 2.0
-
-
-def ensure_seed_group_run(client: MlflowClient, experiment_id: str, group: str, provenance: Mapping[str, str]) -> str:
-    """Id of the parent run of a multi-seed Experiment (run name = the group's run name), created when missing.
-
-    Seed runs start concurrently on Kubernetes and Slurm: when several create the parent at once, each waits
-    `SEED_GROUP_SETTLE_S`, then all keep the earliest-created one (ties: the smallest run id) and the others
-    delete their own, so the group has one parent whichever wins. The parent only groups its children (one
-    training run per seed, their evaluations under them); it is marked FINISHED at creation because no single
-    seed run knows when the last one ends.
-    """
-    query = f"attributes.run_name = {quote_filter(group)} and tags.`{T.KIND}` = {quote_filter(T.KIND_SEED_GROUP)}"
-
-    def oldest() -> str | None:
-        found = client.search_runs([experiment_id], query, max_results=50)
-        found = sorted(found, key=lambda r: (r.info.start_time, r.info.run_id))
-        return found[0].info.run_id if found else None
-
-    existing = oldest()
-    if existing is not None:
-        return existing
-    tags = {k: provenance[k] for k in _GROUP_TAGS if k in provenance}
-    mine = client.create_run(
-        experiment_id,
-        run_name=group,
-        tags={
-            **tags,
-            T.KIND: T.KIND_SEED_GROUP,
-            T.RUN_NAME: group,
-            T.NOTE: f"Training seeds of `{group}`: one child run per seed (`{group}-s<seed>`), each with "
-            "its evaluation runs.",
-        },
-    ).info.run_id
-    finish_run(client, mine)
-    time.sleep(SEED_GROUP_SETTLE_S)
-    winner = oldest() or mine
-    if winner != mine:
-        client.delete_run(mine)
-    return winner
-
-
 def finish_run(tracking_uri: str | MlflowClient, run_id: str, status: str = "FINISHED") -> None:
     """Mark a run FINISHED, FAILED or KILLED (MLflow's "View run" links go to stderr, not stdout). Queued while
     the run is relayed."""
@@ -338,8 +259,7 @@ def finish_run(tracking_uri: str | MlflowClient, run_id: str, status: str = "FIN
 
 
 def _apply_finish_run(client: MlflowClient, run_id: str, *, status: str) -> None:
-    with contextlib.redirect_stdout(sys.stderr):
-        client.set_terminated(run_id, status=status)
+    terminate(client, run_id, status)
 
 
 def mark_requeued(tracking_uri: str | MlflowClient, run_id: str) -> None:

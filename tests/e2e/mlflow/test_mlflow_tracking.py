@@ -23,10 +23,10 @@ from mlflow.tracking import MlflowClient
 from longhaul.analysis import tags as T
 from longhaul.spec import experiment_family, load_spec, parse_spec_text, resolved_yaml, run_name, spec_hash
 from longhaul.tracking.alerts import check_training_run, fetch_watchdog_report
+from longhaul.tracking.client import TrackingError
 from longhaul.tracking.config import tracking_env
 from longhaul.tracking.provenance import tau2_data_dir
 from longhaul.tracking.runs import (
-    TrackingError,
     fetch_checkpoints,
     fetch_eval_runs,
     finish_run,

@@ -20,6 +20,7 @@ from longhaul.analysis.selection import Selection
 from longhaul.spec import load_spec
 from longhaul.tracking import relay as R
 from longhaul.tracking import relayed, runs
+from longhaul.tracking.client import TrackingError
 from longhaul.tracking.config import local_store_uri
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -140,7 +141,7 @@ def test_longhaul_records_are_queued_in_order_and_applied_idempotently(run_dir, 
     runs.apply_operation(client, run_id, "log_evaluation", args)
     assert runs.fetch_eval_runs(uri, run_id) == children
     assert len(client.get_metric_history(run_id, "eval/pass_hat_k/1")) == 2  # the queued one and this one
-    with pytest.raises(runs.TrackingError, match="unknown queued MLflow operation 'nope'; valid: log_checkpoint"):
+    with pytest.raises(TrackingError, match="unknown queued MLflow operation 'nope'; valid: log_checkpoint"):
         runs.apply_operation(client, run_id, "nope", {})
 
 
