@@ -13,10 +13,14 @@ criteria (`longhaul.tiny.checks`) and, with `--step0`, the demo's step-0 pass^1.
 and prints each build's criteria, whether it meets them all, and the range of each criterion. With `--step0` each
 build's models are also evaluated as the demo's step 0 (`longhaul run specs/demo.yaml --stage eval` on a copy of
 the spec that names the build's models: the initial policy on the 12 training and 6 test tasks, 4 samples each),
-the figure `make demo` starts from. Reported, not asserted: a measurement (about 4 min a build, 4 more with
-`--step0`, on 2 cores).
+the figure `make demo` starts from. With `--estimate` the same step-0 evaluation on the training tasks also runs
+in-process (`longhaul.tiny.local_chat.step0_estimate`: transformers instead of the vLLM servers, everything else
+the evaluation's own), the figure a build could measure itself; side by side with `--step0` it shows whether that
+estimate predicts the demo's start. Reported, not asserted: a measurement (about 4 min a build, 4 more with
+`--step0`, 2 more with `--estimate`, on 2 cores).
 
-    python benchmarks/bench_tiny_robustness.py [--seeds 7,8,9] [--kernels native,mkl-sse42] [--step0] [--out DIR]
+    python benchmarks/bench_tiny_robustness.py [--seeds 7,8,9] [--kernels native,mkl-sse42] [--step0] [--estimate]
+        [--out DIR]
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import yaml
 from longhaul.machine import machine_line
 from longhaul.tiny.build import POLICY_DIRNAME, USER_DIRNAME, TinyBuildConfig, run_recipe
 from longhaul.tiny.checks import criteria
+from longhaul.tiny.local_chat import step0_estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_SPEC = ROOT / "specs" / "demo.yaml"
@@ -47,17 +52,31 @@ KERNELS = {
 }
 
 
-def _step0(build: Path, work: Path) -> dict[str, float | str]:
-    """pass^1 of the build's models as the demo's step 0, on the training and test tasks (the eval stage's
-    summary), and how the evaluated episodes ended."""
-    from longhaul.layout import EVAL_SUMMARY_FILE, Paths
-
+def _demo_spec(build: Path, work: Path) -> Path:
+    """specs/demo.yaml naming the build's models."""
     doc = yaml.safe_load(DEMO_SPEC.read_text())
     doc["metadata"]["name"] = f"demo-{build.name}"
     doc["spec"]["policy"]["model"]["path"] = str(build / POLICY_DIRNAME)
     doc["spec"]["user_simulator"]["model"]["path"] = str(build / USER_DIRNAME)
     spec = work / f"demo-{build.name}.yaml"
     spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return spec
+
+
+def _estimate(build: Path, work: Path) -> str:
+    """The build's in-process step-0 estimate on the training tasks as "value (c/n)"."""
+    from longhaul.spec import load_spec
+
+    found = step0_estimate(load_spec(_demo_spec(build, work)), build / POLICY_DIRNAME, build / USER_DIRNAME)
+    return f"{found['train_pass1']:.3f} ({found['c_over_n']})"
+
+
+def _step0(build: Path, work: Path) -> dict[str, float | str]:
+    """pass^1 of the build's models as the demo's step 0, on the training and test tasks (the eval stage's
+    summary), and how the evaluated episodes ended."""
+    from longhaul.layout import EVAL_SUMMARY_FILE, Paths
+
+    spec = _demo_spec(build, work)
     run_dir = work / f"eval-{build.name}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
     env.setdefault("LONGHAUL_VLLM_PYTHON", sys.executable)
@@ -84,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="7,8,9", help="build seeds (7 is the build's own)")
     ap.add_argument("--kernels", default="native", help=f"kernel selections: {', '.join(KERNELS)}")
     ap.add_argument("--step0", action="store_true", help="also evaluate each build as the demo's step 0")
+    ap.add_argument("--estimate", action="store_true", help="also run the in-process step-0 estimate of each build")
     ap.add_argument("--out", type=Path, default=None, help="work directory (default: a fresh temporary one)")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -107,14 +127,18 @@ def main(argv: list[str] | None = None) -> int:
             row = {"seed": seed, "kernels": kernel, "wall_s": round(wall), **{c.name: c for c in checked}}
             if args.step0:
                 row["step0"] = _step0(build, work)
+            if args.estimate:
+                row["estimate"] = _estimate(build, work)
             rows.append(row)
             cells = "  ".join(f"{c.name}={c.value:.3f}{'' if c.met else ' (NOT MET)'}" for c in checked)
             verdict = "all met" if all(c.met for c in checked) else "MISSED"
             steps = f"policy {report['warmstart']['steps']} / simulator {report['user_warmstart']['steps']} steps"
             if args.step0:
                 cells += f"  step-0 pass^1 train {_pass1(row['step0'], 'train')} test {_pass1(row['step0'], 'test')}"
+            if args.estimate:
+                cells += f"  in-process estimate, train {row['estimate']}"
             print(f"seed {seed} {kernel:<6} {wall:5.0f}s  {steps}  {verdict}  {cells}", flush=True)
-    names = [k for k in rows[0] if k not in {"seed", "kernels", "wall_s", "step0"}]
+    names = [k for k in rows[0] if k not in {"seed", "kernels", "wall_s", "step0", "estimate"}]
     print("\nrange over builds (criterion: min .. max, met n/N):")
     for name in names:
         values = [r[name].value for r in rows]

@@ -50,11 +50,10 @@ def _recipe(tmp_path, name: str, env: dict[str, str], steps: int = 6) -> tuple[s
 
 
 @pytest.mark.slow
-def test_same_weights_twice_on_a_machine_and_other_weights_under_another_machines_kernels(tmp_path):
+def test_other_weights_under_another_machines_kernels(tmp_path):
+    """(The same weights twice on one machine: test_tiny_build.py's forced rebuild, through the same child.)"""
     base = {k: v for k, v in os.environ.items() if k not in {*OLDER_MACHINE, *DETERMINISTIC_ENV}}
     first, report = _recipe(tmp_path, "first", child_env(base))
-    again, _ = _recipe(tmp_path, "again", child_env(base))
-    assert first == again
     assert report["arithmetic"] == {
         "torch_cpu_capability": report["arithmetic"]["torch_cpu_capability"],
         "mkl_cbwr": DETERMINISTIC_ENV["MKL_CBWR"],

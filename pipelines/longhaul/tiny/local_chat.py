@@ -1,0 +1,125 @@
+"""A tiny model as an in-process chat endpoint, so the demo's own evaluation can run without a server.
+
+`LocalChat.chat` takes what `longhaul.clients.openai_compat.ChatClient.chat` takes and answers in the shape of an
+OpenAI chat completion, so the evaluation's real policy and user-simulator clients (`build_eval_agents`), the
+episode runner, the environment and the grader all run unchanged on top of it. What differs from the demo's
+vLLM server is only the server: transformers samples instead of vLLM (same model, same chat template, same
+temperature and top-p; another random stream), and tool calls come back as text — as vLLM's hermes parser returns
+a turn with any malformed block — which `parse_chat_response` parses with the one parser of training and
+evaluation (`longhaul.envs.hermes`), so a turn moves the environment as it would through vLLM.
+
+`step0_estimate` runs the demo's step-0 evaluation (its training tasks, its samples and seeds, its limits) on a
+build's models this way: what `make demo` will start from, measured by the build itself, with no GPU, vLLM or
+Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from longhaul.clients.openai_compat import EndpointError, FaultKind
+from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END
+
+
+class LocalChat:
+    """A transformers causal LM behind `chat(messages, *, expect_text=False, **params)` (one request at a time)."""
+
+    def __init__(self, model_dir: str | Path, name: str = "local") -> None:
+        # deferred: torch and transformers (~3 s)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model_dir, self.model_name = Path(model_dir), name
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir)
+        self.model.eval()
+        self.stop_id = self.tokenizer.convert_tokens_to_ids(IM_END)
+        self.pad_id = self.tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+
+    async def chat(self, messages: list[dict[str, Any]], *, expect_text: bool = False, **params: Any) -> dict[str, Any]:
+        """One completion: sampled at `temperature` / `top_p` (greedy at 0), seeded by `seed`, at most
+        `max_tokens` tokens, ended by the chat template's end-of-turn token."""
+        # deferred: torch (~1 s)
+        import torch
+
+        text = self.tokenizer.apply_chat_template(
+            messages, tools=params.get("tools"), add_generation_prompt=True, tokenize=False
+        )
+        ids = torch.tensor([self.tokenizer(text, add_special_tokens=False)["input_ids"]])
+        temperature = float(params.get("temperature") or 0.0)
+        if params.get("seed") is not None:
+            torch.manual_seed(int(params["seed"]))
+        sampling = (
+            {"do_sample": True, "temperature": temperature, "top_p": float(params.get("top_p") or 1.0), "top_k": None}
+            if temperature > 0
+            else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        )
+        with torch.no_grad():
+            out = self.model.generate(
+                ids,
+                max_new_tokens=int(1024 if params.get("max_tokens") is None else params["max_tokens"]),
+                eos_token_id=self.stop_id,
+                pad_token_id=self.pad_id,
+                **sampling,
+            )
+        new = out[0, ids.shape[1] :].tolist()
+        stopped = bool(new) and new[-1] == self.stop_id
+        content = self.tokenizer.decode(new[:-1] if stopped else new, skip_special_tokens=True)
+        if expect_text and not content.strip():
+            # What the real client ends with when a server keeps answering without text (a seeded retry samples
+            # the same again): the episode is not scored.
+            raise EndpointError(
+                f"{self.model_name} ({self.model_dir}, in-process) answered without text",
+                kind=FaultKind.EMPTY_REPLY,
+                role=self.model_name,
+                attempts=1,
+            )
+        await asyncio.sleep(0)  # let the event loop breathe between turns
+        return {
+            "model": self.model_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop" if stopped else "length",
+                }
+            ],
+            "usage": {"prompt_tokens": ids.shape[1], "completion_tokens": len(new)},
+        }
+
+
+def step0_estimate(spec: Any, policy_dir: str | Path, user_dir: str | Path) -> dict[str, Any]:
+    """The demo's step-0 evaluation of `spec` on its training tasks, with the models in `policy_dir` and
+    `user_dir` served in-process: {"train_pass1", "c_over_n", "terminations"}."""
+    # deferred: the evaluation's clients and the environment (~1 s)
+    from longhaul.envs.airline.env import AirlineEnv
+    from longhaul.envs.airline.splits import build_split
+    from longhaul.envs.airline.tasks import base_db
+    from longhaul.envs.limits import EpisodeLimits
+    from longhaul.eval.evaluate import EvalPlan, build_eval_agents, evaluate
+
+    ev, split = spec.spec.evaluation, build_split(spec.spec.environment.split)
+    plan = EvalPlan(task_ids=list(split.train), samples=ev.samples_per_task, seeds=list(ev.seeds))
+    policy, user = build_eval_agents(spec.spec, LocalChat(policy_dir, "policy"), LocalChat(user_dir, "user"))
+    base = base_db()
+    records = asyncio.run(
+        evaluate(
+            plan,
+            policy=policy,
+            user=user,
+            limits=EpisodeLimits.from_spec(spec),
+            split=split,
+            concurrency=1,
+            env_factory=lambda: AirlineEnv(base),
+        )
+    )
+    wins = sum(1 for r in records if r["success"])
+    ends: dict[str, int] = {}
+    for r in records:
+        ends[str(r["termination"])] = ends.get(str(r["termination"]), 0) + 1
+    return {
+        "train_pass1": round(wins / len(records), 4) if records else 0.0,
+        "c_over_n": f"{wins}/{len(records)}",
+        "terminations": dict(sorted(ends.items(), key=lambda kv: -kv[1])),
+    }
