@@ -131,7 +131,7 @@ gpu-check-bundle: install ## Bundle of the one-GPU memory-plan check for a GPU m
 	@echo "then: copy $(GPU_CHECK_OUT) to a GPU machine and run python3 $(notdir $(GPU_CHECK_OUT))/check.py (see its docstring)"
 
 .PHONY: bench-tiny
-bench-tiny: install ## Does the tiny build carry between machines? Its criteria and the demo's step 0 over 3 seeds (~20 min)
+bench-tiny: install ## Does the tiny build carry between machines? Its criteria and the demo's step 0 over 3 seeds (~40 min)
 	$(VPY) benchmarks/bench_tiny_robustness.py --seeds 7,8,9 --step0
 
 .PHONY: bench-async

@@ -13,14 +13,15 @@ criteria (`longhaul.tiny.checks`) and, with `--step0`, the demo's step-0 pass^1.
 and prints each build's criteria, whether it meets them all, and the range of each criterion. With `--step0` each
 build's models are also evaluated as the demo's step 0 (`longhaul run specs/demo.yaml --stage eval` on a copy of
 the spec that names the build's models: the initial policy on the 12 training and 6 test tasks, 4 samples each),
-the figure `make demo` starts from. With `--estimate` the same step-0 evaluation on the training tasks also runs
-in-process (`longhaul.tiny.local_chat.step0_estimate`: transformers instead of the vLLM servers, everything else
-the evaluation's own), the figure a build could measure itself; side by side with `--step0` it shows whether that
-estimate predicts the demo's start. Reported, not asserted: a measurement (about 4 min a build, 4 more with
+the figure `make demo` starts from. Builds are gated as the project's is, on the demo's step-0 estimate too
+(`--ungated`: without it, the recipe before #31 item 2). With `--estimate` the same step-0 evaluation on the
+training tasks also runs in-process on the finished build (`longhaul.tiny.local_chat.step0_estimate`: transformers
+instead of the vLLM servers, everything else the evaluation's own); side by side with `--step0` it shows whether
+that estimate predicts the demo's start. Reported, not asserted: a measurement (4-13 min a build, 4 more with
 `--step0`, 2 more with `--estimate`, on 2 cores).
 
     python benchmarks/bench_tiny_robustness.py [--seeds 7,8,9] [--kernels native,mkl-sse42] [--step0] [--estimate]
-        [--out DIR]
+        [--ungated] [--out DIR]
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import yaml
 from longhaul.machine import machine_line
 from longhaul.tiny.build import POLICY_DIRNAME, USER_DIRNAME, TinyBuildConfig, run_recipe
 from longhaul.tiny.checks import criteria
-from longhaul.tiny.local_chat import step0_estimate
+from longhaul.tiny.local_chat import LocalChat, step0_estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_SPEC = ROOT / "specs" / "demo.yaml"
@@ -67,7 +68,8 @@ def _estimate(build: Path, work: Path) -> str:
     """The build's in-process step-0 estimate on the training tasks as "value (c/n)"."""
     from longhaul.spec import load_spec
 
-    found = step0_estimate(load_spec(_demo_spec(build, work)), build / POLICY_DIRNAME, build / USER_DIRNAME)
+    policy, user = LocalChat.load(build / POLICY_DIRNAME, "policy"), LocalChat.load(build / USER_DIRNAME, "user")
+    found = step0_estimate(load_spec(_demo_spec(build, work)), policy, user)
     return f"{found['train_pass1']:.3f} ({found['c_over_n']})"
 
 
@@ -103,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="7,8,9", help="build seeds (7 is the build's own)")
     ap.add_argument("--kernels", default="native", help=f"kernel selections: {', '.join(KERNELS)}")
     ap.add_argument("--step0", action="store_true", help="also evaluate each build as the demo's step 0")
+    ap.add_argument(
+        "--ungated", action="store_true", help="builds without the step-0 criterion (the recipe before #31 item 2)"
+    )
     ap.add_argument("--estimate", action="store_true", help="also run the in-process step-0 estimate of each build")
     ap.add_argument("--out", type=Path, default=None, help="work directory (default: a fresh temporary one)")
     args = ap.parse_args(argv)
@@ -120,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             build = work / f"seed{seed}-{kernel}"
             env = {k: v for k, v in os.environ.items() if k != "MKL_ENABLE_INSTRUCTIONS"}
             t = time.perf_counter()
-            config = replace(TinyBuildConfig(), seed=seed)
+            config = replace(TinyBuildConfig(), seed=seed, step0_spec=None if args.ungated else str(DEMO_SPEC))
             report = run_recipe(build, config, lambda _l: None, {**env, **KERNELS[kernel]})
             wall = time.perf_counter() - t
             checked = criteria(report["tool_calls"], report["user_check"])

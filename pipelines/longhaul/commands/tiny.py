@@ -50,6 +50,14 @@ def register(app: typer.Typer) -> None:
                 help="Held-out tasks the user simulator's greedy replies are checked on (0 = skip).",
             ),
         ] = None,
+        step0_spec: Annotated[
+            str | None,
+            typer.Option(
+                "--step0-spec",
+                help="Spec whose step-0 evaluation the policy's warm start must land in the band of, estimated "
+                "in-process ('' = no such criterion).",
+            ),
+        ] = None,
         force: Annotated[bool, typer.Option("--force", help="Rebuild even when the cache key matches.")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print the build report as JSON.")] = False,
     ) -> None:
@@ -71,6 +79,7 @@ def register(app: typer.Typer) -> None:
             "check_prompts": check_prompts,
             "user_steps": user_steps,
             "check_user_tasks": check_user_tasks,
+            "step0_spec": step0_spec,
         }
         config = TinyBuildConfig(**{k: v for k, v in given.items() if v is not None})
         try:

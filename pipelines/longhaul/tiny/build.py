@@ -30,6 +30,7 @@ from typing import Any
 from longhaul.tiny.arithmetic import DETERMINISTIC_ENV, child_env
 from longhaul.tiny.checks import criteria, criteria_report
 from longhaul.tiny.inputs import build_inputs, default_date_line
+from longhaul.tiny.local_chat import step0_setup
 from longhaul.tiny.models import POLICY_ARCH, USER_ARCH
 from longhaul.tiny.recipe import CONFIG_FILE, REPORT_FILE
 from longhaul.tiny.tokenizer import load_chat_template
@@ -67,6 +68,10 @@ class TinyBuildConfig:
     user_check_from: int = 200  # ... from this step on
     stop_on_criteria: bool = True  # each warm start stops at its first check that meets its criteria
     date_line: str | None = None  # None = the spec's default date line
+    # The spec (a path, like `out_dir` relative to the project root) whose step-0 evaluation the policy's gate
+    # estimates in-process (`longhaul.tiny.local_chat`; band `checks.STEP0_BAND`): the demo's, so `make demo` starts
+    # where the README says on any machine. None or "" = no such criterion.
+    step0_spec: str | None = "specs/demo.yaml"
 
 
 @dataclass
@@ -90,7 +95,8 @@ def compute_build_key(config: TinyBuildConfig, inputs: dict[str, Any]) -> str:
     """Content key: recipe version, config, chat template, architectures and every input text."""
     payload = {
         "recipe": RECIPE_VERSION,
-        "config": asdict(config),  # the checks too: they decide where each warm start stops
+        # The checks too: they decide where each warm start stops. The step-0 spec by content, below, not by path.
+        "config": {k: v for k, v in asdict(config).items() if k != "step0_spec"},
         "template": load_chat_template(),
         "archs": [asdict(POLICY_ARCH), asdict(USER_ARCH)],
         "corpus": inputs["corpus"],
@@ -99,6 +105,8 @@ def compute_build_key(config: TinyBuildConfig, inputs: dict[str, Any]) -> str:
         "tools": inputs["tools"],
         "arithmetic": DETERMINISTIC_ENV,
     }
+    if config.step0_spec:  # what of the spec the estimate reads, not the whole spec (its training settings)
+        payload["step0"] = step0_setup(load_step0_spec(config.step0_spec)[0])
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
@@ -129,6 +137,20 @@ def ensure_tiny_models(
         return _ensure_locked(out_dir, config, force=force, log=log)
 
 
+def load_step0_spec(path: str) -> tuple[Any, str]:
+    """The spec `step0_spec` names and its text; `TinyBuildError` (one line) when it cannot be read or parsed."""
+    # deferred: pydantic and the spec's models (~0.3 s), only for a gated build
+    from longhaul.spec import SpecError, parse_spec_text
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        return parse_spec_text(text, file=path), text
+    except OSError as exc:
+        raise TinyBuildError(f"{path}: cannot read the step-0 spec ({exc.strerror}); pass --step0-spec FILE") from None
+    except SpecError as exc:
+        raise TinyBuildError(f"the step-0 spec is not valid: {exc}") from None
+
+
 def run_recipe(
     build_dir: Path, config: TinyBuildConfig, log: Callable[[str], None], env: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -137,6 +159,8 @@ def run_recipe(
     report's measured fields; nothing is checked against the criteria here."""
     build_dir.mkdir(parents=True)
     recipe_config = {**asdict(config), "threads": BUILD_THREADS}
+    if config.step0_spec:
+        recipe_config["step0_spec_text"] = load_step0_spec(config.step0_spec)[1]
     (build_dir / CONFIG_FILE).write_text(json.dumps(recipe_config, indent=2) + "\n", encoding="utf-8")
     argv = [sys.executable, "-m", "longhaul.tiny.recipe", str(build_dir)]
     tail: list[str] = []

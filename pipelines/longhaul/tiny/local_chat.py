@@ -9,33 +9,36 @@ a turn with any malformed block — which `parse_chat_response` parses with the 
 evaluation (`longhaul.envs.hermes`), so a turn moves the environment as it would through vLLM.
 
 `step0_estimate` runs the demo's step-0 evaluation (its training tasks, its samples and seeds, its limits) on a
-build's models this way: what `make demo` will start from, measured by the build itself, with no GPU, vLLM or
-Ray.
+build's models this way: what `make demo` will start from, measured by the build itself (`longhaul.tiny.recipe`
+gates on it), with no GPU, vLLM or Ray.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from longhaul.clients.openai_compat import EndpointError, FaultKind
 from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END
 
 
 class LocalChat:
     """A transformers causal LM behind `chat(messages, *, expect_text=False, **params)` (one request at a time)."""
 
-    def __init__(self, model_dir: str | Path, name: str = "local") -> None:
+    def __init__(self, model: Any, tokenizer: Any, name: str, where: str) -> None:
+        self.model, self.tokenizer, self.model_name, self.where = model, tokenizer, name, where
+        self.stop_id = self.tokenizer.convert_tokens_to_ids(IM_END)
+        self.pad_id = self.tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+
+    @classmethod
+    def load(cls, model_dir: str | Path, name: str) -> LocalChat:
+        """The saved model in `model_dir` (a build's `tiny-policy/` or `tiny-user/`), in eval mode."""
         # deferred: torch and transformers (~3 s)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.model_dir, self.model_name = Path(model_dir), name
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir)
-        self.model.eval()
-        self.stop_id = self.tokenizer.convert_tokens_to_ids(IM_END)
-        self.pad_id = self.tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+        model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+        return cls(model, AutoTokenizer.from_pretrained(model_dir), name, str(model_dir))
 
     async def chat(self, messages: list[dict[str, Any]], *, expect_text: bool = False, **params: Any) -> dict[str, Any]:
         """One completion: sampled at `temperature` / `top_p` (greedy at 0), seeded by `seed`, at most
@@ -67,10 +70,13 @@ class LocalChat:
         stopped = bool(new) and new[-1] == self.stop_id
         content = self.tokenizer.decode(new[:-1] if stopped else new, skip_special_tokens=True)
         if expect_text and not content.strip():
+            # deferred: httpx via the real client's error type (~0.2 s), only on this rare path
+            from longhaul.clients.openai_compat import EndpointError, FaultKind
+
             # What the real client ends with when a server keeps answering without text (a seeded retry samples
             # the same again): the episode is not scored.
             raise EndpointError(
-                f"{self.model_name} ({self.model_dir}, in-process) answered without text",
+                f"{self.model_name} ({self.where}, in-process) answered without text",
                 kind=FaultKind.EMPTY_REPLY,
                 role=self.model_name,
                 attempts=1,
@@ -89,10 +95,32 @@ class LocalChat:
         }
 
 
-def step0_estimate(spec: Any, policy_dir: str | Path, user_dir: str | Path) -> dict[str, Any]:
-    """The demo's step-0 evaluation of `spec` on its training tasks, with the models in `policy_dir` and
-    `user_dir` served in-process: {"train_pass1", "c_over_n", "terminations"}."""
-    # deferred: the evaluation's clients and the environment (~1 s)
+def step0_setup(spec: Any) -> dict[str, Any]:
+    """What of `spec` the step-0 evaluation reads (`step0_estimate`): its training tasks, samples, seeds, episode
+    limits and both models' sampling. A build gated on it keys on these, not on the whole spec."""
+    # deferred: the τ² task data behind the split (~0.5 s), read only for a gated build's key
+    from longhaul.envs.airline.splits import build_split
+    from longhaul.envs.limits import EpisodeLimits
+
+    s = spec.spec
+    return {
+        "train": list(build_split(s.environment.split).train),
+        "samples_per_task": s.evaluation.samples_per_task,
+        "seeds": list(s.evaluation.seeds),
+        "limits": asdict(EpisodeLimits.from_spec(spec)),
+        "policy_sampling": s.policy.rollout.validation.model_dump(mode="json"),
+        "user_sampling": s.user_simulator.sampling.model_dump(mode="json"),
+    }
+
+
+def step0_estimate(spec: Any, policy: LocalChat, user: LocalChat) -> dict[str, Any]:
+    """The step-0 evaluation of `spec` on its training tasks (as its eval stage runs it: its samples, seeds, limits
+    and sampling) with `policy` and `user` in-process: {"train_pass1", "c_over_n", "terminations"}. Torch's random
+    state is restored afterwards (a warm start in progress keeps its stream)."""
+    # deferred: torch (~1 s)
+    import torch
+
+    # deferred: the evaluation's clients and the τ² environment (~1 s), only where episodes run
     from longhaul.envs.airline.env import AirlineEnv
     from longhaul.envs.airline.splits import build_split
     from longhaul.envs.airline.tasks import base_db
@@ -101,19 +129,20 @@ def step0_estimate(spec: Any, policy_dir: str | Path, user_dir: str | Path) -> d
 
     ev, split = spec.spec.evaluation, build_split(spec.spec.environment.split)
     plan = EvalPlan(task_ids=list(split.train), samples=ev.samples_per_task, seeds=list(ev.seeds))
-    policy, user = build_eval_agents(spec.spec, LocalChat(policy_dir, "policy"), LocalChat(user_dir, "user"))
+    agent, customer = build_eval_agents(spec.spec, policy, user)
     base = base_db()
-    records = asyncio.run(
-        evaluate(
-            plan,
-            policy=policy,
-            user=user,
-            limits=EpisodeLimits.from_spec(spec),
-            split=split,
-            concurrency=1,
-            env_factory=lambda: AirlineEnv(base),
+    with torch.random.fork_rng():
+        records = asyncio.run(
+            evaluate(
+                plan,
+                policy=agent,
+                user=customer,
+                limits=EpisodeLimits.from_spec(spec),
+                split=split,
+                concurrency=1,
+                env_factory=lambda: AirlineEnv(base),
+            )
         )
-    )
     wins = sum(1 for r in records if r["success"])
     ends: dict[str, int] = {}
     for r in records:

@@ -51,9 +51,12 @@ def _warm_start(
     )
 
 
-def _policy_measure(policy: Any, tokenizer: Any, inputs: dict[str, Any], prompts: int) -> Callable[[], Measurement]:
-    """The policy's checks for its gate: the decision probabilities first (forward passes only), the greedy first
-    turns only when those meet their criteria (generation is the slow part)."""
+def _policy_measure(
+    policy: Any, tokenizer: Any, inputs: dict[str, Any], prompts: int, step0: Callable[[], dict[str, Any]] | None
+) -> Callable[[], Measurement]:
+    """The policy's checks for its gate, cheapest first, each only when those before it meet their criteria: the
+    decision probabilities (forward passes only), the greedy first turns (generation), then the demo's step-0
+    estimate (`step0`: whole episodes with the simulator)."""
 
     def measure() -> Measurement:
         quick = check_policy(policy, tokenizer, inputs, prompts=0)
@@ -61,9 +64,27 @@ def _policy_measure(policy: Any, tokenizer: Any, inputs: dict[str, Any], prompts
         if not prompts or not all(c.met for c in judged):
             return quick, judged
         found = check_policy(policy, tokenizer, inputs, prompts=prompts)
+        judged = criteria(found, {})
+        if step0 is None or not all(c.met for c in judged):
+            return found, judged
+        found["step0"] = step0()
         return found, criteria(found, {})
 
     return measure
+
+
+def _step0_estimator(config: dict[str, Any], policy: Any, user: Any, tokenizer: Any) -> Callable[[], dict] | None:
+    """The demo's step-0 estimate on the current weights (`longhaul.tiny.local_chat`), or None without a spec."""
+    text = config.get("step0_spec_text")
+    if not text:
+        return None
+    # deferred: the spec's models and the evaluation's clients (~1 s), only for a gated build
+    from longhaul.spec import parse_spec_text
+    from longhaul.tiny.local_chat import LocalChat, step0_estimate
+
+    spec = parse_spec_text(text, file=config["step0_spec"])
+    agent, customer = LocalChat(policy, tokenizer, "policy", "warm start"), LocalChat(user, tokenizer, "user", "build")
+    return lambda: step0_estimate(spec, agent, customer)
 
 
 def build_into(build_dir: Path, config: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
@@ -94,9 +115,10 @@ def build_into(build_dir: Path, config: dict[str, Any], log: Callable[[str], Non
     user_run = ("user_warmstart", "user simulator", user, inputs["user_conversations"], None, config["user_steps"])
     user_checks = inputs["user_checks"][: config["check_user_tasks"]]
     stop = config["stop_on_criteria"]
+    step0 = _step0_estimator(config, policy, user, tokenizer)
     policy_gate = Gate(
         policy,
-        _policy_measure(policy, tokenizer, inputs, config["check_prompts"]),
+        _policy_measure(policy, tokenizer, inputs, config["check_prompts"], step0),
         config["check_every"] if config["check_prompts"] else 0,
         config["check_from"],
         stop,
@@ -110,9 +132,11 @@ def build_into(build_dir: Path, config: dict[str, Any], log: Callable[[str], Non
         stop,
         log,
     )
+    # The simulator first: the policy's step-0 estimate talks to it. (Each warm start seeds its own stream, so the
+    # order changes neither model.)
     for (role, label, model, conversations, tools, steps), lr, role_seed, gate in (
-        (policy_run, config["learning_rate"], seed, policy_gate),
         (user_run, config["user_learning_rate"], seed + 1, user_gate),
+        (policy_run, config["learning_rate"], seed, policy_gate),
     ):
         examples, _, stats = build_supervised_dataset(
             tokenizer, [(c, tools) for c in conversations], max_length=config["max_length"]
@@ -124,6 +148,7 @@ def build_into(build_dir: Path, config: dict[str, Any], log: Callable[[str], Non
         t = time.perf_counter()
         result = _warm_start(model, examples, steps=steps, seed=role_seed, lr=lr, log=log, stop_after=gate)
         timings[role] = round(time.perf_counter() - t, 2)
+        model.eval()  # measured and served from here on
         report[role] = {
             **asdict(result),
             "examples": stats.kept,
@@ -139,6 +164,8 @@ def build_into(build_dir: Path, config: dict[str, Any], log: Callable[[str], Non
     found = policy_gate.findings_at(report["warmstart"]["steps"])
     if found is None or found["greedy"]["prompts"] != min(prompts, len(inputs["held_prompts"])):
         found = check_policy(policy, tokenizer, inputs, prompts=prompts) if prompts else {}
+    if found and step0 is not None and "step0" not in found:  # training ran out before every check was met
+        found["step0"] = step0()
     report["tool_calls"] = found
     found = user_gate.findings_at(report["user_warmstart"]["steps"])
     if found is None:

@@ -33,7 +33,7 @@ def build():
 
 @pytest.fixture(scope="module")
 def policy(build) -> LocalChat:
-    return LocalChat(build.policy_dir, "policy")
+    return LocalChat.load(build.policy_dir, "policy")
 
 
 def _first_turn(task_id: str) -> list[dict]:
@@ -79,12 +79,13 @@ def test_an_empty_required_text_is_an_endpoint_error(policy, monkeypatch):
         asyncio.run(policy.chat(_first_turn("1"), max_tokens=8, expect_text=True))
 
 
-def test_the_demos_step0_evaluation_runs_in_process(build):
+def test_the_demos_step0_evaluation_runs_in_process(build, policy):
     doc = yaml.safe_load((ROOT / "specs" / "demo.yaml").read_text())
     doc["spec"]["environment"]["split"] = {"preset": "explicit", "train": [0], "test": [2]}
     doc["spec"]["evaluation"].update(samples_per_task=2, k=[1, 2])
     spec = parse_spec_text(yaml.safe_dump(doc), file="demo.yaml")
-    first = step0_estimate(spec, build.policy_dir, build.user_dir)
+    user = LocalChat.load(build.user_dir, "user")
+    first = step0_estimate(spec, policy, user)
     assert first["c_over_n"].endswith("/2") and sum(first["terminations"].values()) == 2
     assert first["train_pass1"] == int(first["c_over_n"].split("/")[0]) / 2
-    assert step0_estimate(spec, build.policy_dir, build.user_dir) == first  # seeded per episode, like the demo's
+    assert step0_estimate(spec, policy, user) == first  # seeded per episode, like the demo's

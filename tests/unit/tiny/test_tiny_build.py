@@ -5,13 +5,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from longhaul.cli import app
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _small_step0_spec(tmp_path, **evaluation):
+    """specs/demo.yaml evaluated on one training task, one sample (the step-0 estimate in seconds)."""
+    doc = yaml.safe_load((ROOT / "specs" / "demo.yaml").read_text())
+    doc["spec"]["environment"]["split"] = {"preset": "explicit", "train": [0], "test": [2]}
+    doc["spec"]["evaluation"].update(samples_per_task=1, k=[1], **evaluation)
+    path = tmp_path / f"step0-{len(list(tmp_path.glob('step0-*')))}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 def _digest(path) -> str:
@@ -53,19 +66,24 @@ def test_build_reuse_force_and_determinism(tmp_path):
 
 def test_a_build_that_misses_its_criteria_is_refused_and_writes_nothing(tmp_path):
     """Three warm-start steps cannot teach the tool-call format: the held-out checks say so, the CLI prints one
-    line naming the criteria and exits 1, and the output directory holds no model."""
+    line naming the criteria and exits 1, and the output directory holds no model. The step-0 estimate of the
+    spec given (one task, one sample) is measured on the final weights and judged with the rest."""
     out = tmp_path / "models"
+    spec = _small_step0_spec(tmp_path)
     args = ["tiny", "build", "--out", str(out), "--steps", "3", "--check-prompts", "2", "--user-steps", "3"]
-    res = CliRunner().invoke(app, [*args, "--check-user-tasks", "0"])
+    res = CliRunner().invoke(app, [*args, "--check-user-tasks", "0", "--step0-spec", str(spec)])
     assert res.exit_code == 1, res.output
     assert "Traceback" not in res.output
     error = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and "first_turn_well_formed" in error[0] and "p_tool_call_first_turn" in error[0]
     assert "NOT MET" in res.stderr
+    step0 = [line for line in res.stderr.splitlines() if "demo_step0_train_pass1" in line]
+    assert step0 and ("(0/1)" in step0[0] or "(1/1)" in step0[0]), res.stderr[-3000:]
+    assert "demo_step0_train_pass1" in error[0]  # judged with the rest
     assert sorted(p.name for p in out.iterdir()) == [".lock"]
 
 
-def test_build_key_sees_config_checks_and_inputs():
+def test_build_key_sees_config_checks_and_inputs(tmp_path):
     from longhaul.tiny.build import TinyBuildConfig, compute_build_key
 
     conv = [[{"role": "user", "content": "x"}]]
@@ -79,3 +97,13 @@ def test_build_key_sees_config_checks_and_inputs():
     assert compute_build_key(TinyBuildConfig(user_steps=7), inputs) != key
     assert compute_build_key(TinyBuildConfig(), {**inputs, "corpus": ["b"]}) != key
     assert compute_build_key(TinyBuildConfig(), {**inputs, "user_conversations": []}) != key
+    # The step-0 criterion keys on what of its spec the estimate reads, not on the spec's training settings.
+    gated = compute_build_key(TinyBuildConfig(step0_spec=str(_small_step0_spec(tmp_path))), inputs)
+    assert gated != key
+    trained = _small_step0_spec(tmp_path)
+    doc = yaml.safe_load(trained.read_text())
+    doc["spec"]["algorithm"]["learning_rate"] = 0.5
+    trained.write_text(yaml.safe_dump(doc))
+    assert compute_build_key(TinyBuildConfig(step0_spec=str(trained)), inputs) == gated
+    seeds = _small_step0_spec(tmp_path, seeds=[1])
+    assert compute_build_key(TinyBuildConfig(step0_spec=str(seeds)), inputs) != gated
