@@ -81,7 +81,9 @@ def test_an_empty_required_text_is_an_endpoint_error(policy, monkeypatch):
 
 def test_the_demos_step0_evaluation_runs_in_process(build, policy):
     doc = yaml.safe_load((ROOT / "specs" / "demo.yaml").read_text())
-    doc["spec"]["environment"]["split"] = {"preset": "explicit", "train": [0], "test": [2]}
+    doc["spec"]["environment"].update(
+        split={"preset": "explicit", "train": [0], "test": [2]}, max_turns=3, max_tokens_per_turn=32
+    )
     doc["spec"]["evaluation"].update(samples_per_task=2, k=[1, 2])
     spec = parse_spec_text(yaml.safe_dump(doc), file="demo.yaml")
     user = LocalChat.load(build.user_dir, "user")

@@ -18,9 +18,11 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _small_step0_spec(tmp_path, **evaluation):
-    """specs/demo.yaml evaluated on one training task, one sample (the step-0 estimate in seconds)."""
+    """specs/demo.yaml evaluated on one training task, one sample, two short turns (the estimate in seconds)."""
     doc = yaml.safe_load((ROOT / "specs" / "demo.yaml").read_text())
-    doc["spec"]["environment"]["split"] = {"preset": "explicit", "train": [0], "test": [2]}
+    doc["spec"]["environment"].update(
+        split={"preset": "explicit", "train": [0], "test": [2]}, max_turns=2, max_tokens_per_turn=16
+    )
     doc["spec"]["evaluation"].update(samples_per_task=1, k=[1], **evaluation)
     path = tmp_path / f"step0-{len(list(tmp_path.glob('step0-*')))}.yaml"
     path.write_text(yaml.safe_dump(doc))
