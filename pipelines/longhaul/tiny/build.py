@@ -146,7 +146,9 @@ def load_step0_spec(path: str) -> tuple[Any, str]:
         text = Path(path).read_text(encoding="utf-8")
         return parse_spec_text(text, file=path), text
     except OSError as exc:
-        raise TinyBuildError(f"{path}: cannot read the step-0 spec ({exc.strerror}); pass --step0-spec FILE") from None
+        raise TinyBuildError(
+            f"{path}: cannot read the step-0 spec ({exc.strerror}); pass --step0-spec FILE, or '' for none"
+        ) from None
     except SpecError as exc:
         raise TinyBuildError(f"the step-0 spec is not valid: {exc}") from None
 

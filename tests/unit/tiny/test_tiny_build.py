@@ -109,3 +109,15 @@ def test_build_key_sees_config_checks_and_inputs(tmp_path):
     assert compute_build_key(TinyBuildConfig(step0_spec=str(trained)), inputs) == gated
     seeds = _small_step0_spec(tmp_path, seeds=[1])
     assert compute_build_key(TinyBuildConfig(step0_spec=str(seeds)), inputs) != gated
+
+
+def test_a_missing_or_invalid_step0_spec_is_one_line_and_builds_nothing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: longhaul.dev/v1alpha1\nkind: Experiment\nmetadata: {name: x}\nspec: {stages: [nope]}\n")
+    for spec, says in ((tmp_path / "missing.yaml", "cannot read the step-0 spec"), (bad, "step-0 spec is not valid")):
+        out = tmp_path / f"models-{spec.stem}"
+        res = CliRunner().invoke(app, ["tiny", "build", "--out", str(out), "--step0-spec", str(spec)])
+        assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+        error = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+        assert len(error) == 1 and says in error[0] and str(spec) in res.stderr, res.stderr
+        assert not out.exists() or sorted(p.name for p in out.iterdir()) == [".lock"]
