@@ -143,12 +143,14 @@ def step0_estimate(spec: Any, policy: LocalChat, user: LocalChat) -> dict[str, A
                 env_factory=lambda: AirlineEnv(base),
             )
         )
-    wins = sum(1 for r in records if r["success"])
+    # As the evaluation's metrics: an episode the simulator could not answer (endpoint_error) is not scored.
+    scored = [r for r in records if r["scored"]]
+    wins = sum(1 for r in scored if r["success"])
     ends: dict[str, int] = {}
     for r in records:
         ends[str(r["termination"])] = ends.get(str(r["termination"]), 0) + 1
     return {
-        "train_pass1": round(wins / len(records), 4) if records else 0.0,
-        "c_over_n": f"{wins}/{len(records)}",
+        "train_pass1": round(wins / len(scored), 4) if scored else 0.0,
+        "c_over_n": f"{wins}/{len(scored)}",
         "terminations": dict(sorted(ends.items(), key=lambda kv: -kv[1])),
     }
