@@ -126,6 +126,7 @@ def step0_estimate(spec: Any, policy: LocalChat, user: LocalChat) -> dict[str, A
     from longhaul.envs.airline.tasks import base_db
     from longhaul.envs.limits import EpisodeLimits
     from longhaul.eval.evaluate import EvalPlan, build_eval_agents, evaluate
+    from longhaul.eval.metrics import summarize_records
 
     ev, split = spec.spec.evaluation, build_split(spec.spec.environment.split)
     plan = EvalPlan(task_ids=list(split.train), samples=ev.samples_per_task, seeds=list(ev.seeds))
@@ -143,14 +144,11 @@ def step0_estimate(spec: Any, policy: LocalChat, user: LocalChat) -> dict[str, A
                 env_factory=lambda: AirlineEnv(base),
             )
         )
-    # As the evaluation's metrics: an episode the simulator could not answer (endpoint_error) is not scored.
-    scored = [r for r in records if r["scored"]]
-    wins = sum(1 for r in scored if r["success"])
-    ends: dict[str, int] = {}
-    for r in records:
-        ends[str(r["termination"])] = ends.get(str(r["termination"]), 0) + 1
+    # Summarised as the eval stage summarises (a task with an unscored episode is left out), so the estimate and
+    # the demo's figure are the same statistic.
+    summary = summarize_records(records, [1], bootstrap=0, confidence=0.95, seed=0)
     return {
-        "train_pass1": round(wins / len(scored), 4) if scored else 0.0,
-        "c_over_n": f"{wins}/{len(scored)}",
-        "terminations": dict(sorted(ends.items(), key=lambda kv: -kv[1])),
+        "train_pass1": round((summary.get("pass_hat_k") or {}).get("1") or 0.0, 4),  # no scored task: 0
+        "c_over_n": summary["c_over_n"],
+        "terminations": summary["terminations"],
     }
