@@ -85,9 +85,10 @@ def complete(
     return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=False)
 
 
-def prompt_ids(tokenizer: Any, messages: list, tools: list | None) -> list[int]:
-    """Token ids of `messages` rendered with the generation prompt (what a server would feed the model)."""
-    text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+def prompt_ids(tokenizer: Any, messages: list, tools: list | None, *, generation_prompt: bool = True) -> list[int]:
+    """Token ids of `messages` rendered with the generation prompt (what a server would feed the model), or
+    without it (a conversation's head)."""
+    text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=generation_prompt, tokenize=False)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 

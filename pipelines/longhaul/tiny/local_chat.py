@@ -20,16 +20,33 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from longhaul.tiny.checks import PrefixCache, prompt_ids
 from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END
 
 
 class LocalChat:
-    """A transformers causal LM behind `chat(messages, *, expect_text=False, **params)` (one request at a time)."""
+    """A transformers causal LM behind `chat(messages, *, expect_text=False, **params)` (one request at a time).
+
+    The keys/values of the last system message seen (the policy's ~4.4k-token policy text and tool schemas, the
+    same every turn of every episode) are computed once and reused, as a server's prefix cache does and as the
+    build's own checks do (`checks.PrefixCache`); the weights must not change while a `LocalChat` serves them."""
 
     def __init__(self, model: Any, tokenizer: Any, name: str, where: str) -> None:
         self.model, self.tokenizer, self.model_name, self.where = model, tokenizer, name, where
         self.stop_id = self.tokenizer.convert_tokens_to_ids(IM_END)
         self.pad_id = self.tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+        self._prefix: PrefixCache | None = None
+
+    def _prefix_kwargs(self, messages: list[dict[str, Any]], tools: Any, ids: list[int]) -> dict[str, Any]:
+        """`generate`'s cached keys/values of the conversation's system turn, when `ids` starts with it."""
+        if not messages or messages[0].get("role") != "system":
+            return {}
+        if self._prefix is None or not self._prefix.covers(ids):
+            head = prompt_ids(self.tokenizer, messages[:1], tools, generation_prompt=False)
+            if not (len(ids) > len(head) and ids[: len(head)] == head):
+                return {}
+            self._prefix = PrefixCache(self.model, head)
+        return self._prefix.generate_kwargs(ids)
 
     @classmethod
     def load(cls, model_dir: str | Path, name: str) -> LocalChat:
@@ -46,10 +63,8 @@ class LocalChat:
         # deferred: torch (~1 s)
         import torch
 
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=params.get("tools"), add_generation_prompt=True, tokenize=False
-        )
-        ids = torch.tensor([self.tokenizer(text, add_special_tokens=False)["input_ids"]])
+        prompt = prompt_ids(self.tokenizer, messages, params.get("tools"))
+        ids = torch.tensor([prompt])
         temperature = float(params.get("temperature") or 0.0)
         if params.get("seed") is not None:
             torch.manual_seed(int(params["seed"]))
@@ -65,6 +80,7 @@ class LocalChat:
                 eos_token_id=self.stop_id,
                 pad_token_id=self.pad_id,
                 **sampling,
+                **self._prefix_kwargs(messages, params.get("tools"), prompt),
             )
         new = out[0, ids.shape[1] :].tolist()
         stopped = bool(new) and new[-1] == self.stop_id

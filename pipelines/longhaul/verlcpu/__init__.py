@@ -96,7 +96,12 @@ def vllm_cpu_server_env() -> dict[str, str]:
 
 def cpu_job_env() -> dict[str, str]:
     """Environment of a veRL stage on CPU: the platform switch, and one thread per process (a 2-core machine
-    runs the trainer rank, the rollout engine, the agent-loop worker and Ray at once)."""
+    runs the trainer rank, the rollout engine, the agent-loop worker and Ray at once).
+
+    The trainer rank keeps one thread too, although the engine waits while it updates: measured on the demo spec
+    (2 cores, AMD EPYC), two threads cut a quiet machine's `update_actor` from ~62 s to ~40 s, but beside one busy
+    process (CI's other worker, a user's build) they took 257 s against one thread's 67 s — Ray runs its workers at
+    nice 15, so the second thread starves on the busy core and every parallel region waits for it."""
     return {
         ENV_PLATFORM: PLATFORM_NAME,
         "OMP_NUM_THREADS": "1",

@@ -10,8 +10,8 @@ vLLM-CPU servers, checkpoints merged and evaluated — with what the other conce
   training is every other pipeline's: tests/e2e/verl, tests/e2e/slurm, tests/reliability/test_launcher_faults.)
 * `algorithm.seeds: [7, 8]` — a seed group: the local backend runs the seeds one after another under one parent
   run in one store, and `longhaul compare` pools them.
-* a shorter horizon (three turns of 48 tokens, groups of two): wiring is the point, and two seeds of the shipped
-  shape took 410 s each on CI's machine.
+* a shorter horizon (one step, three turns of 48 tokens, groups of two): wiring is the point, and two seeds of the
+  shipped shape took 410 s each on CI's machine.
 
 Who reads it: tests/e2e/demo/test_demo.py (the console, the run directory, MLflow, a rerun, the printed `mlflow ui`
 command in a browser) on the first seed's run, tests/e2e/demo/test_seed_group.py (the group, `compare`, LoRA).
@@ -56,7 +56,9 @@ def _group_doc(output_dir: Path) -> dict:
     s["algorithm"].pop("seed")
     # two prompt groups of two a step, one per optimizer step: veRL's actor/ppo_kl > 0 shows the first moved the
     # policy; a mini batch (1 group × 2 samples) is one micro batch
-    s["algorithm"].update(seeds=SEEDS, group_size=2, train_batch_size=2, ppo_mini_batch_size=1)
+    # one step: its update, the adapter sync after it, its checkpoint merged and evaluated beside step 0 are what
+    # the readers check (a second step repeated them: ~85 s a seed)
+    s["algorithm"].update(seeds=SEEDS, group_size=2, train_batch_size=2, ppo_mini_batch_size=1, total_steps=1)
     s["algorithm"]["ppo_micro_batch_size_per_gpu"] = 2
     s["environment"].update(max_turns=3, max_tokens_per_turn=48)
     return doc
