@@ -55,6 +55,29 @@ def test_greedy_answers_are_the_builds_own_generations_and_parse_into_turns(poli
         assert data["choices"][0]["finish_reason"] in {"stop", "length"}
 
 
+def test_the_system_turn_is_encoded_once_and_reused(policy, monkeypatch):
+    """The policy's ~4.4k-token system turn (policy text and tool schemas) is encoded once for every turn and task
+    that opens with it; another system turn gets its own; a conversation without one is answered uncached."""
+    from longhaul.tiny import local_chat
+
+    encoded: list[int] = []
+
+    class Counting(local_chat.PrefixCache):
+        def __init__(self, model, prefix_ids):
+            encoded.append(len(prefix_ids))
+            super().__init__(model, prefix_ids)
+
+    monkeypatch.setattr(local_chat, "PrefixCache", Counting)
+    chat, tools = LocalChat(policy.model, policy.tokenizer, "policy", "test"), tool_schemas()
+    for tid in ("0", "5", "0"):
+        asyncio.run(chat.chat(_first_turn(tid), tools=tools, temperature=0, max_tokens=4))
+    assert len(encoded) == 1 and encoded[0] > 4000, encoded
+    other = [{"role": "system", "content": "You are a customer."}, {"role": "user", "content": "Hello."}]
+    asyncio.run(chat.chat(other, temperature=0, max_tokens=4))
+    asyncio.run(chat.chat(other[1:], temperature=0, max_tokens=4))
+    assert len(encoded) == 2 and encoded[1] < 50, encoded
+
+
 def test_sampling_is_seeded(policy):
     messages, tools = _first_turn("1"), tool_schemas()
 
