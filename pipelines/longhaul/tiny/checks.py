@@ -92,6 +92,11 @@ def prompt_ids(tokenizer: Any, messages: list, tools: list | None, *, generation
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def extends(ids: list[int], prefix: list[int]) -> bool:
+    """Whether `ids` starts with `prefix` and goes on past it (a prompt a cache of `prefix` can serve)."""
+    return len(ids) > len(prefix) and ids[: len(prefix)] == prefix
+
+
 class PrefixCache:
     """Keys/values of a token prefix that many check prompts share (the ~4.4k-token system prompt), computed once.
 
@@ -103,7 +108,7 @@ class PrefixCache:
         self.cache = encode_prefix(model, self.ids)
 
     def covers(self, ids: list[int]) -> bool:
-        return len(ids) > len(self.ids) and ids[: len(self.ids)] == self.ids
+        return extends(ids, self.ids)
 
     def generate_kwargs(self, ids: list[int]) -> dict[str, Any]:
         """`past_key_values` for `generate` when `ids` starts with the prefix (else nothing)."""

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from longhaul.tiny.checks import PrefixCache, prompt_ids
+from longhaul.tiny.checks import PrefixCache, extends, prompt_ids
 from longhaul.tiny.tokenizer import ENDOFTEXT, IM_END
 
 
@@ -43,7 +43,7 @@ class LocalChat:
             return {}
         if self._prefix is None or not self._prefix.covers(ids):
             head = prompt_ids(self.tokenizer, messages[:1], tools, generation_prompt=False)
-            if not (len(ids) > len(head) and ids[: len(head)] == head):
+            if not extends(ids, head):
                 return {}
             self._prefix = PrefixCache(self.model, head)
         return self._prefix.generate_kwargs(ids)

@@ -87,7 +87,7 @@ class _LateServer:
     """An HTTP server whose GET /v1/models answers 503 for `late_s` seconds, then 200."""
 
     def __init__(self, late_s: float) -> None:
-        self.ready_at = ready_at = time.monotonic() + late_s
+        self.ready_at = time.monotonic() + late_s
         self.requests = 0
 
         class Handler(BaseHTTPRequestHandler):
@@ -96,7 +96,7 @@ class _LateServer:
 
             def do_GET(inner):  # noqa: N802, N805
                 self.requests += 1
-                ok = inner.path == "/v1/models" and time.monotonic() >= ready_at
+                ok = inner.path == "/v1/models" and time.monotonic() >= self.ready_at
                 body = json.dumps({"data": []} if ok else {"error": "loading"}).encode()
                 inner.send_response(200 if ok else 503)
                 inner.send_header("Content-Length", str(len(body)))
