@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from longhaul.tiny.build import DEFAULT_OUT_DIR, POLICY_DIRNAME
+
 ROOT = Path(__file__).resolve().parents[2]
-POLICY = ROOT / ".cache" / "longhaul" / "models" / "tiny-policy"
+POLICY = ROOT / DEFAULT_OUT_DIR / POLICY_DIRNAME
 
 
 def tiny_policy() -> Path:
