@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from longhaul.tiny.arithmetic import DETERMINISTIC_ENV, child_env
-from longhaul.tiny.checks import criteria, criteria_report
+from longhaul.tiny.checks import CLOSE_BAND, STEP0_BAND, criteria, criteria_report
 from longhaul.tiny.inputs import build_inputs, default_date_line
 from longhaul.tiny.local_chat import step0_setup
 from longhaul.tiny.models import POLICY_ARCH, USER_ARCH
@@ -97,6 +97,7 @@ def compute_build_key(config: TinyBuildConfig, inputs: dict[str, Any]) -> str:
         "recipe": RECIPE_VERSION,
         # The checks too: they decide where each warm start stops. The step-0 spec by content, below, not by path.
         "config": {k: v for k, v in asdict(config).items() if k != "step0_spec"},
+        "bands": {"close": CLOSE_BAND, "step0": STEP0_BAND},
         "template": load_chat_template(),
         "archs": [asdict(POLICY_ARCH), asdict(USER_ARCH)],
         "corpus": inputs["corpus"],

@@ -29,7 +29,10 @@ CLOSE_BAND = (0.25, 0.55)
 #: Where the demo's step-0 pass^1 on its training tasks, estimated by the build (`longhaul.tiny.local_chat`), must
 #: be: what `make demo` starts from on any machine (the criteria above did not pin it: one build met them all and
 #: started the demo at 2/48, its estimate 0/48; the project's build started at 21/48, its estimates 13-20/48).
-STEP0_BAND = (0.25, 0.55)
+#: The top is the README's step 0 (0.438) + 0.15, #31's window: at 0.55 an AVX-512 AMD EPYC's build estimated
+#: 28/48 (0.583) at its first check that met every other criterion, never came back under 0.55 (0.77-0.85 from
+#: step 1200) and was refused at step 1600, failing CI's set-up there.
+STEP0_BAND = (0.25, 0.59)
 STEP0_CRITERION = "demo_step0_train_pass1"
 
 
