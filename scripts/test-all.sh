@@ -24,7 +24,7 @@ print_phases() {
 #: The test phase's budget on a quiet 2-core machine; CI fails past 1.5 times it (a wide margin: the machine may
 #: be shared), so a suite that grows is seen before it reaches CI's hard limit (90 min in all). Measured on a
 #: fresh clone, quiet machine: see the README's "make test" section.
-TESTS_BUDGET_S=${TESTS_BUDGET_S:-2400}
+TESTS_BUDGET_S=${TESTS_BUDGET_S:-2100}
 
 cleanup() {
   if [[ -n ${tiny_pid:-} ]]; then kill "$tiny_pid" 2>/dev/null || true; fi  # a failed set-up leaves no build behind
