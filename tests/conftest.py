@@ -67,8 +67,8 @@ def _where(rel: str) -> tuple[int, str]:
     for rank, (prefix, lane) in enumerate(SCHEDULE):
         if _matches(rel, prefix):
             return rank, lane
-    long = [i for i, prefix in enumerate(LONG_FIRST) if _matches(rel, prefix)]
-    return len(SCHEDULE) + (long[0] if long else len(LONG_FIRST)), rel
+    first = next((i for i, prefix in enumerate(LONG_FIRST) if _matches(rel, prefix)), len(LONG_FIRST))
+    return len(SCHEDULE) + first, rel
 
 
 def _rank(item: pytest.Item) -> int:

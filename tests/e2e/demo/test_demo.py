@@ -106,16 +106,23 @@ def test_the_update_changed_the_weights(demo):
     assert moved, "no parameter changed between the initial policy and the last checkpoint"
 
 
-def _flat_groups(run_dir, step: int) -> list[str]:
-    """Tasks of `step` whose GRPO group earned one (outcome, process) reward for all its trajectories."""
+def _trained(run_dir: Path, step: int) -> list[dict]:
+    """The rollout traces of `step`'s trained trajectories (a trace without a trajectory was not trained)."""
     import json
 
+    lines = [
+        json.loads(line)
+        for f in (run_dir / "rollouts" / f"step_{step}").glob("*.jsonl")
+        for line in f.read_text().splitlines()
+    ]
+    return [x for x in lines if x.get("trajectory")]
+
+
+def _flat_groups(trained: list[dict]) -> list[str]:
+    """GRPO groups (uids) among `trained` whose trajectories all earned one (outcome, process) reward."""
     groups: dict[str, set] = {}
-    for f in (run_dir / "rollouts" / f"step_{step}").glob("*.jsonl"):
-        for line in f.read_text().splitlines():
-            x = json.loads(line)
-            if x.get("trajectory"):
-                groups.setdefault(x["uid"], set()).add((x["reward"]["outcome"], x["reward"]["process"]))
+    for x in trained:
+        groups.setdefault(x["uid"], set()).add((x["reward"]["outcome"], x["reward"]["process"]))
     return [uid for uid, rewards in groups.items() if len(rewards) == 1]
 
 
@@ -145,7 +152,7 @@ def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo, sm
         # outcome 0, process -0.043).
         assert hist["actor/grad_norm"][s] > 0
         if hist["actor/ppo_kl"][s] == 0:
-            assert _flat_groups(run_dir, s), f"ppo_kl == 0 at step {s} although every group's rewards differ"
+            assert _flat_groups(_trained(run_dir, s)), f"ppo_kl == 0 at step {s} although every group's rewards differ"
         assert hist["timing_s/gen"][s] > 0
         # The rollout's log-probs match the actor's (vLLM-CPU's processed log-probs vs the FSDP2 actor's).
         assert hist["training/rollout_actor_probs_pearson_corr"][s] > 0.99
@@ -161,12 +168,7 @@ def test_mlflow_has_verl_metrics_checkpoints_evaluations_and_provenance(demo, sm
         for key in ("train/outcome_mean", "train/episodes")
     }
     for s in steps:
-        lines = [
-            json.loads(line)
-            for f in (run_dir / "rollouts" / f"step_{s}").glob("*.jsonl")
-            for line in f.read_text().splitlines()
-        ]
-        trained = [x for x in lines if x.get("trajectory")]
+        trained = _trained(run_dir, s)
         assert curve["train/episodes"][s] == len(trained) > 0
         assert curve["train/outcome_mean"][s] == pytest.approx(
             sum(x["reward"]["outcome"] for x in trained) / len(trained)
